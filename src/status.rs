@@ -1,1 +1,175 @@
-//! status
+//! Reading rich error details from a [`tonic::Status`], defensively.
+//!
+//! Spark Connect servers put a `google.rpc.Status` in the
+//! `grpc-status-details-bin` trailer: an `ErrorInfo` with Spark's error class
+//! and SQLSTATE, and (for retryable errors) a `RetryInfo`. Everything here
+//! treats malformed details as absent and never panics. The one panic tonic
+//! itself raises on such input (non-base64 header bytes) is stopped earlier,
+//! by [`crate::sanitize`].
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use prost::Message;
+use tonic::Status;
+use tonic_types::pb;
+
+const RETRY_INFO_URL: &str = "type.googleapis.com/google.rpc.RetryInfo";
+const ERROR_INFO_URL: &str = "type.googleapis.com/google.rpc.ErrorInfo";
+
+fn details(status: &Status) -> Option<pb::Status> {
+    if status.details().is_empty() {
+        return None;
+    }
+    pb::Status::decode(status.details()).ok()
+}
+
+/// The `google.rpc.RetryInfo.retry_delay` of the first `RetryInfo` detail.
+///
+/// A `RetryInfo` without a delay (or with a negative one) gives
+/// `Some(Duration::ZERO)`: its presence alone makes an error retryable.
+/// Undecodable details give `None`.
+pub fn retry_info(status: &Status) -> Option<Duration> {
+    let rich = details(status)?;
+    let any = rich.details.iter().find(|a| a.type_url == RETRY_INFO_URL)?;
+    let info = pb::RetryInfo::decode(any.value.as_slice()).ok()?;
+    Some(match info.retry_delay {
+        Some(d) if d.seconds > 0 || (d.seconds == 0 && d.nanos > 0) => Duration::new(
+            d.seconds.max(0) as u64,
+            d.nanos.clamp(0, 999_999_999) as u32,
+        ),
+        _ => Duration::ZERO,
+    })
+}
+
+/// The first `google.rpc.ErrorInfo` detail, as Spark fills it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SparkErrorInfo {
+    /// The exception class on the server (ErrorInfo `reason`).
+    pub reason: String,
+    /// ErrorInfo `domain`, `org.apache.spark` for Spark.
+    pub domain: String,
+    /// ErrorInfo `metadata`: `errorClass`, `sqlState`, `messageParameters`, `errorId`, …
+    pub metadata: HashMap<String, String>,
+}
+
+impl SparkErrorInfo {
+    /// `metadata["errorClass"]`.
+    pub fn error_class(&self) -> Option<&str> {
+        self.metadata.get("errorClass").map(String::as_str)
+    }
+    /// `metadata["sqlState"]`.
+    pub fn sql_state(&self) -> Option<&str> {
+        self.metadata.get("sqlState").map(String::as_str)
+    }
+    /// `metadata["errorId"]`, the key for FetchErrorDetails.
+    pub fn error_id(&self) -> Option<&str> {
+        self.metadata.get("errorId").map(String::as_str)
+    }
+}
+
+/// The first `ErrorInfo` detail of `status`, if the details decode.
+pub fn error_info(status: &Status) -> Option<SparkErrorInfo> {
+    let rich = details(status)?;
+    let any = rich.details.iter().find(|a| a.type_url == ERROR_INFO_URL)?;
+    let info = pb::ErrorInfo::decode(any.value.as_slice()).ok()?;
+    Some(SparkErrorInfo {
+        reason: info.reason,
+        domain: info.domain,
+        metadata: info.metadata.into_iter().collect(),
+    })
+}
+
+/// The message of the rich `google.rpc.Status`, if the details decode.
+pub fn rich_message(status: &Status) -> Option<String> {
+    details(status).map(|s| s.message)
+}
+
+/// Whether the status names `marker` (e.g. `INVALID_HANDLE.OPERATION_NOT_FOUND`)
+/// in its message, in the rich status message, or as its ErrorInfo error class.
+pub fn mentions(status: &Status, marker: &str) -> bool {
+    if status.message().contains(marker) {
+        return true;
+    }
+    if let Some(rich) = details(status) {
+        if rich.message.contains(marker) {
+            return true;
+        }
+    }
+    error_info(status).is_some_and(|i| i.error_class() == Some(marker))
+}
+
+/// The Spark error class of `status`: ErrorInfo's `errorClass`, or else the
+/// `[CLASS]` prefix Spark puts in messages (for when metadata was dropped
+/// because it exceeded the server's size limit).
+pub fn spark_error_class(status: &Status) -> Option<String> {
+    if let Some(class) = error_info(status).and_then(|i| i.error_class().map(str::to_owned)) {
+        return Some(class);
+    }
+    bracketed_class(status.message())
+}
+
+/// Parses a leading `[ERROR.CLASS]` from a Spark message.
+pub(crate) fn bracketed_class(message: &str) -> Option<String> {
+    let rest = message.trim_start().strip_prefix('[')?;
+    let end = rest.find(']')?;
+    let class = &rest[..end];
+    let valid = !class.is_empty()
+        && class
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_' || c == '.');
+    valid.then(|| class.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tonic::Code;
+    use tonic_types::{ErrorDetails, StatusExt};
+
+    #[test]
+    fn retry_info_roundtrip_and_garbage() {
+        let s = Status::with_error_details(
+            Code::Unavailable,
+            "u",
+            ErrorDetails::with_retry_info(Some(Duration::from_millis(1500))),
+        );
+        assert_eq!(retry_info(&s), Some(Duration::from_millis(1500)));
+        let s =
+            Status::with_error_details(Code::Unavailable, "u", ErrorDetails::with_retry_info(None));
+        assert_eq!(retry_info(&s), Some(Duration::ZERO));
+        let s = Status::with_details(
+            Code::Unavailable,
+            "u",
+            bytes::Bytes::from_static(&[0xff; 9]),
+        );
+        assert_eq!(retry_info(&s), None);
+        assert_eq!(error_info(&s), None);
+    }
+
+    #[test]
+    fn error_class_from_info_or_message() {
+        let mut md = HashMap::new();
+        md.insert("errorClass".to_owned(), "PARSE_SYNTAX_ERROR".to_owned());
+        md.insert("sqlState".to_owned(), "42601".to_owned());
+        let s = Status::with_error_details(
+            Code::Internal,
+            "[PARSE_SYNTAX_ERROR] Syntax error",
+            ErrorDetails::with_error_info(
+                "org.apache.spark.sql.catalyst.parser.ParseException",
+                "org.apache.spark",
+                md,
+            ),
+        );
+        assert_eq!(spark_error_class(&s).as_deref(), Some("PARSE_SYNTAX_ERROR"));
+        assert_eq!(error_info(&s).unwrap().sql_state(), Some("42601"));
+        let s = Status::internal("[INVALID_HANDLE.OPERATION_NOT_FOUND] The handle x is invalid.");
+        assert_eq!(
+            spark_error_class(&s).as_deref(),
+            Some("INVALID_HANDLE.OPERATION_NOT_FOUND")
+        );
+        assert!(mentions(&s, "INVALID_HANDLE.OPERATION_NOT_FOUND"));
+        assert_eq!(bracketed_class("[not a class] x"), None);
+        assert_eq!(bracketed_class("no bracket"), None);
+    }
+}

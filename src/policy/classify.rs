@@ -1,0 +1,301 @@
+//! Error classification: which `tonic::Status` values are worth retrying.
+//!
+//! # Transport failures
+//!
+//! grpc-core (and therefore PySpark) reports a refused connection, a reset or
+//! closed connection, a broken pipe and a refused stream as `UNAVAILABLE`, and
+//! PySpark retries them. tonic 0.14 reports the same events under other codes,
+//! mostly `Unknown`, and only [`tonic::Status::source`] tells them apart from
+//! a status the server sent (server statuses never carry a source).
+//! [`classify_failure`] walks the source chain and stops at the first match:
+//!
+//! | first match in `source()` chain | [`FailureKind`] | PySpark sees | retried by [`DefaultClassifier`] |
+//! |---|---|---|---|
+//! | no source, `Unknown` "protocol error: missing grpc-status trailer…" | `Ambiguous` (truncated stream) | — | no |
+//! | no source | `Server` | the code | PySpark's rules |
+//! | `tonic::TimeoutExpired` | `Deadline` | DEADLINE_EXCEEDED | no (the reattachable stream reattaches at once) |
+//! | `tonic::ConnectError` | `Unprocessed` | UNAVAILABLE | yes |
+//! | `hyper::Error::is_timeout()` (keepalive) | `MaybeProcessed` | UNAVAILABLE | yes |
+//! | `hyper::Error::is_canceled()` (request dropped unsent) | `Unprocessed` | UNAVAILABLE | yes |
+//! | `h2::Error` with an I/O cause | `MaybeProcessed` | UNAVAILABLE | yes |
+//! | `h2::Error`, remote GOAWAY, reason NO_ERROR | `Unprocessed` | UNAVAILABLE | yes |
+//! | `h2::Error`, remote GOAWAY, other reason | `MaybeProcessed` | UNAVAILABLE | yes |
+//! | `h2::Error`, RST_STREAM(REFUSED_STREAM) | `Unprocessed` | UNAVAILABLE | yes |
+//! | `h2::Error`, other RST_STREAM reasons, ENHANCE_YOUR_CALM | `Ambiguous` | CANCELLED / INTERNAL / RESOURCE_EXHAUSTED | no |
+//! | `std::io::Error` (any kind) | `MaybeProcessed` | UNAVAILABLE | yes |
+//! | anything else | `Local` | the code | PySpark's rules on the code |
+//!
+//! `Unprocessed` failures provably never reached the server (Armeria's
+//! "unprocessed request" rule), so even a non-idempotent call may be replayed.
+//! `MaybeProcessed` failures are retried like UNAVAILABLE by the default
+//! policy; replaying them is safe for Spark Connect (reattach by operation id)
+//! but not for arbitrary non-idempotent RPCs, which the tower layer checks.
+
+use std::collections::HashSet;
+use std::error::Error as StdError;
+use std::fmt;
+
+use tonic::{Code, Status};
+
+/// Where a failed call's [`Status`] came from, as far as the client can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FailureKind {
+    /// Sent by the server (or inferred by tonic from the HTTP response).
+    Server,
+    /// A transport failure before the request reached the server: safe to
+    /// replay even a non-idempotent call.
+    Unprocessed,
+    /// A transport failure after the request may have been processed.
+    MaybeProcessed,
+    /// The client's own deadline expired (tonic reports it as `Cancelled`
+    /// "Timeout expired"); the Spark Connect meaning is DEADLINE_EXCEEDED.
+    Deadline,
+    /// A truncated stream or a stream reset by the peer with a reason that
+    /// does not say whether the work happened. Not retried by default.
+    Ambiguous,
+    /// A local error that is not a recognised transport failure.
+    Local,
+}
+
+impl FailureKind {
+    /// A transport failure that PySpark would see as UNAVAILABLE.
+    pub fn is_transport(self) -> bool {
+        matches!(self, FailureKind::Unprocessed | FailureKind::MaybeProcessed)
+    }
+}
+
+const MISSING_TRAILER_PREFIX: &str = "protocol error: missing grpc-status trailer";
+
+/// Classify `status` by its source chain; see the module docs for the table.
+pub fn classify_failure(status: &Status) -> FailureKind {
+    let Some(source) = status.source() else {
+        if status.code() == Code::Unknown && status.message().starts_with(MISSING_TRAILER_PREFIX) {
+            return FailureKind::Ambiguous;
+        }
+        return FailureKind::Server;
+    };
+    let mut next: Option<&(dyn StdError + 'static)> = Some(source);
+    while let Some(err) = next {
+        if let Some(kind) = classify_link(err) {
+            return kind;
+        }
+        next = err.source();
+    }
+    FailureKind::Local
+}
+
+fn classify_link(err: &(dyn StdError + 'static)) -> Option<FailureKind> {
+    if err.is::<tonic::TimeoutExpired>() {
+        return Some(FailureKind::Deadline);
+    }
+    if err.is::<tonic::ConnectError>() {
+        return Some(FailureKind::Unprocessed);
+    }
+    if let Some(status) = err.downcast_ref::<Status>() {
+        // A status nested in a status: judge the inner one.
+        return Some(classify_failure(status));
+    }
+    if let Some(h) = err.downcast_ref::<hyper::Error>() {
+        if h.is_timeout() {
+            return Some(FailureKind::MaybeProcessed);
+        }
+        if h.is_canceled() {
+            return Some(FailureKind::Unprocessed);
+        }
+        return None;
+    }
+    if let Some(h2) = err.downcast_ref::<h2::Error>() {
+        if h2.is_io() {
+            return Some(FailureKind::MaybeProcessed);
+        }
+        let reason = h2.reason();
+        if h2.is_go_away() && h2.is_remote() {
+            return Some(if reason == Some(h2::Reason::NO_ERROR) {
+                FailureKind::Unprocessed
+            } else {
+                FailureKind::MaybeProcessed
+            });
+        }
+        if reason == Some(h2::Reason::REFUSED_STREAM) && h2.is_remote() {
+            return Some(FailureKind::Unprocessed);
+        }
+        if h2.is_reset() || reason == Some(h2::Reason::ENHANCE_YOUR_CALM) {
+            return Some(FailureKind::Ambiguous);
+        }
+        // A locally detected protocol error: a bug, not a network fault.
+        return Some(FailureKind::Local);
+    }
+    if err.is::<std::io::Error>() {
+        return Some(FailureKind::MaybeProcessed);
+    }
+    None
+}
+
+/// Decides whether a policy may retry an error.
+///
+/// Implement it for custom policies; closures work through [`FnClassifier`].
+pub trait Classifier: Send + Sync + fmt::Debug {
+    /// `true` if the error is retryable under this classifier.
+    fn can_retry(&self, status: &Status) -> bool;
+}
+
+/// PySpark 4.3.0 `DefaultPolicy.can_retry`, extended to tonic's transport errors.
+///
+/// In order:
+/// 1. transport failures (see the module table) are retried like UNAVAILABLE;
+///    a client deadline and ambiguous resets are not;
+/// 2. `INTERNAL` whose message contains `INVALID_CURSOR.DISCONNECTED` (another
+///    RPC preempted this one);
+/// 3. `UNAVAILABLE`, whatever the message;
+/// 4. any code whose `grpc-status-details-bin` carries a
+///    `google.rpc.RetryInfo` (malformed details count as none);
+/// 5. nothing else: `DEADLINE_EXCEEDED`, `ABORTED`, `UNAUTHENTICATED`, …
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DefaultClassifier;
+
+/// The marker of a stream preempted by a newer attach of the same operation.
+pub(crate) const INVALID_CURSOR_DISCONNECTED: &str = "INVALID_CURSOR.DISCONNECTED";
+
+impl Classifier for DefaultClassifier {
+    fn can_retry(&self, status: &Status) -> bool {
+        match classify_failure(status) {
+            FailureKind::Unprocessed | FailureKind::MaybeProcessed => true,
+            FailureKind::Deadline | FailureKind::Ambiguous => false,
+            FailureKind::Server | FailureKind::Local => server_rules(status),
+        }
+    }
+}
+
+fn server_rules(status: &Status) -> bool {
+    match status.code() {
+        Code::Internal if status.message().contains(INVALID_CURSOR_DISCONNECTED) => true,
+        Code::Unavailable => true,
+        _ => crate::status::retry_info(status).is_some(),
+    }
+}
+
+/// Retries a fixed set of codes (server-sent or not), plus transport failures
+/// when [`with_transport`](Self::with_transport) is set.
+#[derive(Debug, Clone)]
+pub struct CodeClassifier {
+    codes: HashSet<i32>,
+    transport: bool,
+}
+
+impl CodeClassifier {
+    /// Retry exactly these codes, as the status reports them.
+    pub fn new(codes: impl IntoIterator<Item = Code>) -> Self {
+        CodeClassifier {
+            codes: codes.into_iter().map(|c| c as i32).collect(),
+            transport: false,
+        }
+    }
+    /// Also retry transport failures ([`FailureKind::is_transport`]), whatever code tonic gave them.
+    pub fn with_transport(mut self, yes: bool) -> Self {
+        self.transport = yes;
+        self
+    }
+}
+
+impl Classifier for CodeClassifier {
+    fn can_retry(&self, status: &Status) -> bool {
+        (self.transport && classify_failure(status).is_transport())
+            || self.codes.contains(&(status.code() as i32))
+    }
+}
+
+/// A classifier from a closure.
+pub struct FnClassifier<F> {
+    name: &'static str,
+    f: F,
+}
+
+impl<F> FnClassifier<F>
+where
+    F: Fn(&Status) -> bool + Send + Sync,
+{
+    /// Wrap `f`; `name` shows in `Debug`.
+    pub fn new(name: &'static str, f: F) -> Self {
+        FnClassifier { name, f }
+    }
+}
+
+impl<F> fmt::Debug for FnClassifier<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("FnClassifier").field(&self.name).finish()
+    }
+}
+
+impl<F> Classifier for FnClassifier<F>
+where
+    F: Fn(&Status) -> bool + Send + Sync,
+{
+    fn can_retry(&self, status: &Status) -> bool {
+        (self.f)(status)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use tonic_types::{ErrorDetails, StatusExt};
+
+    fn with_retry_info(code: Code, d: Duration) -> Status {
+        Status::with_error_details(code, "x", ErrorDetails::with_retry_info(Some(d)))
+    }
+
+    #[test]
+    fn pyspark_default_rules_on_server_statuses() {
+        let c = DefaultClassifier;
+        assert!(c.can_retry(&Status::unavailable("anything")));
+        assert!(c.can_retry(&Status::internal(
+            "[INVALID_CURSOR.DISCONNECTED] The cursor has been disconnected"
+        )));
+        assert!(!c.can_retry(&Status::internal("Fatal")));
+        for code in [
+            Code::DeadlineExceeded,
+            Code::Aborted,
+            Code::Unauthenticated,
+            Code::PermissionDenied,
+            Code::ResourceExhausted,
+            Code::Unknown,
+            Code::Cancelled,
+        ] {
+            assert!(!c.can_retry(&Status::new(code, "no")), "{code:?}");
+        }
+        // RetryInfo makes any code retryable, even with a zero delay.
+        assert!(c.can_retry(&with_retry_info(Code::Unimplemented, Duration::ZERO)));
+        assert!(c.can_retry(&with_retry_info(
+            Code::InvalidArgument,
+            Duration::from_millis(5)
+        )));
+    }
+
+    #[test]
+    fn malformed_details_are_no_retry_info() {
+        let s = Status::with_details(
+            Code::ResourceExhausted,
+            "x",
+            bytes::Bytes::from_static(b"\xff\xff\xff garbage"),
+        );
+        assert_eq!(crate::status::retry_info(&s), None);
+        assert!(!DefaultClassifier.can_retry(&s));
+    }
+
+    #[test]
+    fn truncated_stream_is_ambiguous() {
+        let s = Status::unknown(
+            "protocol error: missing grpc-status trailer, stream was terminated without a final status",
+        );
+        assert_eq!(classify_failure(&s), FailureKind::Ambiguous);
+        assert!(!DefaultClassifier.can_retry(&s));
+    }
+
+    #[test]
+    fn code_classifier() {
+        let c = CodeClassifier::new([Code::Aborted]);
+        assert!(c.can_retry(&Status::aborted("a")));
+        assert!(!c.can_retry(&Status::unavailable("u")));
+    }
+}

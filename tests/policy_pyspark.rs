@@ -1,0 +1,551 @@
+//! PySpark 4.3.0's retry scenarios (spec §1.4, §5.1, §5.2) against
+//! `RetryPolicy` and `Retrying`, with an injected sleeper, clock and seed.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use spark_connect_retry::policy::{CodeClassifier, FnClassifier, RetryPolicy};
+use spark_connect_retry::retrying::{AttemptError, ManualClock, RecordingSleeper, Retrying};
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt};
+
+fn no_jitter() -> RetryPolicy {
+    RetryPolicy::builder().jitter_ms(0.0).build().unwrap()
+}
+
+/// PySpark's `TestPolicy`: max 3, initial 10 ms, max_backoff 10 ms, jitter 10 ms from 10 ms.
+fn test_policy() -> RetryPolicy {
+    RetryPolicy::builder()
+        .name("TestPolicy")
+        .max_retries(Some(3))
+        .backoff_multiplier(4.0)
+        .initial_backoff_ms(10.0)
+        .max_backoff_ms(Some(10.0))
+        .jitter_ms(10.0)
+        .min_jitter_threshold_ms(10.0)
+        .build()
+        .unwrap()
+}
+
+fn retry_info(code: Code, d: Duration) -> Status {
+    Status::with_error_details(
+        code,
+        "server asks to wait",
+        ErrorDetails::with_retry_info(Some(d)),
+    )
+}
+
+/// Drive a policy's arithmetic directly, `n` times, with a fixed jitter sample.
+fn waits(policy: &RetryPolicy, errors: &[Option<Duration>], sample: f64) -> Vec<Option<u64>> {
+    let mut st = policy.new_state();
+    errors
+        .iter()
+        .map(|d| {
+            policy
+                .next_attempt(&mut st, *d, &mut || sample)
+                .map(|w| w.as_millis() as u64)
+        })
+        .collect()
+}
+
+#[test]
+fn default_policy_table_without_jitter() {
+    let p = no_jitter();
+    let w = waits(&p, &[None; 16], 0.0);
+    let expected: Vec<Option<u64>> = [50, 200, 800, 3200, 12800, 51200]
+        .into_iter()
+        .chain(std::iter::repeat_n(60_000, 9))
+        .map(Some)
+        .chain([None])
+        .collect();
+    assert_eq!(w, expected);
+    let total: u64 = w.iter().flatten().sum();
+    assert_eq!(total, 608_250);
+}
+
+#[test]
+fn default_policy_max_jitter_only_from_threshold() {
+    // sample 1.0 means the full 500 ms; only waits >= 2000 ms get it.
+    let w: Vec<u64> = waits(&RetryPolicy::default(), &[None; 15], 1.0)
+        .into_iter()
+        .flatten()
+        .collect();
+    assert_eq!(&w[..4], &[50, 200, 800, 3700]);
+    assert_eq!(w.iter().sum::<u64>(), 614_250);
+}
+
+#[test]
+fn jitter_threshold_is_inclusive_and_truncates() {
+    let p = RetryPolicy::builder()
+        .initial_backoff_ms(2000.0)
+        .max_backoff_ms(Some(2000.0))
+        .build()
+        .unwrap();
+    assert_eq!(waits(&p, &[None], 0.4999)[0], Some(2249)); // 2000 + 249.95, truncated
+}
+
+#[test]
+fn without_max_backoff_the_wait_never_grows() {
+    let p = RetryPolicy::base_builder()
+        .initial_backoff_ms(100.0)
+        .backoff_multiplier(4.0)
+        .build()
+        .unwrap();
+    assert_eq!(waits(&p, &[None; 3], 0.0), vec![Some(100); 3]);
+}
+
+#[test]
+fn retry_info_is_a_floor_that_never_bends_the_sequence() {
+    // test_return_to_exponential_backoff: 5 min twice, then 0 three times.
+    let p = no_jitter();
+    let five = Some(Duration::from_secs(300));
+    let zero = Some(Duration::ZERO);
+    let w = waits(&p, &[five, five, zero, zero, zero], 0.0);
+    assert_eq!(
+        w,
+        vec![
+            Some(300_000),
+            Some(300_000),
+            Some(800),
+            Some(3200),
+            Some(12800)
+        ]
+    );
+}
+
+#[test]
+fn server_delay_capped_by_max_server_retry_delay_only() {
+    let p = no_jitter();
+    let ten_hours = Some(Duration::from_secs(36_000));
+    assert!(
+        waits(&p, &[ten_hours; 15], 0.0)
+            .iter()
+            .all(|w| *w == Some(600_000))
+    );
+    let uncapped = RetryPolicy::builder()
+        .jitter_ms(0.0)
+        .max_server_retry_delay(None)
+        .build()
+        .unwrap();
+    assert_eq!(waits(&uncapped, &[ten_hours], 0.0), vec![Some(36_000_000)]);
+    // Sub-millisecond nanos are truncated toward zero.
+    let p = RetryPolicy::builder()
+        .jitter_ms(0.0)
+        .min_jitter_threshold_ms(1e9)
+        .build()
+        .unwrap();
+    assert_eq!(
+        waits(&p, &[Some(Duration::from_nanos(1_999_999))], 0.0),
+        vec![Some(50)]
+    );
+    assert_eq!(
+        waits(&p, &[Some(Duration::from_micros(75_900))], 0.0),
+        vec![Some(75)]
+    );
+}
+
+#[test]
+fn builder_rejects_bad_values_naming_the_field() {
+    let e = RetryPolicy::builder()
+        .backoff_multiplier(f64::NAN)
+        .build()
+        .unwrap_err();
+    assert_eq!(e.field(), "backoff_multiplier");
+    assert!(e.to_string().contains("backoff_multiplier"), "{e}");
+    for (field, r) in [
+        (
+            "initial_backoff",
+            RetryPolicy::builder().initial_backoff_ms(-1.0).build(),
+        ),
+        (
+            "max_backoff",
+            RetryPolicy::builder()
+                .max_backoff_ms(Some(f64::INFINITY))
+                .build(),
+        ),
+        ("jitter", RetryPolicy::builder().jitter_ms(-0.5).build()),
+        (
+            "min_jitter_threshold",
+            RetryPolicy::builder()
+                .min_jitter_threshold_ms(f64::NEG_INFINITY)
+                .build(),
+        ),
+        (
+            "max_server_retry_delay",
+            RetryPolicy::builder()
+                .max_server_retry_delay_ms(Some(f64::NAN))
+                .build(),
+        ),
+        (
+            "backoff_multiplier",
+            RetryPolicy::builder().backoff_multiplier(0.0).build(),
+        ),
+    ] {
+        assert_eq!(r.unwrap_err().field(), field);
+    }
+}
+
+// ---- Retrying loop: §5.1 --------------------------------------------------
+
+fn any_error_policy(max: u32) -> RetryPolicy {
+    RetryPolicy::base_builder()
+        .classifier(FnClassifier::new("any", |_| true))
+        .max_retries(Some(max))
+        .initial_backoff_ms(10.0)
+        .build()
+        .unwrap()
+}
+
+fn code_policy(code: Code, max: u32) -> RetryPolicy {
+    RetryPolicy::base_builder()
+        .name(format!("{code:?}"))
+        .classifier(CodeClassifier::new([code]))
+        .max_retries(Some(max))
+        .initial_backoff_ms(10.0)
+        .build()
+        .unwrap()
+}
+
+/// Runs a script of errors (then success) and returns (result, attempts, sleeps).
+async fn script(retrying: Retrying, errors: Vec<Status>) -> (Result<u32, Status>, u32, Vec<u64>) {
+    let sleeper = RecordingSleeper::new();
+    let retrying = retrying.with_sleeper(sleeper.clone()).with_seed(1);
+    let n = AtomicU32::new(0);
+    let errors = Arc::new(errors);
+    let r = retrying
+        .call(|| {
+            let i = n.fetch_add(1, Ordering::SeqCst) as usize;
+            let errors = errors.clone();
+            async move {
+                match errors.get(i) {
+                    Some(e) => Err(e.clone()),
+                    None => Ok(i as u32),
+                }
+            }
+        })
+        .await;
+    (r, n.load(Ordering::SeqCst), sleeper.sleeps_ms())
+}
+
+#[tokio::test]
+async fn simple_and_below_limit() {
+    let (r, attempts, sleeps) = script(
+        Retrying::new(vec![any_error_policy(1)]),
+        vec![Status::internal("x")],
+    )
+    .await;
+    assert_eq!((r.unwrap(), attempts, sleeps), (1, 2, vec![10]));
+    let (r, attempts, _) = script(
+        Retrying::new(vec![any_error_policy(4)]),
+        vec![Status::internal("x")],
+    )
+    .await;
+    assert_eq!((r.unwrap(), attempts), (1, 2));
+}
+
+#[tokio::test]
+async fn exceed_retries_returns_the_original_error() {
+    let errs = vec![Status::internal("boom"); 4];
+    let (r, attempts, sleeps) = script(Retrying::new(vec![any_error_policy(2)]), errs).await;
+    let e = r.unwrap_err();
+    assert_eq!((e.code(), e.message()), (Code::Internal, "boom"));
+    assert_eq!((attempts, sleeps.len()), (3, 2));
+}
+
+#[tokio::test]
+async fn non_retryable_error_propagates_at_once() {
+    let (r, attempts, sleeps) = script(
+        Retrying::new(vec![code_policy(Code::Unavailable, 4)]),
+        vec![Status::internal("nope")],
+    )
+    .await;
+    assert_eq!(r.unwrap_err().code(), Code::Internal);
+    assert_eq!((attempts, sleeps.len()), (1, 0));
+    // A non-gRPC error never retries, even with a catch-all policy.
+    let retrying = Retrying::new(vec![any_error_policy(5)]);
+    let n = AtomicU32::new(0);
+    let r: Result<(), AttemptError<std::io::Error>> = retrying
+        .run(|| {
+            n.fetch_add(1, Ordering::SeqCst);
+            async { Err(AttemptError::Other(std::io::Error::other("value error"))) }
+        })
+        .await;
+    assert!(matches!(r, Err(AttemptError::Other(_))));
+    assert_eq!(n.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn specific_exception_and_exceed() {
+    let (r, attempts, _) = script(
+        Retrying::new(vec![code_policy(Code::Unavailable, 4)]),
+        vec![Status::unavailable("u")],
+    )
+    .await;
+    assert_eq!((r.is_ok(), attempts), (true, 2));
+    let (r, attempts, _) = script(
+        Retrying::new(vec![code_policy(Code::Unavailable, 2)]),
+        vec![Status::unavailable("u"); 10],
+    )
+    .await;
+    assert_eq!((r.unwrap_err().code(), attempts), (Code::Unavailable, 3));
+}
+
+#[tokio::test]
+async fn multiple_policies_each_with_its_own_budget() {
+    let mut errs = vec![Status::unavailable("u"); 2];
+    errs.extend(vec![Status::internal("i"); 4]);
+    let (r, attempts, _) = script(
+        Retrying::new(vec![
+            code_policy(Code::Unavailable, 2),
+            code_policy(Code::Internal, 4),
+        ]),
+        errs,
+    )
+    .await;
+    assert_eq!((r.unwrap(), attempts), (6, 7));
+}
+
+#[tokio::test]
+async fn first_matching_policy_decides_without_fallback() {
+    let (r, attempts, _) = script(
+        Retrying::new(vec![
+            code_policy(Code::Internal, 2),
+            code_policy(Code::Internal, 4),
+        ]),
+        vec![Status::internal("i"); 10],
+    )
+    .await;
+    assert_eq!((r.is_err(), attempts), (true, 3));
+}
+
+#[tokio::test]
+async fn budgets_interleave_per_policy() {
+    // A(UNAVAILABLE, max 1, 10 ms), B(ABORTED, max 5, 20 ms); errors U, AB, AB, U.
+    let a = code_policy(Code::Unavailable, 1);
+    let b = RetryPolicy::base_builder()
+        .classifier(CodeClassifier::new([Code::Aborted]))
+        .max_retries(Some(5))
+        .initial_backoff_ms(20.0)
+        .build()
+        .unwrap();
+    let errs = vec![
+        Status::unavailable("u"),
+        Status::aborted("a"),
+        Status::aborted("a"),
+        Status::unavailable("u2"),
+    ];
+    let (r, attempts, sleeps) = script(Retrying::new(vec![a, b]), errs).await;
+    assert_eq!(r.unwrap_err().message(), "u2");
+    assert_eq!((attempts, sleeps), (4, vec![10, 20, 20]));
+}
+
+// ---- §5.2 ------------------------------------------------------------------
+
+#[tokio::test]
+async fn default_policy_unavailable_forever_sleeps_15_times() {
+    let (r, attempts, sleeps) =
+        script(Retrying::default(), vec![Status::unavailable("down"); 100]).await;
+    assert_eq!(r.unwrap_err().code(), Code::Unavailable);
+    assert_eq!((attempts, sleeps.len()), (16, 15));
+    let total: u64 = sleeps.iter().sum();
+    assert!((608_250..=614_250).contains(&total), "{total}");
+    for (i, s) in sleeps.iter().enumerate() {
+        let base = (50u64 * 4u64.pow(i as u32)).min(60_000);
+        let jitter = if base >= 2000 { 500 } else { 0 };
+        assert!((base..=base + jitter).contains(s), "sleep {i}: {s}");
+    }
+}
+
+#[tokio::test]
+async fn retry_info_makes_unimplemented_retryable() {
+    let (_, attempts, sleeps) = script(
+        Retrying::default(),
+        vec![retry_info(Code::Unimplemented, Duration::ZERO); 100],
+    )
+    .await;
+    assert_eq!((attempts, sleeps.len()), (16, 15));
+}
+
+#[tokio::test]
+async fn retry_delay_overrides_max_backoff() {
+    let (_, _, sleeps) = script(
+        Retrying::default(),
+        vec![retry_info(Code::Unavailable, Duration::from_secs(300)); 100],
+    )
+    .await;
+    assert_eq!(sleeps.len(), 15);
+    assert!(
+        sleeps.iter().all(|s| (300_000..=300_500).contains(s)),
+        "{sleeps:?}"
+    );
+}
+
+#[tokio::test]
+async fn deadline_exceeded_is_not_retried() {
+    let (r, attempts, sleeps) =
+        script(Retrying::default(), vec![Status::deadline_exceeded("late")]).await;
+    assert_eq!(
+        (r.unwrap_err().code(), attempts, sleeps.len()),
+        (Code::DeadlineExceeded, 1, 0)
+    );
+    let (_, attempts, _) = script(Retrying::default(), vec![Status::aborted("a")]).await;
+    assert_eq!(attempts, 1);
+}
+
+/// Drives immediate retries with a manual clock that gains `step` per attempt.
+async fn retry_now_script(
+    policies: Vec<RetryPolicy>,
+    bound: Duration,
+    step: Duration,
+    script: Vec<AttemptError>,
+) -> (Result<usize, AttemptError>, usize) {
+    let clock = ManualClock::new();
+    let retrying = Retrying::new(policies)
+        .with_sleeper(RecordingSleeper::new())
+        .with_clock(clock.clone())
+        .with_retry_now_bound(bound);
+    let n = AtomicU32::new(0);
+    let script = Arc::new(std::sync::Mutex::new(script.into_iter()));
+    let r = retrying
+        .run(|| {
+            let i = n.fetch_add(1, Ordering::SeqCst) as usize;
+            if i > 0 {
+                clock.advance(step);
+            }
+            let next = script.lock().unwrap().next();
+            async move {
+                match next {
+                    Some(e) => Err(e),
+                    None => Ok(i),
+                }
+            }
+        })
+        .await;
+    (r, n.load(Ordering::SeqCst) as usize)
+}
+
+fn deadline_marker() -> AttemptError {
+    AttemptError::RetryNow(Some(Status::deadline_exceeded("cause")))
+}
+
+#[tokio::test]
+async fn retry_now_bounded_by_elapsed_time_returns_cause() {
+    let (r, tries) = retry_now_script(
+        vec![],
+        Duration::from_secs(3600),
+        Duration::from_secs(600),
+        (0..100).map(|_| deadline_marker()).collect(),
+    )
+    .await;
+    assert_eq!(tries, 7);
+    match r {
+        Err(AttemptError::Status(s)) => {
+            assert_eq!((s.code(), s.message()), (Code::DeadlineExceeded, "cause"))
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn retry_now_below_bound_keeps_retrying() {
+    let (r, tries) = retry_now_script(
+        vec![],
+        Duration::from_secs(3600),
+        Duration::from_secs(10),
+        (0..3).map(|_| deadline_marker()).collect(),
+    )
+    .await;
+    assert_eq!((r.unwrap(), tries), (3, 4));
+}
+
+#[tokio::test]
+async fn bare_retry_now_returns_itself() {
+    let (r, tries) = retry_now_script(
+        vec![],
+        Duration::from_secs(100),
+        Duration::from_secs(30),
+        (0..100).map(|_| AttemptError::RetryNow(None)).collect(),
+    )
+    .await;
+    assert_eq!(tries, 5);
+    assert!(matches!(r, Err(AttemptError::RetryNow(None))));
+}
+
+#[tokio::test]
+async fn retry_now_clock_starts_at_first_marker() {
+    let mut script = vec![
+        AttemptError::Status(Status::unavailable("u")),
+        AttemptError::Status(Status::unavailable("u")),
+    ];
+    script.extend((0..100).map(|_| deadline_marker()));
+    let (r, tries) = retry_now_script(
+        vec![RetryPolicy::default()],
+        Duration::from_secs(3600),
+        Duration::from_secs(600),
+        script,
+    )
+    .await;
+    assert_eq!(tries, 9);
+    assert!(matches!(r, Err(AttemptError::Status(s)) if s.code() == Code::DeadlineExceeded));
+}
+
+#[tokio::test]
+async fn retry_now_works_with_no_policies() {
+    let (r, tries) = retry_now_script(
+        vec![],
+        Duration::from_secs(3600),
+        Duration::ZERO,
+        vec![AttemptError::RetryNow(None)],
+    )
+    .await;
+    assert_eq!((r.unwrap(), tries), (1, 2));
+}
+
+#[tokio::test]
+async fn give_up_warns_once() {
+    // The warning goes through tracing; count it with a subscriber.
+    use std::sync::Mutex;
+    use tracing_subscriber::layer::SubscriberExt;
+
+    #[derive(Clone, Default)]
+    struct Count(Arc<Mutex<Vec<String>>>);
+    struct Visitor<'a>(&'a mut String);
+    impl tracing::field::Visit for Visitor<'_> {
+        fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+            if field.name() == "message" {
+                self.0.push_str(&format!("{value:?}"));
+            }
+        }
+    }
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Count {
+        fn on_event(&self, e: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+            if *e.metadata().level() == tracing::Level::WARN {
+                let mut s = String::new();
+                e.record(&mut Visitor(&mut s));
+                self.0.lock().unwrap().push(s);
+            }
+        }
+    }
+    let count = Count::default();
+    let subscriber = tracing_subscriber::registry().with(count.clone());
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let (_, _, sleeps) = script(Retrying::default(), vec![Status::unavailable("down"); 100]).await;
+    assert_eq!(sleeps.len(), 15);
+    let warnings = count.0.lock().unwrap().clone();
+    assert_eq!(
+        warnings,
+        vec!["[RETRIES_EXCEEDED] The maximum number of retries has been exceeded.".to_owned()]
+    );
+}
+
+#[tokio::test]
+async fn test_policy_sleeps_between_10_and_20_ms() {
+    let (r, attempts, sleeps) = script(
+        Retrying::new(vec![test_policy()]),
+        vec![Status::unavailable("u"); 3],
+    )
+    .await;
+    assert_eq!((r.unwrap(), attempts), (3, 4));
+    assert!(sleeps.iter().all(|s| (10..=20).contains(s)), "{sleeps:?}");
+}
