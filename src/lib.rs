@@ -21,6 +21,7 @@ pub mod proto {
     pub use spark::connect::*;
 }
 
+pub mod deadlines;
 pub mod layer;
 pub mod policy;
 pub mod reattach;
@@ -30,3 +31,4 @@ pub mod session;
 pub mod status;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod transport;

@@ -1,0 +1,173 @@
+//! Background ReleaseExecute calls.
+//!
+//! Releases are best effort and never block the consumer: each runs on a
+//! spawned task under its own fresh retry loop, and a final failure is logged
+//! and swallowed. Better than PySpark's one RPC per response, at most one
+//! `release_until` is in flight per execution and the newest id wins: ids
+//! that arrive while one is in flight replace each other, and only the last
+//! is sent. A `release_all` discards a pending `release_until`.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use crate::proto::ReleaseExecuteRequest;
+use crate::retrying::Retrying;
+use crate::transport::SparkClient;
+
+/// Counts outstanding background releases, so a session can wait for them on close.
+#[derive(Debug, Clone, Default)]
+pub struct ReleaseTracker {
+    inner: Arc<TrackerInner>,
+}
+
+#[derive(Debug, Default)]
+struct TrackerInner {
+    outstanding: AtomicUsize,
+    sent: AtomicU64,
+    failed: AtomicU64,
+    idle: Notify,
+}
+
+impl ReleaseTracker {
+    /// A tracker with nothing outstanding.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Release tasks still running.
+    pub fn outstanding(&self) -> usize {
+        self.inner.outstanding.load(Ordering::SeqCst)
+    }
+    /// ReleaseExecute RPCs that succeeded.
+    pub fn sent(&self) -> u64 {
+        self.inner.sent.load(Ordering::SeqCst)
+    }
+    /// ReleaseExecute RPCs that failed after their retries.
+    pub fn failed(&self) -> u64 {
+        self.inner.failed.load(Ordering::SeqCst)
+    }
+    /// Wait until nothing is outstanding, at most `timeout`. `true` if idle.
+    pub async fn wait_idle(&self, timeout: Duration) -> bool {
+        let wait = async {
+            loop {
+                let notified = self.inner.idle.notified();
+                if self.outstanding() == 0 {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        tokio::time::timeout(timeout, wait).await.is_ok()
+    }
+
+    fn start(&self) -> TaskGuard {
+        self.inner.outstanding.fetch_add(1, Ordering::SeqCst);
+        TaskGuard(self.inner.clone())
+    }
+}
+
+struct TaskGuard(Arc<TrackerInner>);
+
+impl Drop for TaskGuard {
+    fn drop(&mut self) {
+        if self.0.outstanding.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct UntilSlot {
+    pending: Option<ReleaseExecuteRequest>,
+    in_flight: bool,
+}
+
+/// Sends one execution's releases.
+#[derive(Debug, Clone)]
+pub(crate) struct Releaser {
+    client: SparkClient,
+    retrying: Retrying,
+    tracker: ReleaseTracker,
+    runtime: Option<tokio::runtime::Handle>,
+    until: Arc<Mutex<UntilSlot>>,
+}
+
+impl Releaser {
+    pub(crate) fn new(client: SparkClient, retrying: Retrying, tracker: ReleaseTracker) -> Self {
+        Releaser {
+            client,
+            retrying,
+            tracker,
+            runtime: tokio::runtime::Handle::try_current().ok(),
+            until: Arc::default(),
+        }
+    }
+
+    /// Queue a release_until; coalesced with any not yet sent.
+    pub(crate) fn release_until(&self, req: ReleaseExecuteRequest) {
+        let mut slot = self.until.lock().unwrap_or_else(|e| e.into_inner());
+        slot.pending = Some(req);
+        if slot.in_flight {
+            return;
+        }
+        slot.in_flight = true;
+        drop(slot);
+        let this = self.clone();
+        self.spawn(async move {
+            loop {
+                let next = {
+                    let mut slot = this.until.lock().unwrap_or_else(|e| e.into_inner());
+                    match slot.pending.take() {
+                        Some(r) => r,
+                        None => {
+                            slot.in_flight = false;
+                            return;
+                        }
+                    }
+                };
+                this.send(next).await;
+            }
+        });
+    }
+
+    /// Send a release_all (and forget any pending release_until).
+    pub(crate) fn release_all(&self, req: ReleaseExecuteRequest) {
+        self.until.lock().unwrap_or_else(|e| e.into_inner()).pending = None;
+        let this = self.clone();
+        self.spawn(async move { this.send(req).await });
+    }
+
+    fn spawn(&self, fut: impl std::future::Future<Output = ()> + Send + 'static) {
+        let Some(rt) = &self.runtime else {
+            tracing::debug!("no tokio runtime: ReleaseExecute skipped");
+            return;
+        };
+        let guard = self.tracker.start();
+        rt.spawn(async move {
+            let _guard = guard;
+            fut.await;
+        });
+    }
+
+    async fn send(&self, req: ReleaseExecuteRequest) {
+        let result = self
+            .retrying
+            .call(|| {
+                let mut client = self.client.clone();
+                let req = req.clone();
+                async move { client.release_execute(req).await }
+            })
+            .await;
+        match result {
+            Ok(_) => {
+                self.tracker.inner.sent.fetch_add(1, Ordering::SeqCst);
+            }
+            Err(status) => {
+                self.tracker.inner.failed.fetch_add(1, Ordering::SeqCst);
+                tracing::warn!(code = ?status.code(), message = status.message(), "ReleaseExecute failed");
+            }
+        }
+    }
+}

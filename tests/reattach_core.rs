@@ -1,0 +1,532 @@
+//! PySpark 4.3.0's reattach scenarios (spec §5.3 items 10–16, §5.4 items
+//! 17–23) against the sans-I/O core, with a scripted stub as PySpark's own
+//! tests use: exact execute / attach / release_until / release_all / sleep counts.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use spark_connect_retry::policy::RetryPolicy;
+use spark_connect_retry::proto::execute_plan_response::{ResponseType, ResultComplete};
+use spark_connect_retry::proto::{ExecutePlanRequest, ExecutePlanResponse, ReattachExecuteRequest};
+use spark_connect_retry::reattach::ReattachError;
+use spark_connect_retry::reattach::core::{Action, Event, Open, ReattachCore, Release};
+use spark_connect_retry::retrying::Retrying;
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt};
+
+#[derive(Clone, Debug)]
+enum Item {
+    R(&'static str),
+    Done(&'static str),
+    Err(Status),
+}
+
+/// One shared cursor for all calls (PySpark's shared generator), or one script per call.
+enum Script {
+    Shared(VecDeque<Item>),
+    PerCall(VecDeque<Vec<Item>>),
+}
+
+impl Script {
+    fn open(&mut self) -> VecDeque<Item> {
+        match self {
+            Script::Shared(_) => VecDeque::new(),
+            Script::PerCall(calls) => calls.pop_front().unwrap_or_default().into(),
+        }
+    }
+    fn next(&mut self, own: &mut VecDeque<Item>) -> Option<Item> {
+        match self {
+            Script::Shared(items) => items.pop_front(),
+            Script::PerCall(_) => own.pop_front(),
+        }
+    }
+}
+
+fn resp(id: &str, done: bool) -> ExecutePlanResponse {
+    ExecutePlanResponse {
+        session_id: "s".into(),
+        server_side_session_id: "ss".into(),
+        operation_id: String::new(),
+        response_id: id.into(),
+        response_type: done.then_some(ResponseType::ResultComplete(ResultComplete {})),
+        ..Default::default()
+    }
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    execute: usize,
+    attach: usize,
+    release_until: Vec<String>,
+    release_all: usize,
+    sleeps: Vec<u64>,
+    yielded: Vec<String>,
+    attach_requests: Vec<ReattachExecuteRequest>,
+    execute_requests: Vec<ExecutePlanRequest>,
+}
+
+/// Test policy of PySpark's tests: max 3, sleeps in [10, 20] ms.
+fn test_retrying() -> Retrying {
+    let p = RetryPolicy::builder()
+        .max_retries(Some(3))
+        .initial_backoff_ms(10.0)
+        .max_backoff_ms(Some(10.0))
+        .jitter_ms(10.0)
+        .min_jitter_threshold_ms(10.0)
+        .build()
+        .unwrap();
+    Retrying::new(vec![p]).with_seed(3)
+}
+
+fn request() -> ExecutePlanRequest {
+    ExecutePlanRequest {
+        session_id: "s".into(),
+        client_type: Some("test".into()),
+        ..Default::default()
+    }
+}
+
+/// Drive the core to the end (or `take` responses), like the async driver does.
+fn run(
+    req: ExecutePlanRequest,
+    mut execute: Script,
+    mut attach: Script,
+    take: Option<usize>,
+) -> (Counts, Option<ReattachError>) {
+    let retrying = test_retrying();
+    let mut core = ReattachCore::new(req).unwrap();
+    let mut c = Counts::default();
+    let mut current: Option<(bool, VecDeque<Item>)> = None; // (is_execute, own items)
+    let mut error = None;
+    'outer: for _ in 0..1000 {
+        if take.is_some_and(|n| c.yielded.len() >= n) {
+            if let Some(Release::All) = core.on_drop() {
+                c.release_all += 1;
+            }
+            break;
+        }
+        let mut action = core.poll_next(&retrying);
+        for _ in 0..1000 {
+            action = match action {
+                Action::Finish => break 'outer,
+                Action::Emit(r, release) => {
+                    c.yielded.push(r.response_id.clone());
+                    match release {
+                        Release::Until(id) => c.release_until.push(id),
+                        Release::All => c.release_all += 1,
+                    }
+                    continue 'outer;
+                }
+                Action::Fail(e, release) => {
+                    if release.is_some() {
+                        c.release_all += 1;
+                    }
+                    error = Some(e);
+                    break 'outer;
+                }
+                Action::SleepThenOpen(d, open) => {
+                    c.sleeps.push(d.as_millis() as u64);
+                    Action::Open(open)
+                }
+                Action::Open(Open::Execute(r)) => {
+                    c.execute += 1;
+                    c.execute_requests.push(r);
+                    current = Some((true, execute.open()));
+                    Action::Read
+                }
+                Action::Open(Open::Reattach(r)) => {
+                    c.attach += 1;
+                    c.attach_requests.push(r);
+                    current = Some((false, attach.open()));
+                    Action::Read
+                }
+                Action::Read => {
+                    let (is_exec, own) = current.as_mut().expect("read without a stream");
+                    let script = if *is_exec { &mut execute } else { &mut attach };
+                    let event = match script.next(own) {
+                        None => Event::EndOfStream,
+                        Some(Item::R(id)) => Event::Response(Box::new(resp(id, false))),
+                        Some(Item::Done(id)) => Event::Response(Box::new(resp(id, true))),
+                        Some(Item::Err(s)) => Event::Error(s),
+                    };
+                    core.on_event(event, &retrying)
+                }
+            };
+        }
+        panic!("no progress");
+    }
+    (c, error)
+}
+
+fn shared(items: Vec<Item>) -> Script {
+    Script::Shared(items.into())
+}
+
+fn unavailable() -> Item {
+    Item::Err(Status::unavailable("u"))
+}
+
+fn not_found(marker: &str) -> Item {
+    Item::Err(Status::with_error_details(
+        Code::Unavailable,
+        marker,
+        ErrorDetails::new(),
+    ))
+}
+
+#[test]
+fn t10_basic_flow() {
+    let (c, e) = run(
+        request(),
+        shared(vec![Item::R("1"), Item::Done("2")]),
+        shared(vec![]),
+        None,
+    );
+    assert!(e.is_none());
+    assert_eq!(
+        (c.execute, c.attach, c.release_until.len(), c.release_all),
+        (1, 0, 1, 1)
+    );
+    assert_eq!(c.yielded, ["1", "2"]);
+    assert!(c.sleeps.is_empty());
+}
+
+#[test]
+fn t11_fail_during_execute() {
+    let (c, e) = run(
+        request(),
+        shared(vec![Item::R("1"), Item::Err(Status::internal("Fatal"))]),
+        shared(vec![]),
+        None,
+    );
+    assert!(matches!(e, Some(ReattachError::Status(s)) if s.message() == "Fatal"));
+    assert_eq!(
+        (c.execute, c.attach, c.release_until.len(), c.release_all),
+        (1, 0, 1, 1)
+    );
+}
+
+#[test]
+fn t12_fail_and_retry_during_execute() {
+    let (c, e) = run(
+        request(),
+        shared(vec![Item::R("1"), unavailable()]),
+        shared(vec![Item::R("1"), Item::R("1"), Item::Done("2")]),
+        None,
+    );
+    assert!(e.is_none());
+    assert_eq!(
+        (c.execute, c.attach, c.release_until.len(), c.release_all),
+        (1, 1, 3, 1)
+    );
+    assert_eq!(c.sleeps.len(), 1);
+    assert!((10..=20).contains(&c.sleeps[0]));
+    assert_eq!(c.attach_requests[0].last_response_id.as_deref(), Some("1"));
+}
+
+#[test]
+fn t13_fail_and_retry_during_reattach() {
+    let (c, e) = run(
+        request(),
+        shared(vec![Item::R("1"), unavailable()]),
+        shared(vec![
+            Item::R("1"),
+            unavailable(),
+            Item::R("1"),
+            Item::Done("2"),
+        ]),
+        None,
+    );
+    assert!(e.is_none());
+    assert_eq!(
+        (c.execute, c.attach, c.release_until.len(), c.release_all),
+        (1, 2, 3, 1)
+    );
+    assert_eq!(c.sleeps.len(), 2);
+}
+
+#[test]
+fn t14_not_found_recovers() {
+    for marker in [
+        "INVALID_HANDLE.SESSION_NOT_FOUND",
+        "INVALID_HANDLE.OPERATION_NOT_FOUND",
+    ] {
+        let (c, e) = run(
+            request(),
+            shared(vec![not_found(marker), Item::Done("2")]),
+            shared(vec![]),
+            None,
+        );
+        assert!(e.is_none(), "{marker}");
+        assert_eq!(
+            (c.execute, c.attach, c.release_until.len(), c.release_all),
+            (2, 0, 0, 1)
+        );
+        assert!(c.sleeps.is_empty());
+        // Re-sent byte-identical.
+        assert_eq!(c.execute_requests[0], c.execute_requests[1]);
+    }
+}
+
+#[test]
+fn t15_not_found_after_a_response_fails() {
+    let (c, e) = run(
+        request(),
+        shared(vec![Item::R("1")]),
+        shared(vec![not_found("INVALID_HANDLE.OPERATION_NOT_FOUND")]),
+        None,
+    );
+    let e = e.expect("must fail");
+    assert!(e.to_string().contains("RESPONSE_ALREADY_RECEIVED"), "{e}");
+    assert_eq!((c.execute, c.attach), (1, 1));
+    assert_eq!(c.release_until, ["1"]);
+    assert_eq!(c.release_all, 1);
+}
+
+#[test]
+fn t16_observed_session_id_on_reattach() {
+    let mut req = request();
+    req.client_observed_server_side_session_id = Some(String::new());
+    let (c, _) = run(
+        req,
+        shared(vec![Item::R("1")]),
+        shared(vec![Item::Done("2")]),
+        None,
+    );
+    assert_eq!(
+        c.attach_requests[0].client_observed_server_side_session_id,
+        None
+    );
+    let mut req = request();
+    req.client_observed_server_side_session_id = Some("ss".into());
+    let (c, _) = run(
+        req,
+        shared(vec![Item::R("1")]),
+        shared(vec![Item::Done("2")]),
+        None,
+    );
+    assert_eq!(
+        c.attach_requests[0]
+            .client_observed_server_side_session_id
+            .as_deref(),
+        Some("ss")
+    );
+}
+
+#[test]
+fn t17_graceful_reattach_chain() {
+    let (c, e) = run(
+        request(),
+        shared(vec![Item::R("1")]),
+        Script::PerCall(vec![vec![Item::R("2")], vec![], vec![Item::Done("3")]].into()),
+        None,
+    );
+    assert!(e.is_none());
+    assert_eq!(c.yielded, ["1", "2", "3"]);
+    assert_eq!((c.execute, c.attach), (1, 3));
+    let lasts: Vec<_> = c
+        .attach_requests
+        .iter()
+        .map(|r| r.last_response_id.clone().unwrap())
+        .collect();
+    assert_eq!(lasts, ["1", "2", "2"]);
+    assert_eq!(c.release_until, ["1", "2"]);
+    assert_eq!(c.release_all, 1);
+    assert!(c.sleeps.is_empty());
+}
+
+#[test]
+fn t18_deadline_mid_stream_reattaches_at_once() {
+    let (c, e) = run(
+        request(),
+        shared(vec![
+            Item::R("1"),
+            Item::Err(Status::deadline_exceeded("late")),
+        ]),
+        shared(vec![Item::R("2"), Item::Done("3")]),
+        None,
+    );
+    assert!(e.is_none());
+    assert_eq!(c.yielded, ["1", "2", "3"]);
+    assert_eq!(c.attach, 1);
+    assert_eq!(c.attach_requests[0].last_response_id.as_deref(), Some("1"));
+    assert!(c.sleeps.is_empty());
+}
+
+#[test]
+fn t19_retry_info_on_resource_exhausted() {
+    let ri = Status::with_error_details(
+        Code::ResourceExhausted,
+        "busy",
+        ErrorDetails::with_retry_info(Some(Duration::from_millis(25))),
+    );
+    let (c, e) = run(
+        request(),
+        shared(vec![Item::R("1"), Item::Err(ri)]),
+        shared(vec![Item::Done("2")]),
+        None,
+    );
+    assert!(e.is_none());
+    assert_eq!(c.sleeps.len(), 1);
+    assert!((25..=35).contains(&c.sleeps[0]), "{:?}", c.sleeps);
+    assert_eq!(c.attach, 1);
+}
+
+#[test]
+fn t20_disconnected_cursor_is_retried() {
+    let (c, e) = run(
+        request(),
+        shared(vec![
+            Item::R("1"),
+            Item::Err(Status::internal(
+                "[INVALID_CURSOR.DISCONNECTED] cursor disconnected",
+            )),
+        ]),
+        shared(vec![Item::Done("2")]),
+        None,
+    );
+    assert!(e.is_none());
+    assert_eq!(c.sleeps.len(), 1);
+    assert_eq!(c.attach_requests[0].last_response_id.as_deref(), Some("1"));
+}
+
+#[test]
+fn t21_early_close_releases() {
+    let (c, e) = run(
+        request(),
+        shared(vec![Item::R("1"), Item::R("2"), Item::Done("3")]),
+        shared(vec![]),
+        Some(1),
+    );
+    assert!(e.is_none());
+    assert_eq!(c.release_until, ["1"]);
+    assert_eq!(c.release_all, 1);
+}
+
+#[test]
+fn t22_custom_operation_id_everywhere() {
+    let id = "10a4c38e-7e87-40ee-9d6f-60ff0751e63b";
+    let mut req = request();
+    req.operation_id = Some(id.into());
+    let (c, _) = run(
+        req,
+        shared(vec![Item::R("1")]),
+        shared(vec![Item::Done("2")]),
+        None,
+    );
+    assert_eq!(c.execute_requests[0].operation_id.as_deref(), Some(id));
+    assert_eq!(c.attach_requests[0].operation_id, id);
+    let core = ReattachCore::new({
+        let mut r = request();
+        r.operation_id = Some(id.into());
+        r
+    })
+    .unwrap();
+    use spark_connect_retry::reattach::core::Release as R;
+    assert_eq!(core.release_request(&R::All).operation_id, id);
+    assert_eq!(core.release_request(&R::Until("1".into())).operation_id, id);
+    assert!(
+        core.release_request(&R::All)
+            .client_observed_server_side_session_id
+            .is_none()
+    );
+    // A non-UUID operation id is refused.
+    let mut bad = request();
+    bad.operation_id = Some("not-a-uuid".into());
+    assert!(matches!(
+        ReattachCore::new(bad),
+        Err(ReattachError::InvalidOperationId(_))
+    ));
+}
+
+#[test]
+fn t23_budget_resets_on_progress() {
+    // UNAVAILABLE x3, a response, UNAVAILABLE x3, done: max 3 suffices
+    // because every delivered response starts a fresh budget.
+    let mut attach = vec![unavailable(), unavailable(), Item::R("1")];
+    attach.extend(std::iter::repeat_n(unavailable(), 3));
+    attach.push(Item::Done("2"));
+    let (c, e) = run(request(), shared(vec![unavailable()]), shared(attach), None);
+    assert!(e.is_none(), "{e:?}");
+    assert_eq!((c.sleeps.len(), c.attach), (6, 6));
+}
+
+#[test]
+fn t23_exhaustion_after_four_failures() {
+    let (c, e) = run(
+        request(),
+        shared(vec![unavailable()]),
+        shared(vec![unavailable(), unavailable(), unavailable()]),
+        None,
+    );
+    assert!(matches!(e, Some(ReattachError::Status(s)) if s.code() == Code::Unavailable));
+    assert_eq!(
+        (c.execute, c.attach, c.sleeps.len(), c.release_all),
+        (1, 3, 3, 1)
+    );
+    assert!(
+        c.attach_requests
+            .iter()
+            .all(|r| r.last_response_id.is_none())
+    );
+}
+
+#[test]
+fn graceful_ends_never_use_the_budget() {
+    // 50 empty reattach streams in a row, with a max-3 policy: still fine.
+    let mut calls: Vec<Vec<Item>> = (0..50).map(|_| vec![]).collect();
+    calls.push(vec![Item::Done("2")]);
+    let (c, e) = run(
+        request(),
+        shared(vec![Item::R("1")]),
+        Script::PerCall(calls.into()),
+        None,
+    );
+    assert!(e.is_none());
+    assert_eq!(c.attach, 51);
+    assert!(c.sleeps.is_empty());
+}
+
+#[test]
+fn server_side_session_change_fails() {
+    let mut retrying_resp = resp("2", false);
+    retrying_resp.server_side_session_id = "other".into();
+    let retrying = test_retrying();
+    let mut core = ReattachCore::new(request()).unwrap();
+    assert!(matches!(
+        core.poll_next(&retrying),
+        Action::Open(Open::Execute(_))
+    ));
+    assert!(matches!(
+        core.on_event(Event::Response(Box::new(resp("1", false))), &retrying),
+        Action::Emit(..)
+    ));
+    assert!(matches!(core.poll_next(&retrying), Action::Read));
+    match core.on_event(Event::Response(Box::new(retrying_resp)), &retrying) {
+        Action::Fail(
+            ReattachError::ServerSideSessionChanged { expected, got },
+            Some(Release::All),
+        ) => {
+            assert_eq!((expected.as_str(), got.as_str()), ("ss", "other"));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn stall_and_segment_deadline_reattach_at_once() {
+    let retrying = test_retrying();
+    let mut core = ReattachCore::new(request()).unwrap();
+    core.poll_next(&retrying);
+    core.on_event(Event::Response(Box::new(resp("1", false))), &retrying);
+    core.poll_next(&retrying);
+    for ev in [
+        Event::Stalled(Duration::from_secs(1)),
+        Event::SegmentDeadline,
+    ] {
+        match core.on_event(ev, &retrying) {
+            Action::Open(Open::Reattach(r)) => assert_eq!(r.last_response_id.as_deref(), Some("1")),
+            other => panic!("{other:?}"),
+        }
+    }
+}
