@@ -1,0 +1,947 @@
+//! Parsing of Spark Connect `sc://` connection strings.
+//!
+//! A connection string has the form `sc://host[:port][/][;key=value]*`, for example
+//! `sc://spark.example.com:443/;use_ssl=true;token=abc;x-tenant=blue`.
+//! [`ConnectionString::parse`] turns it into a validated configuration: every documented
+//! parameter is checked here, once, so that building the channel
+//! ([`crate::session::channel`]) cannot fail on user input later.
+//!
+//! # Parameters
+//!
+//! | key | default | accepted values |
+//! |---|---|---|
+//! | host (authority) | required | DNS name, IPv4, or bracketed IPv6 (`[::1]`) |
+//! | port (authority) | `15002` | `1..=65535` |
+//! | `token` | env `SPARK_CONNECT_AUTHENTICATE_TOKEN`, else none | non-empty printable ASCII |
+//! | `use_ssl` | `false` | `true` / `false`, any case |
+//! | `user_id` | env `SPARK_USER`, else `USER`, else none | non-empty |
+//! | `user_agent` | env `SPARK_CONNECT_USER_AGENT`, else `_SPARK_CONNECT_RUST` | non-empty, ≤ 2048 chars once percent-encoded |
+//! | `session_id` | a random UUID v4 | canonical `8-4-4-4-12` hex UUID |
+//! | `grpc_max_message_size` | `134217728` (128 MiB) | `1..=4294967295` |
+//! | `grpc_keepalive_enabled` | `true` | `true` / `false`, any case |
+//! | `grpc_keepalive_time_ms` | `60000` | positive integer |
+//! | `grpc_keepalive_timeout_ms` | `20000` | positive integer |
+//! | `grpc_keepalive_without_calls` | `true` | `true` / `false`, any case |
+//! | anything else | — | sent as gRPC metadata on every call |
+//!
+//! # Parsing rules
+//!
+//! * The string must start with `sc://` (lower case, as in every Spark client).
+//! * A raw `?` or `#` anywhere is an error. Java's `URI` silently drops a query or a fragment
+//!   and Python's `urlparse` splits them off, so accepting them would mean silently ignoring
+//!   part of what the user wrote. Percent-encode them (`%3F`, `%23`) inside values.
+//! * The authority ends at the first `/`. A `;` inside the authority
+//!   (`sc://host:123;user_id=a`) is an error: parameters must follow a `/`.
+//! * User info (`user@host`) is rejected: Spark has no use for it and Java would silently
+//!   drop it.
+//! * The path must be empty or exactly `/`.
+//! * Parameters are split on `;`, then each on `=`, and only then percent-decoded (the PySpark
+//!   order), so `%3B` and `%3D` can appear inside keys and values. Empty pieces are skipped
+//!   (`sc://localhost/;` is valid). A piece needs exactly one `=`. Scala drops trailing empty
+//!   pieces, so `a=b=` is accepted there but rejected by PySpark. Here it is rejected. `+` is
+//!   not a space (percent-decoding, not form decoding), so base64 values survive.
+//! * Keys are case-sensitive, as the Spark document says. A repeated key keeps its last
+//!   value, as in both upstream clients, whose parameters end up in a map.
+//!
+//! # Choices where the upstream spec is silent or the clients disagree
+//!
+//! * **Booleans.** Upstream, `use_ssl` is true only for `true` (any case) and *anything else* is
+//!   false, while the keepalive booleans reject anything but `true`/`false`. Here all four accept
+//!   only `true`/`false` (any case). A typo such as `use_ssl=ture` would otherwise silently
+//!   turn TLS off.
+//! * **Empty values.** Empty values of reserved keys are errors (`token=`, `user_id=`,
+//!   `session_id=`, ...). An empty value of a metadata key is an empty header, as in PySpark.
+//! * **Host names.** ASCII letters, digits, `-`, `_` and `.`; labels of 1–63 chars that do not
+//!   start or end with `-`; at most 253 chars in total. Java rejects `_`, but PySpark accepts
+//!   it and container service names often use it. Internationalised names must be given in
+//!   punycode. IPv6 literals must be bracketed and have no zone id.
+//! * **Ports.** `sc://host:` (empty port) and port `0` are errors.
+//! * **`session_id`.** Only the canonical hyphenated form is accepted (Java's `UUID.fromString`
+//!   is much more lenient, Python accepts braces and `urn:uuid:`). Hex digits may be upper or
+//!   lower case. The id is normalised to lower case.
+//! * **`grpc_max_message_size`.** The gRPC length prefix is 32 bits, so the upper bound is
+//!   `u32::MAX`. Zero is rejected.
+//! * **Keepalive times** must be positive: a zero ping interval would make no sense.
+//! * **Metadata keys** are lower-cased (gRPC requires lower-case header names, and grpc-java
+//!   lower-cases them too). After that they must match the gRPC grammar
+//!   (`[0-9a-z_.-]+`). Keys that tonic or HTTP/2 own are rejected rather than silently
+//!   dropped: `grpc-*`, `te`, `content-type`, `host`, and the connection-specific headers.
+//!   `authorization` is allowed as metadata only when there is no token, because the token's
+//!   `Bearer` header would replace it.
+//! * **Metadata values** must be printable ASCII (`0x20..=0x7E`), the gRPC grammar. Keys ending
+//!   in `-bin` hold standard base64 (padding optional, since a raw `=` cannot appear in a value
+//!   without percent-encoding), which is decoded into binary metadata.
+//! * **Environment.** Empty environment variables count as unset. The token falls back to the
+//!   environment only when the string has no `token` parameter.
+//! * **TLS** is used when `use_ssl=true`, or when there is a token and the host is not exactly
+//!   `localhost` (case-sensitive, as upstream). `use_ssl=false` does not switch TLS off in that
+//!   case. A token with host `localhost` goes over plaintext, as upstream does.
+//! * **Secrets in errors.** Errors never quote a value, only the name of the offending part
+//!   (scheme, host, port, path, parameter position or key). Authority text is never quoted
+//!   either, because a malformed string such as `sc://h:1;token=x` puts a token there.
+//!   [`ConnectionString`]'s `Debug` redacts the token and metadata values.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::net::Ipv6Addr;
+use std::time::Duration;
+
+use base64::Engine as _;
+use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
+use tonic::metadata::{
+    AsciiMetadataKey, AsciiMetadataValue, BinaryMetadataKey, BinaryMetadataValue, MetadataMap,
+};
+use uuid::Uuid;
+
+/// Default Spark Connect port.
+pub const DEFAULT_PORT: u16 = 15002;
+
+/// Default maximum gRPC message size: 128 MiB, the Spark client default.
+pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 128 * 1024 * 1024;
+
+/// Default user agent of this client (`_SPARK_CONNECT_PYTHON` and `_SPARK_CONNECT_SCALA`
+/// upstream).
+pub const DEFAULT_USER_AGENT: &str = "_SPARK_CONNECT_RUST";
+
+/// Spark Connect protocol version this crate speaks, reported in [`ConnectionString::client_type`].
+pub const SPARK_VERSION: &str = "4.3.0";
+
+/// Longest accepted user agent, counted after percent-encoding (PySpark's limit).
+pub const MAX_USER_AGENT_LEN: usize = 2048;
+
+/// Environment variable holding the default connection string (read by
+/// [`ConnectionString::from_env`]).
+pub const ENV_REMOTE: &str = "SPARK_REMOTE";
+/// Environment variable holding the fallback token.
+pub const ENV_TOKEN: &str = "SPARK_CONNECT_AUTHENTICATE_TOKEN";
+/// Environment variable holding the fallback user agent.
+pub const ENV_USER_AGENT: &str = "SPARK_CONNECT_USER_AGENT";
+/// First environment variable holding the fallback user id.
+pub const ENV_SPARK_USER: &str = "SPARK_USER";
+/// Second environment variable holding the fallback user id.
+pub const ENV_USER: &str = "USER";
+
+/// Longest key quoted in an error message; longer keys are cut (keys are user text).
+const MAX_QUOTED_KEY: usize = 64;
+
+/// A bearer token. `Debug` and `Display` print `<redacted>`; use
+/// [`Token::expose_secret`] to read it.
+///
+/// ```
+/// use spark_connect_retry::session::conn_string::Token;
+/// let t = Token::new("s3cr3t").unwrap();
+/// assert_eq!(format!("{t:?} {t}"), "<redacted> <redacted>");
+/// assert_eq!(t.expose_secret(), "s3cr3t");
+/// ```
+#[derive(Clone)]
+pub struct Token(String);
+
+impl Token {
+    /// Wraps a token. It must be non-empty printable ASCII, so that `Bearer <token>` is a
+    /// valid header value.
+    pub fn new(token: impl Into<String>) -> Result<Self, ConnectionStringError> {
+        let token = token.into();
+        if token.is_empty() {
+            return Err(invalid_value("token", "must not be empty"));
+        }
+        if !token.bytes().all(is_printable_ascii) {
+            return Err(invalid_value("token", "must be printable ASCII"));
+        }
+        Ok(Token(token))
+    }
+
+    /// The secret itself. Do not log it.
+    pub fn expose_secret(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl fmt::Display for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// HTTP/2 keepalive settings (the `grpc_keepalive_*` parameters).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Keepalive {
+    /// Send keepalive pings at all (`grpc_keepalive_enabled`, default `true`).
+    pub enabled: bool,
+    /// Interval between pings (`grpc_keepalive_time_ms`, default 60 s).
+    pub time: Duration,
+    /// How long to wait for a ping acknowledgement before the connection is considered dead
+    /// (`grpc_keepalive_timeout_ms`, default 20 s).
+    pub timeout: Duration,
+    /// Ping also while no call is active (`grpc_keepalive_without_calls`, default `true`).
+    pub without_calls: bool,
+}
+
+impl Default for Keepalive {
+    fn default() -> Self {
+        Keepalive {
+            enabled: true,
+            time: Duration::from_millis(60_000),
+            timeout: Duration::from_millis(20_000),
+            without_calls: true,
+        }
+    }
+}
+
+/// Which half of a `key=value` parameter an error is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParamPart {
+    /// The key, before `=`.
+    Key,
+    /// The value, after `=`.
+    Value,
+}
+
+impl fmt::Display for ParamPart {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ParamPart::Key => "key",
+            ParamPart::Value => "value",
+        })
+    }
+}
+
+/// Why a connection string was rejected.
+///
+/// Messages name the offending part but never quote a value, so a token cannot leak through
+/// an error. Parameter positions (`index`) are 1-based and count the `;`-separated pieces
+/// after the path, empty ones included.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConnectionStringError {
+    /// [`ConnectionString::from_env`] found no `SPARK_REMOTE`.
+    RemoteNotSet,
+    /// The string does not start with `sc://`.
+    Scheme,
+    /// A raw `?` or `#` appeared; queries and fragments are not part of the format.
+    QueryOrFragment {
+        /// The character found.
+        character: char,
+    },
+    /// The host is missing or invalid.
+    Host {
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// The port is invalid.
+    Port {
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// The path is not empty or `/`, or parameters do not follow a `/`.
+    Path {
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A parameter does not contain exactly one `=`.
+    MalformedParameter {
+        /// Position of the parameter.
+        index: usize,
+    },
+    /// A parameter has an empty key (`=value`).
+    EmptyKey {
+        /// Position of the parameter.
+        index: usize,
+    },
+    /// A percent-decoded key or value is not valid UTF-8.
+    PercentDecoding {
+        /// Position of the parameter.
+        index: usize,
+        /// Key or value.
+        part: ParamPart,
+    },
+    /// A reserved parameter (`token`, `use_ssl`, `session_id`, ...) has an invalid value.
+    InvalidValue {
+        /// The parameter key.
+        key: String,
+        /// What is wrong with the value.
+        reason: &'static str,
+    },
+    /// An unknown parameter cannot be used as a gRPC metadata key.
+    InvalidMetadataKey {
+        /// The key (possibly shortened).
+        key: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// An unknown parameter's value cannot be used as gRPC metadata.
+    InvalidMetadataValue {
+        /// The key (possibly shortened).
+        key: String,
+        /// What is wrong with the value.
+        reason: &'static str,
+    },
+    /// The user agent is longer than [`MAX_USER_AGENT_LEN`] once percent-encoded.
+    UserAgentTooLong {
+        /// Its percent-encoded length.
+        encoded_len: usize,
+    },
+}
+
+impl fmt::Display for ConnectionStringError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use ConnectionStringError as E;
+        match self {
+            E::RemoteNotSet => write!(f, "environment variable {ENV_REMOTE} is not set"),
+            E::Scheme => f.write_str("connection string must start with 'sc://'"),
+            E::QueryOrFragment { character } => write!(
+                f,
+                "connection string must not contain a raw '{character}' (no query or fragment); \
+                 percent-encode it inside values"
+            ),
+            E::Host { reason } => write!(f, "invalid host in connection string: {reason}"),
+            E::Port { reason } => write!(f, "invalid port in connection string: {reason}"),
+            E::Path { reason } => write!(f, "invalid path in connection string: {reason}"),
+            E::MalformedParameter { index } => write!(
+                f,
+                "connection string parameter #{index} is not a key=value pair with exactly one '='"
+            ),
+            E::EmptyKey { index } => {
+                write!(f, "connection string parameter #{index} has an empty key")
+            }
+            E::PercentDecoding { index, part } => write!(
+                f,
+                "connection string parameter #{index}: the percent-decoded {part} is not valid UTF-8"
+            ),
+            E::InvalidValue { key, reason } => {
+                write!(
+                    f,
+                    "invalid value for connection string parameter '{key}': {reason}"
+                )
+            }
+            E::InvalidMetadataKey { key, reason } => write!(
+                f,
+                "connection string parameter '{key}' cannot be a gRPC metadata key: {reason}"
+            ),
+            E::InvalidMetadataValue { key, reason } => write!(
+                f,
+                "value of connection string parameter '{key}' cannot be gRPC metadata: {reason}"
+            ),
+            E::UserAgentTooLong { encoded_len } => write!(
+                f,
+                "user agent is {encoded_len} characters once percent-encoded; \
+                 at most {MAX_USER_AGENT_LEN} are allowed"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ConnectionStringError {}
+
+fn invalid_value(key: &str, reason: &'static str) -> ConnectionStringError {
+    ConnectionStringError::InvalidValue {
+        key: key.to_owned(),
+        reason,
+    }
+}
+
+/// Quotes a user-supplied key for an error: escaped and shortened.
+fn quote_key(key: &str) -> String {
+    let mut out: String = key
+        .chars()
+        .take(MAX_QUOTED_KEY)
+        .flat_map(char::escape_debug)
+        .collect();
+    if key.chars().count() > MAX_QUOTED_KEY {
+        out.push('…');
+    }
+    out
+}
+
+/// A parsed, validated `sc://` connection string, with environment fallbacks applied.
+///
+/// ```
+/// use spark_connect_retry::session::conn_string::ConnectionString;
+///
+/// let cs = ConnectionString::parse_with_env(
+///     "sc://spark.example.com/;token=abc;x-tenant=blue",
+///     |_| None, // no environment
+/// )?;
+/// assert_eq!(cs.host(), "spark.example.com");
+/// assert_eq!(cs.port(), 15002);
+/// assert!(cs.use_tls()); // a token to a non-localhost host implies TLS
+/// assert_eq!(cs.metadata().get("x-tenant").unwrap(), "blue");
+/// assert!(!format!("{cs:?}").contains("abc"));
+/// # Ok::<(), spark_connect_retry::session::conn_string::ConnectionStringError>(())
+/// ```
+#[derive(Clone)]
+pub struct ConnectionString {
+    host: String,
+    port: u16,
+    token: Option<Token>,
+    use_ssl: bool,
+    user_id: Option<String>,
+    user_agent: String,
+    session_id: Uuid,
+    session_id_given: bool,
+    max_message_size: usize,
+    keepalive: Keepalive,
+    metadata: MetadataMap,
+}
+
+impl fmt::Debug for ConnectionString {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Metadata values may be credentials too (API keys in custom headers), so only the
+        // keys are shown.
+        let metadata_keys: Vec<&str> = self
+            .metadata
+            .keys()
+            .map(|k| match k {
+                tonic::metadata::KeyRef::Ascii(k) => k.as_str(),
+                tonic::metadata::KeyRef::Binary(k) => k.as_str(),
+            })
+            .collect();
+        f.debug_struct("ConnectionString")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("token", &self.token)
+            .field("use_ssl", &self.use_ssl)
+            .field("user_id", &self.user_id)
+            .field("user_agent", &self.user_agent)
+            .field("session_id", &self.session_id)
+            .field("max_message_size", &self.max_message_size)
+            .field("keepalive", &self.keepalive)
+            .field("metadata_keys", &metadata_keys)
+            .finish()
+    }
+}
+
+impl std::str::FromStr for ConnectionString {
+    type Err = ConnectionStringError;
+
+    /// Same as [`ConnectionString::parse`]: reads the process environment for fallbacks.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::parse(s)
+    }
+}
+
+/// Reads a process environment variable; non-UTF-8 values count as unset.
+fn process_env(key: &str) -> Option<String> {
+    std::env::var(key).ok()
+}
+
+/// Percent-encoding set matching Python's `urllib.parse.quote` defaults: everything except
+/// letters, digits, `_.-~` and `/` is encoded.
+const QUOTE_SET: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'-')
+    .remove(b'~')
+    .remove(b'/');
+
+/// Standard base64 that accepts input with or without padding.
+const BASE64_LENIENT: GeneralPurpose = GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
+);
+
+/// Header names that tonic strips or HTTP/2 forbids; accepting them would silently drop them
+/// or break every call.
+const FORBIDDEN_METADATA_KEYS: &[&str] = &[
+    "te",
+    "content-type",
+    "host",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "upgrade",
+];
+
+impl ConnectionString {
+    /// Parses a connection string, using the process environment for fallbacks
+    /// (`SPARK_CONNECT_AUTHENTICATE_TOKEN`, `SPARK_CONNECT_USER_AGENT`, `SPARK_USER`, `USER`).
+    pub fn parse(s: &str) -> Result<Self, ConnectionStringError> {
+        Self::parse_with_env(s, process_env)
+    }
+
+    /// Parses a connection string, reading environment fallbacks through `env` instead of the
+    /// process environment (handy in tests). `env` returns `None` for an unset variable.
+    ///
+    /// ```
+    /// use spark_connect_retry::session::conn_string::ConnectionString;
+    ///
+    /// let cs = ConnectionString::parse_with_env("sc://localhost", |k| {
+    ///     (k == "SPARK_USER").then(|| "alice".to_string())
+    /// })?;
+    /// assert_eq!(cs.user_id(), Some("alice"));
+    /// # Ok::<(), spark_connect_retry::session::conn_string::ConnectionStringError>(())
+    /// ```
+    pub fn parse_with_env<F>(s: &str, env: F) -> Result<Self, ConnectionStringError>
+    where
+        F: Fn(&str) -> Option<String>,
+    {
+        // Empty environment variables count as unset.
+        let env = |k: &str| env(k).filter(|v| !v.is_empty());
+
+        let rest = s
+            .strip_prefix("sc://")
+            .ok_or(ConnectionStringError::Scheme)?;
+        if let Some(character) = rest.chars().find(|c| matches!(c, '?' | '#')) {
+            return Err(ConnectionStringError::QueryOrFragment { character });
+        }
+
+        let (authority, tail) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+        let (host, port) = parse_authority(authority)?;
+
+        let mut cs = ConnectionString {
+            host,
+            port,
+            token: None,
+            use_ssl: false,
+            user_id: None,
+            user_agent: String::new(),
+            session_id: Uuid::nil(),
+            session_id_given: false,
+            max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
+            keepalive: Keepalive::default(),
+            metadata: MetadataMap::new(),
+        };
+        let mut user_agent = None;
+        let mut session_id = None;
+        // Metadata is built after the token is known: `authorization` conflicts with it.
+        let mut extra: Vec<(String, String)> = Vec::new();
+
+        if !tail.is_empty() {
+            let mut pieces = tail.split(';');
+            if pieces.next() != Some("/") {
+                return Err(ConnectionStringError::Path {
+                    reason: "the path must be empty or '/'",
+                });
+            }
+            for (i, piece) in pieces.enumerate() {
+                let index = i + 1;
+                if piece.is_empty() {
+                    continue;
+                }
+                let Some((raw_key, raw_value)) = piece.split_once('=') else {
+                    return Err(ConnectionStringError::MalformedParameter { index });
+                };
+                if raw_value.contains('=') {
+                    return Err(ConnectionStringError::MalformedParameter { index });
+                }
+                let key = decode(raw_key, index, ParamPart::Key)?;
+                let value = decode(raw_value, index, ParamPart::Value)?;
+                if key.is_empty() {
+                    return Err(ConnectionStringError::EmptyKey { index });
+                }
+                match &*key {
+                    "token" => cs.token = Some(Token::new(value)?),
+                    "use_ssl" => cs.use_ssl = parse_bool("use_ssl", &value)?,
+                    "user_id" => cs.user_id = Some(non_empty("user_id", value)?),
+                    "user_agent" => user_agent = Some(non_empty("user_agent", value)?),
+                    "session_id" => session_id = Some(parse_uuid(&value)?),
+                    "grpc_max_message_size" => cs.max_message_size = parse_max_size(&value)?,
+                    "grpc_keepalive_enabled" => {
+                        cs.keepalive.enabled = parse_bool("grpc_keepalive_enabled", &value)?;
+                    }
+                    "grpc_keepalive_time_ms" => {
+                        cs.keepalive.time = parse_millis("grpc_keepalive_time_ms", &value)?;
+                    }
+                    "grpc_keepalive_timeout_ms" => {
+                        cs.keepalive.timeout = parse_millis("grpc_keepalive_timeout_ms", &value)?;
+                    }
+                    "grpc_keepalive_without_calls" => {
+                        cs.keepalive.without_calls =
+                            parse_bool("grpc_keepalive_without_calls", &value)?;
+                    }
+                    _ => extra.push((key.into_owned(), value.into_owned())),
+                }
+            }
+        }
+
+        if cs.token.is_none()
+            && let Some(t) = env(ENV_TOKEN)
+        {
+            cs.token = Some(Token::new(t)?);
+        }
+        if cs.user_id.is_none() {
+            cs.user_id = env(ENV_SPARK_USER).or_else(|| env(ENV_USER));
+        }
+        let user_agent = user_agent
+            .or_else(|| env(ENV_USER_AGENT))
+            .unwrap_or_else(|| DEFAULT_USER_AGENT.to_owned());
+        let encoded_len = utf8_percent_encode(&user_agent, QUOTE_SET)
+            .map(str::len)
+            .sum::<usize>();
+        if encoded_len > MAX_USER_AGENT_LEN {
+            return Err(ConnectionStringError::UserAgentTooLong { encoded_len });
+        }
+        cs.user_agent = user_agent;
+        cs.session_id_given = session_id.is_some();
+        cs.session_id = session_id.unwrap_or_else(Uuid::new_v4);
+
+        for (key, value) in extra {
+            insert_metadata(&mut cs.metadata, &key, &value, cs.token.is_some())?;
+        }
+        Ok(cs)
+    }
+
+    /// Parses the connection string in `SPARK_REMOTE`, with process-environment fallbacks.
+    pub fn from_env() -> Result<Self, ConnectionStringError> {
+        Self::from_env_with(process_env)
+    }
+
+    /// Like [`ConnectionString::from_env`], reading variables through `env`.
+    ///
+    /// ```
+    /// use spark_connect_retry::session::conn_string::{ConnectionString, ConnectionStringError};
+    ///
+    /// let env = |k: &str| (k == "SPARK_REMOTE").then(|| "sc://h:1".to_string());
+    /// assert_eq!(ConnectionString::from_env_with(env)?.port(), 1);
+    /// assert_eq!(
+    ///     ConnectionString::from_env_with(|_| None).unwrap_err(),
+    ///     ConnectionStringError::RemoteNotSet
+    /// );
+    /// # Ok::<(), ConnectionStringError>(())
+    /// ```
+    pub fn from_env_with<F>(env: F) -> Result<Self, ConnectionStringError>
+    where
+        F: Fn(&str) -> Option<String>,
+    {
+        let remote = env(ENV_REMOTE)
+            .filter(|v| !v.is_empty())
+            .ok_or(ConnectionStringError::RemoteNotSet)?;
+        Self::parse_with_env(&remote, env)
+    }
+
+    /// Host name or IP address. IPv6 addresses are returned without brackets.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// Port (default [`DEFAULT_PORT`]).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `host:port`, with IPv6 hosts bracketed: the authority of the channel URI.
+    pub fn authority(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+
+    /// The bearer token, from the string or `SPARK_CONNECT_AUTHENTICATE_TOKEN`.
+    pub fn token(&self) -> Option<&Token> {
+        self.token.as_ref()
+    }
+
+    /// The `use_ssl` parameter as written. See [`ConnectionString::use_tls`] for the
+    /// effective setting.
+    pub fn use_ssl(&self) -> bool {
+        self.use_ssl
+    }
+
+    /// Whether the channel uses TLS: `use_ssl=true`, or a token with a host other than
+    /// exactly `localhost`.
+    pub fn use_tls(&self) -> bool {
+        self.use_ssl || (self.token.is_some() && self.host != "localhost")
+    }
+
+    /// User id for `UserContext`, from the string, `SPARK_USER` or `USER`.
+    pub fn user_id(&self) -> Option<&str> {
+        self.user_id.as_deref()
+    }
+
+    /// The user agent without the version suffix (see [`ConnectionString::client_type`]).
+    pub fn user_agent(&self) -> &str {
+        &self.user_agent
+    }
+
+    /// The full `client_type` sent in every request:
+    /// `<user agent> spark/<version> os/<os> rust/<crate version>`.
+    ///
+    /// `os` is `linux`, `darwin` (like Python and Scala) or `windows`, else Rust's own name
+    /// for the OS. The last part is this crate's version: the compiler version is not
+    /// available to a library without a build-script probe.
+    ///
+    /// ```
+    /// use spark_connect_retry::session::conn_string::ConnectionString;
+    /// let cs = ConnectionString::parse_with_env("sc://h", |_| None)?;
+    /// assert!(cs.client_type().starts_with("_SPARK_CONNECT_RUST spark/4.3.0 os/"));
+    /// # Ok::<(), spark_connect_retry::session::conn_string::ConnectionStringError>(())
+    /// ```
+    pub fn client_type(&self) -> String {
+        let os = match std::env::consts::OS {
+            "macos" => "darwin",
+            other => other,
+        };
+        format!(
+            "{} spark/{SPARK_VERSION} os/{os} rust/{}",
+            self.user_agent,
+            env!("CARGO_PKG_VERSION")
+        )
+    }
+
+    /// Session id: the `session_id` parameter, else a random UUID v4 drawn at parse time.
+    pub fn session_id(&self) -> Uuid {
+        self.session_id
+    }
+
+    /// Whether the session id came from the connection string.
+    pub fn session_id_given(&self) -> bool {
+        self.session_id_given
+    }
+
+    /// Maximum gRPC message size in bytes, for `max_decoding_message_size` and
+    /// `max_encoding_message_size` on generated clients.
+    pub fn max_message_size(&self) -> usize {
+        self.max_message_size
+    }
+
+    /// HTTP/2 keepalive settings.
+    pub fn keepalive(&self) -> Keepalive {
+        self.keepalive
+    }
+
+    /// Extra gRPC metadata (the unknown parameters), sent on every call. Values are marked
+    /// sensitive so that HPACK never indexes them and `Debug` hides them.
+    pub fn metadata(&self) -> &MetadataMap {
+        &self.metadata
+    }
+}
+
+fn decode(raw: &str, index: usize, part: ParamPart) -> Result<Cow<'_, str>, ConnectionStringError> {
+    percent_decode_str(raw)
+        .decode_utf8()
+        .map_err(|_| ConnectionStringError::PercentDecoding { index, part })
+}
+
+fn is_printable_ascii(b: u8) -> bool {
+    (0x20..=0x7e).contains(&b)
+}
+
+fn non_empty(key: &str, value: Cow<'_, str>) -> Result<String, ConnectionStringError> {
+    if value.is_empty() {
+        Err(invalid_value(key, "must not be empty"))
+    } else {
+        Ok(value.into_owned())
+    }
+}
+
+fn parse_bool(key: &str, value: &str) -> Result<bool, ConnectionStringError> {
+    if value.eq_ignore_ascii_case("true") {
+        Ok(true)
+    } else if value.eq_ignore_ascii_case("false") {
+        Ok(false)
+    } else {
+        Err(invalid_value(key, "must be 'true' or 'false'"))
+    }
+}
+
+/// Parses a positive decimal integer. Only ASCII digits: `u64::from_str` would also take a
+/// leading `+`.
+fn parse_positive(value: &str) -> Option<u64> {
+    if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    value.parse::<u64>().ok().filter(|&n| n > 0)
+}
+
+fn parse_millis(key: &str, value: &str) -> Result<Duration, ConnectionStringError> {
+    parse_positive(value)
+        .map(Duration::from_millis)
+        .ok_or_else(|| invalid_value(key, "must be a positive integer number of milliseconds"))
+}
+
+fn parse_max_size(value: &str) -> Result<usize, ConnectionStringError> {
+    parse_positive(value)
+        .filter(|&n| n <= u64::from(u32::MAX))
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(|| {
+            invalid_value(
+                "grpc_max_message_size",
+                "must be an integer between 1 and 4294967295",
+            )
+        })
+}
+
+/// Accepts only the canonical hyphenated 8-4-4-4-12 form.
+fn parse_uuid(value: &str) -> Result<Uuid, ConnectionStringError> {
+    let err = || invalid_value("session_id", "must be a UUID in 8-4-4-4-12 hex form");
+    let b = value.as_bytes();
+    if b.len() != 36 {
+        return Err(err());
+    }
+    let canonical = b.iter().enumerate().all(|(i, &c)| match i {
+        8 | 13 | 18 | 23 => c == b'-',
+        _ => c.is_ascii_hexdigit(),
+    });
+    if !canonical {
+        return Err(err());
+    }
+    Uuid::parse_str(value).map_err(|_| err())
+}
+
+/// Splits and validates `host[:port]`. Never quotes the authority in errors: a malformed
+/// string can put parameters (and a token) there.
+fn parse_authority(authority: &str) -> Result<(String, u16), ConnectionStringError> {
+    use ConnectionStringError::{Host, Path, Port};
+    if authority.contains(';') {
+        return Err(Path {
+            reason: "parameters must follow a '/', as in sc://host:port/;key=value",
+        });
+    }
+    if authority.contains('@') {
+        return Err(Host {
+            reason: "user info ('user@') is not supported",
+        });
+    }
+    if authority.is_empty() {
+        return Err(Host {
+            reason: "the host is missing",
+        });
+    }
+    let (host, port) = if let Some(bracketed) = authority.strip_prefix('[') {
+        let Some((inside, after)) = bracketed.split_once(']') else {
+            return Err(Host {
+                reason: "IPv6 address is missing its closing ']'",
+            });
+        };
+        if inside.parse::<Ipv6Addr>().is_err() {
+            return Err(Host {
+                reason: "invalid IPv6 address (zone ids are not supported)",
+            });
+        }
+        let port = if after.is_empty() {
+            None
+        } else if let Some(p) = after.strip_prefix(':') {
+            Some(p)
+        } else {
+            return Err(Host {
+                reason: "unexpected characters after the IPv6 address",
+            });
+        };
+        (inside.to_ascii_lowercase(), port)
+    } else {
+        let (host, port) = match authority.split_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        };
+        if host.is_empty() {
+            return Err(Host {
+                reason: "the host is missing",
+            });
+        }
+        if port.is_some_and(|p| p.contains(':')) {
+            return Err(Host {
+                reason: "IPv6 addresses must be enclosed in '[' and ']'",
+            });
+        }
+        validate_hostname(host)?;
+        (host.to_owned(), port)
+    };
+    let port = match port {
+        None => DEFAULT_PORT,
+        Some("") => {
+            return Err(Port {
+                reason: "empty port after ':'",
+            });
+        }
+        Some(p) => match parse_positive(p).and_then(|n| u16::try_from(n).ok()) {
+            Some(n) => n,
+            None => {
+                return Err(Port {
+                    reason: "must be an integer between 1 and 65535",
+                });
+            }
+        },
+    };
+    Ok((host, port))
+}
+
+fn validate_hostname(host: &str) -> Result<(), ConnectionStringError> {
+    let err = |reason| Err(ConnectionStringError::Host { reason });
+    if host.len() > 253 {
+        return err("longer than 253 characters");
+    }
+    if !host
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    {
+        return err("only ASCII letters, digits, '-', '_' and '.' are allowed");
+    }
+    for label in host.split('.') {
+        if label.is_empty() {
+            return err("empty label (leading, trailing or double '.')");
+        }
+        if label.len() > 63 {
+            return err("a label is longer than 63 characters");
+        }
+        if label.starts_with('-') || label.ends_with('-') {
+            return err("a label starts or ends with '-'");
+        }
+    }
+    Ok(())
+}
+
+fn insert_metadata(
+    map: &mut MetadataMap,
+    key: &str,
+    value: &str,
+    has_token: bool,
+) -> Result<(), ConnectionStringError> {
+    let bad_key = |reason| ConnectionStringError::InvalidMetadataKey {
+        key: quote_key(key),
+        reason,
+    };
+    let bad_value = |reason| ConnectionStringError::InvalidMetadataValue {
+        key: quote_key(key),
+        reason,
+    };
+    let lower = key.to_ascii_lowercase();
+    if !lower
+        .bytes()
+        .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase() || matches!(b, b'_' | b'-' | b'.'))
+    {
+        return Err(bad_key(
+            "only ASCII letters, digits, '_', '-' and '.' are allowed",
+        ));
+    }
+    if lower.starts_with("grpc-") {
+        return Err(bad_key("the 'grpc-' prefix is reserved by gRPC"));
+    }
+    if FORBIDDEN_METADATA_KEYS.contains(&lower.as_str()) {
+        return Err(bad_key("this header is managed by the transport"));
+    }
+    if has_token && lower == "authorization" {
+        return Err(bad_key(
+            "conflicts with the token, which is sent as 'authorization: Bearer ...'",
+        ));
+    }
+    if lower.ends_with("-bin") {
+        let bytes = BASE64_LENIENT
+            .decode(value)
+            .map_err(|_| bad_value("keys ending in '-bin' need standard base64 values"))?;
+        let k = BinaryMetadataKey::from_bytes(lower.as_bytes())
+            .map_err(|_| bad_key("not a valid binary metadata key"))?;
+        let mut v = BinaryMetadataValue::from_bytes(&bytes);
+        v.set_sensitive(true);
+        map.insert_bin(k, v);
+    } else {
+        if !value.bytes().all(is_printable_ascii) {
+            return Err(bad_value("must be printable ASCII"));
+        }
+        let k = AsciiMetadataKey::from_bytes(lower.as_bytes())
+            .map_err(|_| bad_key("not a valid metadata key"))?;
+        let mut v = AsciiMetadataValue::try_from(value)
+            .map_err(|_| bad_value("not a valid header value"))?;
+        v.set_sensitive(true);
+        map.insert(k, v);
+    }
+    Ok(())
+}
