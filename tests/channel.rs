@@ -411,3 +411,63 @@ fn interceptor_redacts_and_marks_sensitive() {
     let mut none = AuthInterceptor::new(&parse("sc://localhost"));
     assert!(none.call(Request::new(())).unwrap().metadata().is_empty());
 }
+
+#[test]
+fn every_accepted_plaintext_string_builds_an_endpoint() {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    let long_host = vec!["a".repeat(63); 3].join(".") + ".b";
+    let fixed = [
+        "sc://my_host.example.com".to_string(),
+        format!("sc://{long_host}:65535"),
+        "sc://[2001:db8::1]:1/".to_string(),
+        "sc://SPARK-45486".to_string(),
+        "sc://h/;user_agent=j%C3%B6rg%0A".to_string(), // not a valid HTTP user-agent
+        "sc://h/;x-bin=;y=".to_string(),
+    ];
+    for s in &fixed {
+        let cs = parse(s);
+        assert!(ChannelBuilder::new(&cs).endpoint().is_ok(), "{s}");
+    }
+
+    let mut rng = StdRng::seed_from_u64(0x5eed_0004);
+    let alphabet: Vec<char> = ":/;=%[]-_.aZ09".chars().collect();
+    let base = "sc://a-b.c:80/;user_agent=u;k=v;k-bin=AA";
+    let mut built = 0;
+    for _ in 0..5_000 {
+        let mut chars: Vec<char> = base.chars().collect();
+        for _ in 0..rng.random_range(1..=3) {
+            let at = rng.random_range(0..chars.len());
+            if rng.random_bool(0.5) {
+                chars[at] = alphabet[rng.random_range(0..alphabet.len())];
+            } else {
+                chars.remove(at);
+            }
+        }
+        let s: String = chars.into_iter().collect();
+        if let Ok(cs) = ConnectionString::parse_with_env(&s, |_| None)
+            && !cs.use_tls()
+        {
+            let ep = ChannelBuilder::new(&cs).endpoint();
+            assert!(ep.is_ok(), "{s}: {ep:?}");
+            built += 1;
+        }
+    }
+    assert!(built > 500, "only {built} endpoints built");
+}
+
+#[tokio::test]
+async fn non_ascii_user_agent_still_calls() {
+    let addr = start_server("127.0.0.1:0").await.unwrap();
+    let cs = parse(&format!(
+        "sc://127.0.0.1:{}/;user_agent=j%C3%B6rg",
+        addr.port()
+    ));
+    let resp = echo(&cs).await.unwrap();
+    assert!(
+        pair(&resp, "client_type")
+            .unwrap()
+            .starts_with("jörg spark/")
+    );
+}

@@ -386,13 +386,10 @@ fn parameter_splitting() {
     );
     // Empty key.
     assert_eq!(parse("sc://h/;=v").unwrap_err(), E::EmptyKey { index: 1 });
-    assert_eq!(
-        parse("sc://h/;%20=v")
-            .unwrap_err()
-            .to_string()
-            .contains("metadata key"),
-        true
-    );
+    assert!(matches!(
+        parse("sc://h/;%20=v").unwrap_err(),
+        E::InvalidMetadataKey { .. }
+    ));
     // Percent-decoding happens after splitting.
     let cs = parse("sc://h/;user_id=a%3Bb%3Dc;x-k=%41%2b+").unwrap();
     assert_eq!(cs.user_id(), Some("a;b=c"));
@@ -853,10 +850,8 @@ fn check(s: &str) {
             assert!(cs.client_type().starts_with(cs.user_agent()));
             assert!(!cs.keepalive().time.is_zero() && !cs.keepalive().timeout.is_zero());
             let dbg = format!("{cs:?}");
-            if let Some(t) = cs.token() {
-                if t.expose_secret() == SECRET {
-                    assert!(!dbg.contains(SECRET), "{s:?} -> {dbg}");
-                }
+            if cs.token().is_some_and(|t| t.expose_secret() == SECRET) {
+                assert!(!dbg.contains(SECRET), "{s:?} -> {dbg}");
             }
             for k in cs.metadata().keys() {
                 let k = match k {
