@@ -382,35 +382,20 @@ impl SparkSession {
         )?)
     }
 
-    /// Run `query` as PySpark does (a `SqlCommand`, then the relation it
-    /// returns); commands such as DDL run eagerly. Results stream as Arrow.
+    /// Run `query` and stream its rows as Arrow.
+    ///
+    /// The query travels as `Plan.root = Relation.sql`, one ExecutePlan.
+    /// PySpark 4.3 instead sends a `SqlCommand` and then executes the
+    /// relation the server returns: two round trips, and the returned
+    /// relation may use relation types this crate does not model. Spark
+    /// runs commands (DDL) eagerly either way.
     pub async fn sql(&self, query: &str) -> Result<ArrowStream, SparkError> {
-        let relation = Relation {
+        self.relation(Relation {
             common: None,
             rel_type: Some(proto::relation::RelType::Sql(proto::Sql {
                 query: query.to_owned(),
             })),
-        };
-        let command = Plan {
-            op_type: Some(proto::plan::OpType::Command(proto::Command {
-                command_type: Some(proto::command::CommandType::SqlCommand(proto::SqlCommand {
-                    input: Some(relation),
-                })),
-            })),
-        };
-        let mut exec = self.execute_plan(command)?;
-        let mut result_relation = None;
-        let op = exec.operation_id().to_owned();
-        while let Some(item) = exec.next().await {
-            let resp = self.checked(item, &op).await?;
-            if let Some(ResponseType::SqlCommandResult(r)) = resp.response_type {
-                result_relation = r.relation;
-            }
-        }
-        let relation = result_relation.ok_or_else(|| {
-            SparkError::Protocol("the SQL command returned no relation".to_owned())
-        })?;
-        self.relation(relation)
+        })
     }
 
     /// `spark.range(start, end, step)`, streamed as Arrow (column `id`).
