@@ -1,0 +1,368 @@
+//! The reattachable execution over real loopback sockets against the
+//! embedded Spark Connect server, through injected faults.
+#![cfg(feature = "testing")]
+
+use std::time::Duration;
+
+use arrow_array::Int64Array;
+use spark_connect_retry::deadlines::RpcDeadlines;
+use spark_connect_retry::policy::RetryPolicy;
+use spark_connect_retry::proto::execute_plan_response::ResponseType;
+use spark_connect_retry::proto::{self, ExecutePlanRequest, Plan, Relation};
+use spark_connect_retry::reattach::{ReattachError, ReattachOptions, ReattachableExecution, ReleaseTracker};
+use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
+use spark_connect_retry::testing::{Fault, Rpc, TestServer};
+use spark_connect_retry::transport::{SparkClient, spark_client};
+use tokio_stream::StreamExt;
+use tonic::Code;
+
+const SESSION: &str = "6f1c6a7e-2b9d-4c1a-9d8e-0a1b2c3d4e5f";
+
+fn client(server: &TestServer) -> SparkClient {
+    let channel = tonic::transport::Endpoint::from_shared(server.endpoint())
+        .unwrap()
+        .connect_lazy();
+    spark_client(channel)
+}
+
+fn range_request(end: i64) -> ExecutePlanRequest {
+    ExecutePlanRequest {
+        session_id: SESSION.into(),
+        plan: Some(Plan {
+            op_type: Some(proto::plan::OpType::Root(Relation {
+                common: None,
+                rel_type: Some(proto::relation::RelType::Range(proto::Range {
+                    start: Some(0),
+                    end,
+                    step: 1,
+                    num_partitions: None,
+                })),
+            })),
+        }),
+        client_type: Some("test".into()),
+        ..Default::default()
+    }
+}
+
+/// TestPolicy-like: 3 retries, 10 ms waits; sleeps recorded, never slept.
+fn retrying(sleeper: &RecordingSleeper) -> Retrying {
+    let p = RetryPolicy::builder()
+        .max_retries(Some(3))
+        .initial_backoff_ms(10.0)
+        .max_backoff_ms(Some(10.0))
+        .jitter_ms(0.0)
+        .build()
+        .unwrap();
+    Retrying::new(vec![p]).with_sleeper(sleeper.clone()).with_seed(5)
+}
+
+struct Outcome {
+    ids: Vec<i64>,
+    responses: usize,
+    complete: bool,
+    error: Option<ReattachError>,
+}
+
+async fn drain(mut exec: ReattachableExecution) -> Outcome {
+    let mut out = Outcome {
+        ids: vec![],
+        responses: 0,
+        complete: false,
+        error: None,
+    };
+    while let Some(item) = tokio::time::timeout(Duration::from_secs(30), exec.next())
+        .await
+        .expect("execution hung")
+    {
+        match item {
+            Ok(resp) => {
+                out.responses += 1;
+                match resp.response_type {
+                    Some(ResponseType::ArrowBatch(b)) => {
+                        let reader = arrow_ipc::reader::StreamReader::try_new(
+                            std::io::Cursor::new(b.data.to_vec()),
+                            None,
+                        )
+                        .unwrap();
+                        for batch in reader {
+                            let batch = batch.unwrap();
+                            let col = batch.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+                            out.ids.extend(col.values().iter().copied());
+                        }
+                    }
+                    Some(ResponseType::ResultComplete(_)) => out.complete = true,
+                    _ => {}
+                }
+            }
+            Err(e) => {
+                out.error = Some(e);
+                break;
+            }
+        }
+    }
+    out
+}
+
+fn assert_exact(ids: &[i64], n: i64) {
+    assert_eq!(ids.len() as i64, n, "row count");
+    assert!(ids.iter().copied().eq(0..n), "rows out of order, lost or duplicated");
+}
+
+async fn run(server: &TestServer, end: i64, sleeper: &RecordingSleeper, options: ReattachOptions) -> Outcome {
+    let exec = ReattachableExecution::new(client(server), range_request(end), retrying(sleeper), options).unwrap();
+    drain(exec).await
+}
+
+async fn server(rows_per_batch: u64) -> TestServer {
+    TestServer::builder().rows_per_batch(rows_per_batch).start().await.unwrap()
+}
+
+#[tokio::test]
+async fn clean_run_is_exact_and_releases_all() {
+    let s = server(1000).await;
+    let sleeper = RecordingSleeper::new();
+    let tracker = ReleaseTracker::new();
+    let exec = ReattachableExecution::with_tracker(
+        client(&s),
+        range_request(50_000),
+        retrying(&sleeper),
+        ReattachOptions::default(),
+        tracker.clone(),
+    )
+    .unwrap();
+    let out = drain(exec).await;
+    assert!(out.error.is_none(), "{:?}", out.error);
+    assert_exact(&out.ids, 50_000);
+    assert!(out.complete);
+    assert!(tracker.wait_idle(Duration::from_secs(10)).await);
+    let c = s.calls();
+    assert_eq!((c.execute, c.reattach, c.release_all), (1, 0, 1));
+    assert!(c.release_until >= 1 && c.release_until <= 51, "{c:?}");
+    assert!(s.live_executions().is_empty());
+    assert!(sleeper.sleeps().is_empty());
+}
+
+#[tokio::test]
+async fn graceful_stream_ends_reattach_without_sleep_or_budget() {
+    let s = TestServer::builder()
+        .rows_per_batch(100)
+        .max_responses_per_stream(3)
+        .start()
+        .await
+        .unwrap();
+    let sleeper = RecordingSleeper::new();
+    let out = run(&s, 10_000, &sleeper, ReattachOptions::default()).await;
+    assert!(out.error.is_none(), "{:?}", out.error);
+    assert_exact(&out.ids, 10_000);
+    assert!(s.calls().reattach >= 30, "{:?}", s.calls());
+    assert!(sleeper.sleeps().is_empty());
+    // Every reattach resumed exactly after the last yielded response.
+    assert!(s.reattach_requests().iter().all(|r| r.last_response_id.is_some()));
+}
+
+#[tokio::test]
+async fn unavailable_mid_stream_backs_off_then_reattaches() {
+    let s = server(500).await;
+    s.faults().push(Fault::unavailable().on(Rpc::ExecutePlan).after_responses(4));
+    let sleeper = RecordingSleeper::new();
+    let out = run(&s, 20_000, &sleeper, ReattachOptions::default()).await;
+    assert!(out.error.is_none(), "{:?}", out.error);
+    assert_exact(&out.ids, 20_000);
+    assert_eq!(sleeper.sleeps_ms(), vec![10]);
+    assert_eq!(s.calls().reattach, 1);
+}
+
+#[tokio::test]
+async fn tcp_reset_mid_stream_is_retried_like_unavailable() {
+    let s = server(500).await;
+    s.faults().push(Fault::reset_connection().on(Rpc::ExecutePlan).after_responses(5));
+    s.faults().push(Fault::reset_connection().on(Rpc::ReattachExecute).after_responses(7));
+    let sleeper = RecordingSleeper::new();
+    let out = run(&s, 30_000, &sleeper, ReattachOptions::default()).await;
+    assert!(out.error.is_none(), "{:?}", out.error);
+    assert_exact(&out.ids, 30_000);
+    assert_eq!(sleeper.sleeps().len(), 2);
+    assert!(s.calls().reattach >= 2);
+}
+
+#[tokio::test]
+async fn lost_execute_plan_is_re_sent_after_operation_not_found() {
+    let s = server(1000).await;
+    s.faults().push(Fault::lose_request().on(Rpc::ExecutePlan));
+    let sleeper = RecordingSleeper::new();
+    let out = run(&s, 5_000, &sleeper, ReattachOptions::default()).await;
+    assert!(out.error.is_none(), "{:?}", out.error);
+    assert_exact(&out.ids, 5_000);
+    let c = s.calls();
+    assert_eq!(c.execute, 2, "{c:?}");
+    assert_eq!(c.reattach, 1, "{c:?}");
+    // Re-sent byte-identical.
+    let reqs = s.execute_requests();
+    assert_eq!(reqs.len(), 1, "the lost request was never processed");
+}
+
+#[tokio::test]
+async fn session_not_found_before_any_response_re_executes() {
+    let s = server(1000).await;
+    s.faults().push(Fault::session_not_found().on(Rpc::ExecutePlan));
+    let sleeper = RecordingSleeper::new();
+    let out = run(&s, 3_000, &sleeper, ReattachOptions::default()).await;
+    assert!(out.error.is_none(), "{:?}", out.error);
+    assert_exact(&out.ids, 3_000);
+    assert_eq!((s.calls().execute, s.calls().reattach), (2, 0));
+    assert!(sleeper.sleeps().is_empty());
+}
+
+#[tokio::test]
+async fn operation_not_found_after_responses_fails_clearly() {
+    let s = TestServer::builder()
+        .rows_per_batch(100)
+        .max_responses_per_stream(2)
+        .start()
+        .await
+        .unwrap();
+    s.faults().push(Fault::operation_not_found().on(Rpc::ReattachExecute));
+    let sleeper = RecordingSleeper::new();
+    let out = run(&s, 10_000, &sleeper, ReattachOptions::default()).await;
+    match out.error {
+        Some(ReattachError::ResponseAlreadyReceived { marker, .. }) => {
+            assert_eq!(marker, "INVALID_HANDLE.OPERATION_NOT_FOUND")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(out.ids.len(), 200, "the rows before the failure were delivered once");
+}
+
+#[tokio::test]
+async fn stall_is_detected_by_the_idle_timeout() {
+    let s = server(500).await;
+    s.faults().push(Fault::stall_forever().on(Rpc::ExecutePlan).after_responses(3));
+    let sleeper = RecordingSleeper::new();
+    let options = ReattachOptions {
+        idle_timeout: Some(Duration::from_millis(300)),
+        ..Default::default()
+    };
+    let out = run(&s, 10_000, &sleeper, options).await;
+    assert!(out.error.is_none(), "{:?}", out.error);
+    assert_exact(&out.ids, 10_000);
+    assert_eq!(s.calls().reattach, 1);
+    assert!(sleeper.sleeps().is_empty(), "a stall reattaches at once");
+}
+
+#[tokio::test]
+async fn segment_deadline_reattaches_at_once() {
+    let s = server(500).await;
+    s.faults().push(Fault::stall_forever().on(Rpc::ExecutePlan).after_responses(2));
+    let sleeper = RecordingSleeper::new();
+    let options = ReattachOptions {
+        deadlines: RpcDeadlines {
+            reattachable_execute_plan: Some(Duration::from_millis(400)),
+            ..RpcDeadlines::default()
+        },
+        idle_timeout: None,
+    };
+    let out = run(&s, 5_000, &sleeper, options).await;
+    assert!(out.error.is_none(), "{:?}", out.error);
+    assert_exact(&out.ids, 5_000);
+    assert_eq!(s.calls().reattach, 1);
+}
+
+#[tokio::test]
+async fn budget_resets_after_progress_and_exhausts_without_it() {
+    let s = TestServer::builder()
+        .rows_per_batch(100)
+        .max_responses_per_stream(1)
+        .start()
+        .await
+        .unwrap();
+    // 3 failures, progress, 3 failures: fine with a 3-retry budget.
+    s.faults().push(Fault::unavailable().on(Rpc::ReattachExecute).times(3));
+    let sleeper = RecordingSleeper::new();
+    let exec = ReattachableExecution::new(client(&s), range_request(1_000), retrying(&sleeper), ReattachOptions::default()).unwrap();
+    let mut exec = exec;
+    let first = exec.next().await.unwrap().unwrap();
+    assert!(first.response_id.len() > 10);
+    let second = exec.next().await.unwrap();
+    assert!(second.is_ok(), "{second:?}");
+    s.faults().push(Fault::unavailable().on(Rpc::ReattachExecute).times(3));
+    let rest = drain(exec).await;
+    assert!(rest.error.is_none(), "{:?}", rest.error);
+    assert_eq!(sleeper.sleeps().len(), 6);
+
+    // Four in a row: exhausted, the UNAVAILABLE is returned, release_all sent.
+    let s = TestServer::builder().rows_per_batch(100).start().await.unwrap();
+    s.faults().push(Fault::unavailable().on(Rpc::ExecutePlan));
+    s.faults().push(Fault::unavailable().on(Rpc::ReattachExecute).times(3));
+    let sleeper = RecordingSleeper::new();
+    let out = run(&s, 1_000, &sleeper, ReattachOptions::default()).await;
+    match out.error {
+        Some(ReattachError::Status(st)) => assert_eq!(st.code(), Code::Unavailable),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(sleeper.sleeps().len(), 3);
+    assert_eq!((s.calls().execute, s.calls().reattach), (1, 3));
+}
+
+#[tokio::test]
+async fn non_base64_status_details_is_a_clear_error_not_a_panic() {
+    let s = server(100).await;
+    s.faults().push(Fault::bad_status_details().on(Rpc::ExecutePlan).after_responses(2));
+    let sleeper = RecordingSleeper::new();
+    let out = run(&s, 1_000, &sleeper, ReattachOptions::default()).await;
+    match out.error {
+        Some(ReattachError::Status(st)) => {
+            assert_eq!(st.code(), Code::Internal);
+            assert!(st.message().contains("not base64"), "{}", st.message());
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(sleeper.sleeps().is_empty(), "not retried");
+}
+
+#[tokio::test]
+async fn dropping_early_releases_the_execution() {
+    let s = TestServer::builder()
+        .rows_per_batch(100)
+        .batch_delay(Duration::from_millis(5))
+        .start()
+        .await
+        .unwrap();
+    let tracker = ReleaseTracker::new();
+    let sleeper = RecordingSleeper::new();
+    let mut exec = ReattachableExecution::with_tracker(
+        client(&s),
+        range_request(100_000),
+        retrying(&sleeper),
+        ReattachOptions::default(),
+        tracker.clone(),
+    )
+    .unwrap();
+    exec.next().await.unwrap().unwrap();
+    let op = exec.operation_id().to_owned();
+    drop(exec);
+    assert!(tracker.wait_idle(Duration::from_secs(10)).await);
+    assert_eq!(s.calls().release_all, 1);
+    assert!(!s.live_executions().contains(&op));
+}
+
+#[tokio::test]
+async fn custom_operation_id_on_every_rpc() {
+    let s = TestServer::builder()
+        .rows_per_batch(100)
+        .max_responses_per_stream(2)
+        .start()
+        .await
+        .unwrap();
+    let id = "10a4c38e-7e87-40ee-9d6f-60ff0751e63b";
+    let mut req = range_request(1_000);
+    req.operation_id = Some(id.into());
+    let tracker = ReleaseTracker::new();
+    let sleeper = RecordingSleeper::new();
+    let exec = ReattachableExecution::with_tracker(client(&s), req, retrying(&sleeper), ReattachOptions::default(), tracker.clone()).unwrap();
+    let out = drain(exec).await;
+    assert!(out.error.is_none());
+    assert!(tracker.wait_idle(Duration::from_secs(10)).await);
+    assert!(s.execute_requests().iter().all(|r| r.operation_id.as_deref() == Some(id)));
+    assert!(s.reattach_requests().iter().all(|r| r.operation_id == id));
+    assert!(s.release_requests().iter().all(|r| r.operation_id == id));
+}

@@ -1,0 +1,208 @@
+//! `SparkSession` against the embedded Spark Connect server.
+#![cfg(feature = "testing")]
+
+use std::time::Duration;
+
+use arrow_array::{Array, Int64Array, RecordBatch};
+use spark_connect_retry::policy::RetryPolicy;
+use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
+use spark_connect_retry::session::{SparkError, SparkSession};
+use spark_connect_retry::testing::{Fault, Rpc, TestServer};
+use tokio_stream::StreamExt;
+
+fn fast_retrying(sleeper: &RecordingSleeper) -> Retrying {
+    Retrying::new(vec![RetryPolicy::builder().jitter_ms(0.0).build().unwrap()])
+        .with_sleeper(sleeper.clone())
+        .with_seed(9)
+}
+
+fn session(server: &TestServer, sleeper: &RecordingSleeper) -> SparkSession {
+    SparkSession::builder()
+        .remote(server.remote())
+        .retrying(fast_retrying(sleeper))
+        .build()
+        .unwrap()
+}
+
+fn column(batches: &[RecordBatch], name: &str) -> Vec<i64> {
+    batches
+        .iter()
+        .flat_map(|b| {
+            let col = b.column_by_name(name).expect("column");
+            let col = col.as_any().downcast_ref::<Int64Array>().unwrap();
+            assert_eq!(col.null_count(), 0);
+            col.values().to_vec()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn sql_through_every_kind_of_fault_is_exact() {
+    let s = TestServer::builder()
+        .rows_per_batch(1000)
+        .max_responses_per_stream(7)
+        .start()
+        .await
+        .unwrap();
+    s.faults()
+        .push(Fault::unavailable().on(Rpc::ExecutePlan).after_responses(3))
+        .push(Fault::reset_connection().on(Rpc::ReattachExecute).after_responses(2))
+        .push(
+            Fault::status(tonic::Code::ResourceExhausted, "slow down")
+                .with_retry_info(Duration::from_millis(700))
+                .on(Rpc::ReattachExecute),
+        )
+        .push(Fault::spark(spark_connect_retry::testing::SparkError::cursor_disconnected()).on(Rpc::ReattachExecute).after_responses(1));
+    let sleeper = RecordingSleeper::new();
+    let spark = session(&s, &sleeper);
+    let batches = spark
+        .sql("SELECT id, id*2 AS x FROM range(100000)")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    let ids = column(&batches, "id");
+    let xs = column(&batches, "x");
+    assert!(ids.iter().copied().eq(0..100_000));
+    assert!(xs.iter().copied().eq((0..100_000).map(|i| i * 2)));
+    // The RetryInfo floor was honoured.
+    assert!(sleeper.sleeps_ms().contains(&700), "{:?}", sleeper.sleeps_ms());
+    assert!(spark.close().await);
+    assert_eq!(s.calls().release_all, 1);
+}
+
+#[tokio::test]
+async fn range_as_a_stream() {
+    let s = TestServer::builder().rows_per_batch(333).start().await.unwrap();
+    let spark = session(&s, &RecordingSleeper::new());
+    let mut stream = spark.range(10, 2010, 2).unwrap();
+    let mut got = vec![];
+    while let Some(b) = stream.next().await {
+        got.extend(column(&[b.unwrap()], "id"));
+    }
+    assert!(got.iter().copied().eq((10..2010).step_by(2)));
+}
+
+#[tokio::test]
+async fn config_round_trip_and_version() {
+    let s = TestServer::start().await.unwrap();
+    let spark = session(&s, &RecordingSleeper::new());
+    spark
+        .config_set(&[("spark.sql.shuffle.partitions", "7"), ("my.key", "v")])
+        .await
+        .unwrap();
+    assert_eq!(
+        spark.config_get(&["spark.sql.shuffle.partitions", "my.key", "missing.key"]).await.unwrap(),
+        vec![Some("7".into()), Some("v".into()), None]
+    );
+    spark.config_unset(&["my.key"]).await.unwrap();
+    assert_eq!(spark.config_get(&["my.key"]).await.unwrap(), vec![None]);
+    assert_eq!(spark.spark_version().await.unwrap(), "4.3.0");
+    assert_eq!(spark.server_side_session_id(), Some(s.server_side_session_id()));
+}
+
+#[tokio::test]
+async fn unary_rpcs_are_retried_under_the_policy() {
+    let s = TestServer::start().await.unwrap();
+    s.faults().push(Fault::unavailable().on(Rpc::Config).times(2));
+    s.faults().push(Fault::reset_connection().on(Rpc::AnalyzePlan));
+    let sleeper = RecordingSleeper::new();
+    let spark = session(&s, &sleeper);
+    spark.config_set(&[("a", "b")]).await.unwrap();
+    assert_eq!(spark.spark_version().await.unwrap(), "4.3.0");
+    assert_eq!(sleeper.sleeps_ms(), vec![50, 200, 50]);
+}
+
+#[tokio::test]
+async fn server_side_session_change_closes_the_session() {
+    let s = TestServer::start().await.unwrap();
+    let spark = session(&s, &RecordingSleeper::new());
+    spark.spark_version().await.unwrap();
+    s.rotate_server_side_session_id();
+    let err = spark.spark_version().await.unwrap_err();
+    assert_eq!(err.error_class(), Some("INVALID_HANDLE.SESSION_CHANGED"), "{err}");
+    assert!(spark.is_closed());
+    assert!(matches!(spark.range(0, 1, 1), Err(SparkError::SessionClosed)));
+}
+
+#[tokio::test]
+async fn token_is_sent_and_never_shown() {
+    let s = TestServer::builder().required_token("s3cr3t-t0ken").start().await.unwrap();
+    let url = format!("{};token=s3cr3t-t0ken", s.remote().replace("127.0.0.1", "localhost"));
+    let spark = SparkSession::builder()
+        .remote(url)
+        .retrying(fast_retrying(&RecordingSleeper::new()))
+        .build()
+        .unwrap();
+    assert_eq!(spark.spark_version().await.unwrap(), "4.3.0");
+    let md = s.last_metadata(Rpc::AnalyzePlan).unwrap();
+    assert_eq!(md.get("authorization").unwrap(), "Bearer s3cr3t-t0ken");
+    assert!(!format!("{spark:?}").contains("s3cr3t"));
+    // A wrong token: UNAUTHENTICATED, not retried, and not echoed.
+    let sleeper = RecordingSleeper::new();
+    let url = format!("{};token=wrong-token", s.remote().replace("127.0.0.1", "localhost"));
+    let bad = SparkSession::builder().remote(url).retrying(fast_retrying(&sleeper)).build().unwrap();
+    let err = bad.spark_version().await.unwrap_err();
+    assert_eq!(err.server_error().unwrap().code(), tonic::Code::Unauthenticated);
+    assert!(!err.to_string().contains("wrong-token") && !format!("{err:?}").contains("wrong-token"));
+    assert!(sleeper.sleeps().is_empty());
+}
+
+#[tokio::test]
+async fn bad_sql_surfaces_class_sqlstate_and_details_once() {
+    let s = TestServer::start().await.unwrap();
+    let spark = session(&s, &RecordingSleeper::new());
+    let err = match spark.sql("SELEC oops").await {
+        Ok(stream) => stream.collect().await.unwrap_err(),
+        Err(e) => e,
+    };
+    let server = err.server_error().expect("a server error");
+    assert_eq!(server.error_class(), Some("PARSE_SYNTAX_ERROR"));
+    assert_eq!(server.sql_state(), Some("42601"));
+    assert!(server.operation_id().is_some());
+    assert_eq!(s.calls().fetch_error_details, 1);
+    assert!(server.details().is_some(), "FetchErrorDetails enriched the error");
+}
+
+#[tokio::test]
+async fn interrupt_all_cancels_a_running_query() {
+    let s = TestServer::builder()
+        .rows_per_batch(10)
+        .batch_delay(Duration::from_millis(20))
+        .start()
+        .await
+        .unwrap();
+    let spark = session(&s, &RecordingSleeper::new());
+    let mut stream = spark.range(0, 1_000_000, 1).unwrap();
+    stream.next_batch().await.unwrap().unwrap();
+    let ids = spark.interrupt_all().await.unwrap();
+    assert_eq!(ids, vec![stream.operation_id().to_owned()]);
+    let mut err = None;
+    while let Some(b) = stream.next_batch().await {
+        if let Err(e) = b {
+            err = Some(e);
+            break;
+        }
+    }
+    assert_eq!(err.expect("cancelled").error_class(), Some("OPERATION_CANCELED"));
+}
+
+#[tokio::test]
+async fn release_session_then_calls_fail_closed() {
+    let s = TestServer::start().await.unwrap();
+    let spark = session(&s, &RecordingSleeper::new());
+    spark.spark_version().await.unwrap();
+    spark.release_session().await.unwrap();
+    spark.release_session().await.unwrap();
+    assert_eq!(s.calls().release_session, 1);
+    assert!(matches!(spark.config_get(&["a"]).await, Err(SparkError::SessionClosed)));
+}
+
+#[tokio::test]
+async fn invalid_connection_strings_are_typed_errors() {
+    for bad in ["http://host", "sc://host/path", "sc://host:123/;token=", "sc://host:-4"] {
+        let e = SparkSession::builder().remote(bad).build().unwrap_err();
+        assert!(matches!(e, SparkError::ConnectionString(_)), "{bad}: {e:?}");
+    }
+}
