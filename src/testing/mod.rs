@@ -1,1 +1,117 @@
-//! testing
+//! Test tools (cargo feature `testing`): an embedded Spark Connect server
+//! with a fault script.
+//!
+//! [`TestServer`] listens on `127.0.0.1` with an ephemeral port and imitates
+//! the parts of the real Spark Connect server (4.3) that matter for retries
+//! and reattachable executions:
+//!
+//! * **Sessions** keyed by `session_id` (must be a UUID), one fixed random
+//!   `server_side_session_id` per server ([`TestServer::rotate_server_side_session_id`],
+//!   [`TestServer::simulate_restart`]). A request whose
+//!   `client_observed_server_side_session_id` differs fails with
+//!   `INVALID_HANDLE.SESSION_CHANGED`; after `ReleaseSession`, RPCs on that
+//!   session fail with `INVALID_HANDLE.SESSION_CLOSED`.
+//! * **ExecutePlan** runs the plan in a background task, independently of
+//!   the attached stream. Each response gets a fresh UUID `response_id`.
+//!   With `reattach_options.reattachable = true` the responses are buffered,
+//!   the execution ends with `ResultComplete`, and:
+//!   * **ReattachExecute** resumes after `last_response_id` (absent: from the
+//!     start); a new attach preempts the previous stream, which ends with
+//!     `INVALID_CURSOR.DISCONNECTED`;
+//!   * the retry buffer keeps the current response plus ≥
+//!     [`retry_buffer_bytes`](TestServerBuilder::retry_buffer_bytes) of
+//!     earlier ones; resuming from an evicted one fails with
+//!     `INVALID_CURSOR.POSITION_NOT_AVAILABLE`;
+//!   * **ReleaseExecute** `release_until` evicts up to an id, `release_all`
+//!     removes (and cancels) the execution; an unknown operation is a no-op
+//!     success with `operation_id` unset;
+//!   * streams end **gracefully** (OK, no `ResultComplete`) after
+//!     [`max_responses_per_stream`](TestServerBuilder::max_responses_per_stream),
+//!     [`max_bytes_per_stream`](TestServerBuilder::max_bytes_per_stream) or
+//!     [`max_stream_duration`](TestServerBuilder::max_stream_duration).
+//! * **Plans**: `Range` and SQL (`Relation.sql`, or `Command.sql_command`,
+//!   answered with a `SqlCommandResult`) in a tiny grammar, case-insensitive:
+//!   `SELECT 1`, `SELECT * FROM range(..)`, `SELECT id FROM range(..)`,
+//!   `SELECT id, id*2 AS x FROM range(..)` with `range(end)`,
+//!   `range(start, end)` or `range(start, end, step)`. Results are real Arrow
+//!   IPC streams (one schema plus one batch per `ArrowBatch`, column `id`
+//!   Int64 not null), with `row_count` and `start_offset`. Other SQL fails
+//!   with `PARSE_SYNTAX_ERROR` (SQLSTATE 42601).
+//! * **Errors** are encoded like Spark's: gRPC `INTERNAL`, message
+//!   `[ERROR.CLASS] text SQLSTATE: xxxxx`, and a `google.rpc.ErrorInfo`
+//!   (see [`SparkError`]) with an `errorId` that **FetchErrorDetails** serves
+//!   once.
+//! * **Config** (set/get/get_with_default/get_option/get_all/unset),
+//!   **AnalyzePlan** (`spark_version` → `"4.3.0"`, `schema` → an empty
+//!   `DataType`), **Interrupt** (all, by tag, by operation id; running
+//!   executions end with `OPERATION_CANCELED`), **ReleaseSession**. The other
+//!   RPCs answer `UNIMPLEMENTED`.
+//! * Optional **auth** ([`required_token`](TestServerBuilder::required_token)):
+//!   every RPC then needs `authorization: Bearer <token>`.
+//! * **Observability**: [`calls`](TestServer::calls),
+//!   [`live_executions`](TestServer::live_executions), the metadata of every
+//!   call ([`recorded_calls`](TestServer::recorded_calls)) and the
+//!   ExecutePlan / ReattachExecute / ReleaseExecute requests.
+//!
+//! The [fault script](faults) injects failures: statuses (with `RetryInfo`
+//! or Spark's encoding), mid-stream errors, real TCP resets, lost requests,
+//! stalls, and an undecodable `grpc-status-details-bin`.
+//!
+//! # Example
+//!
+//! ```
+//! use spark_connect_retry::proto::{
+//!     self, spark_connect_service_client::SparkConnectServiceClient,
+//! };
+//! use spark_connect_retry::testing::{Fault, Rpc, TestServer};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let server = TestServer::builder().rows_per_batch(4).start().await?;
+//! // The first ExecutePlan fails with UNAVAILABLE.
+//! server.faults().push(Fault::unavailable().on(Rpc::ExecutePlan));
+//!
+//! let mut client = SparkConnectServiceClient::connect(server.endpoint()).await?;
+//! let request = proto::ExecutePlanRequest {
+//!     session_id: "00112233-4455-6677-8899-aabbccddeeff".into(),
+//!     plan: Some(proto::Plan {
+//!         op_type: Some(proto::plan::OpType::Root(proto::Relation {
+//!             common: None,
+//!             rel_type: Some(proto::relation::RelType::Range(proto::Range {
+//!                 start: None,
+//!                 end: 10,
+//!                 step: 1,
+//!                 num_partitions: None,
+//!             })),
+//!         })),
+//!     }),
+//!     ..Default::default()
+//! };
+//! let err = client.execute_plan(request.clone()).await.unwrap_err();
+//! assert_eq!(err.code(), tonic::Code::Unavailable);
+//!
+//! let mut stream = client.execute_plan(request).await?.into_inner();
+//! let mut rows = 0;
+//! while let Some(resp) = stream.message().await? {
+//!     if let Some(proto::execute_plan_response::ResponseType::ArrowBatch(b)) =
+//!         resp.response_type
+//!     {
+//!         rows += b.row_count;
+//!     }
+//! }
+//! assert_eq!(rows, 10);
+//! assert_eq!(server.calls().execute, 2);
+//! server.shutdown().await;
+//! # Ok(())
+//! # }
+//! ```
+
+mod conn;
+pub mod error;
+pub mod faults;
+mod plan;
+pub mod server;
+
+pub use error::SparkError;
+pub use faults::{BAD_STATUS_DETAILS, Fault, FaultScript, Rpc};
+pub use server::{CallCounts, RecordedCall, TestServer, TestServerBuilder};

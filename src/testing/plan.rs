@@ -1,0 +1,368 @@
+//! The plans the test server understands: `Range`, and a tiny SQL grammar
+//! over `range(...)`. Results are real Arrow IPC streams.
+
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, Int32Array, Int64Array, RecordBatch};
+use arrow_ipc::writer::StreamWriter;
+use arrow_schema::{DataType, Field, Schema};
+
+use super::error::SparkError;
+use crate::proto::{Plan, Relation, command, plan, relation};
+
+/// The columns a query returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Columns {
+    /// `id` Int64 not null.
+    Id,
+    /// `id` Int64, `x` = `id * 2` Int64, both not null.
+    IdAndDouble,
+    /// A single column named `1`, Int32 not null, one row (`SELECT 1`).
+    One,
+}
+
+/// A query producing rows: `start, start+step, ...` below `end` (for
+/// [`Columns::One`] the range is `0..1` and unused).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Query {
+    pub(crate) start: i64,
+    pub(crate) end: i64,
+    pub(crate) step: i64,
+    pub(crate) columns: Columns,
+}
+
+/// What an ExecutePlan produces.
+#[derive(Debug, Clone)]
+pub(crate) enum Work {
+    /// Arrow batches of a query.
+    Rows(Query),
+    /// A `SqlCommandResult` echoing this relation (`spark.sql(...)`).
+    SqlCommand(Relation),
+}
+
+fn unsupported(what: &str) -> SparkError {
+    SparkError::java(
+        "java.lang.UnsupportedOperationException",
+        format!("The spark-connect-retry test server does not implement {what}."),
+    )
+}
+
+/// Maps a plan to the work it asks for, or to the error Spark would raise.
+pub(crate) fn parse_plan(plan: Option<&Plan>) -> Result<Work, SparkError> {
+    match plan.and_then(|p| p.op_type.as_ref()) {
+        Some(plan::OpType::Root(rel)) => Ok(Work::Rows(parse_relation(rel)?)),
+        Some(plan::OpType::Command(cmd)) => match &cmd.command_type {
+            Some(command::CommandType::SqlCommand(sql)) => match &sql.input {
+                Some(
+                    rel @ Relation {
+                        rel_type: Some(relation::RelType::Sql(s)),
+                        ..
+                    },
+                ) => {
+                    // Spark analyses the query eagerly, so a bad query
+                    // fails the command.
+                    parse_sql(&s.query)?;
+                    Ok(Work::SqlCommand(rel.clone()))
+                }
+                _ => Err(unsupported(
+                    "a SqlCommand whose input is not a SQL relation",
+                )),
+            },
+            None => Err(unsupported("this command")),
+        },
+        None => Err(SparkError::java(
+            "java.lang.IllegalArgumentException",
+            "requirement failed: the plan is empty",
+        )),
+    }
+}
+
+fn parse_relation(rel: &Relation) -> Result<Query, SparkError> {
+    match &rel.rel_type {
+        Some(relation::RelType::Range(r)) => range(r.start.unwrap_or(0), r.end, r.step),
+        Some(relation::RelType::Sql(s)) => parse_sql(&s.query),
+        None => Err(unsupported("this relation")),
+    }
+}
+
+/// `step == 0` is rejected like Spark's `Range` does. A proto3 `step` of 0
+/// also means "unset", which Spark clients never send; PySpark sends 1.
+fn range(start: i64, end: i64, step: i64) -> Result<Query, SparkError> {
+    if step == 0 {
+        return Err(SparkError::java(
+            "java.lang.IllegalArgumentException",
+            "requirement failed: step (0) cannot be 0",
+        ));
+    }
+    Ok(Query {
+        start,
+        end,
+        step,
+        columns: Columns::Id,
+    })
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Tok {
+    Word(String),
+    Num(i64),
+    Sym(char),
+}
+
+impl Tok {
+    fn shown(&self) -> String {
+        match self {
+            Tok::Word(w) => format!("'{w}'"),
+            Tok::Num(n) => format!("'{n}'"),
+            Tok::Sym(c) => format!("'{c}'"),
+        }
+    }
+}
+
+fn tokenize(q: &str) -> Result<Vec<Tok>, SparkError> {
+    let mut toks = Vec::new();
+    let mut chars = q.chars().peekable();
+    while let Some(&c) = chars.peek() {
+        if c.is_whitespace() {
+            chars.next();
+        } else if c.is_ascii_alphabetic() || c == '_' {
+            let mut w = String::new();
+            while let Some(&c) = chars.peek() {
+                if c.is_ascii_alphanumeric() || c == '_' {
+                    w.push(c.to_ascii_lowercase());
+                    chars.next();
+                } else {
+                    break;
+                }
+            }
+            toks.push(Tok::Word(w));
+        } else if c.is_ascii_digit() {
+            let mut n = String::new();
+            while let Some(&c) = chars.peek() {
+                if c.is_ascii_digit() {
+                    n.push(c);
+                    chars.next();
+                } else {
+                    break;
+                }
+            }
+            let v = n
+                .parse::<i64>()
+                .map_err(|_| SparkError::parse_syntax_error(&format!("'{n}'")))?;
+            toks.push(Tok::Num(v));
+        } else if "(),*;-".contains(c) {
+            toks.push(Tok::Sym(c));
+            chars.next();
+        } else {
+            return Err(SparkError::parse_syntax_error(&format!("'{c}'")));
+        }
+    }
+    // A trailing semicolon is allowed, as in spark.sql.
+    if toks.last() == Some(&Tok::Sym(';')) {
+        toks.pop();
+    }
+    Ok(toks)
+}
+
+struct Parser {
+    toks: Vec<Tok>,
+    pos: usize,
+}
+
+impl Parser {
+    fn error(&self) -> SparkError {
+        match self.toks.get(self.pos) {
+            Some(t) => SparkError::parse_syntax_error(&t.shown()),
+            None => SparkError::parse_syntax_error("end of input"),
+        }
+    }
+
+    fn eat(&mut self, t: &Tok) -> bool {
+        if self.toks.get(self.pos) == Some(t) {
+            self.pos += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn expect(&mut self, t: Tok) -> Result<(), SparkError> {
+        if self.eat(&t) {
+            Ok(())
+        } else {
+            Err(self.error())
+        }
+    }
+
+    fn word(&mut self, w: &str) -> Result<(), SparkError> {
+        self.expect(Tok::Word(w.to_owned()))
+    }
+
+    fn number(&mut self) -> Result<i64, SparkError> {
+        let neg = self.eat(&Tok::Sym('-'));
+        match self.toks.get(self.pos) {
+            Some(Tok::Num(n)) => {
+                self.pos += 1;
+                Ok(if neg { -n } else { *n })
+            }
+            _ => Err(self.error()),
+        }
+    }
+
+    fn at_end(&self) -> bool {
+        self.pos == self.toks.len()
+    }
+}
+
+/// Parses the supported SQL (case-insensitive):
+/// `SELECT 1`, `SELECT * FROM range(..)`, `SELECT id FROM range(..)`,
+/// `SELECT id, id*2 AS x FROM range(..)`, where `range(..)` is `range(end)`,
+/// `range(start, end)` or `range(start, end, step)`.
+pub(crate) fn parse_sql(q: &str) -> Result<Query, SparkError> {
+    let mut p = Parser {
+        toks: tokenize(q)?,
+        pos: 0,
+    };
+    p.word("select")?;
+    if p.eat(&Tok::Num(1)) {
+        if !p.at_end() {
+            return Err(p.error());
+        }
+        return Ok(Query {
+            start: 0,
+            end: 1,
+            step: 1,
+            columns: Columns::One,
+        });
+    }
+    let columns = if p.eat(&Tok::Sym('*')) {
+        Columns::Id
+    } else {
+        p.word("id")?;
+        if p.eat(&Tok::Sym(',')) {
+            p.word("id")?;
+            p.expect(Tok::Sym('*'))?;
+            p.expect(Tok::Num(2))?;
+            p.word("as")?;
+            p.word("x")?;
+            Columns::IdAndDouble
+        } else {
+            Columns::Id
+        }
+    };
+    p.word("from")?;
+    p.word("range")?;
+    p.expect(Tok::Sym('('))?;
+    let mut args = vec![p.number()?];
+    while p.eat(&Tok::Sym(',')) && args.len() < 3 {
+        args.push(p.number()?);
+    }
+    p.expect(Tok::Sym(')'))?;
+    if !p.at_end() {
+        return Err(p.error());
+    }
+    let (start, end, step) = match args[..] {
+        [end] => (0, end, 1),
+        [start, end] => (start, end, 1),
+        [start, end, step] => (start, end, step),
+        _ => return Err(p.error()),
+    };
+    let mut query = range(start, end, step)?;
+    query.columns = columns;
+    Ok(query)
+}
+
+impl Query {
+    /// The number of rows, computed without overflow.
+    pub(crate) fn row_count(&self) -> u64 {
+        if self.columns == Columns::One {
+            return 1;
+        }
+        let (start, end, step) = (
+            i128::from(self.start),
+            i128::from(self.end),
+            i128::from(self.step),
+        );
+        let span = if step > 0 { end - start } else { start - end };
+        if span <= 0 {
+            return 0;
+        }
+        let n = (span + step.abs() - 1) / step.abs();
+        u64::try_from(n).unwrap_or(u64::MAX)
+    }
+
+    fn schema(&self) -> Arc<Schema> {
+        let fields = match self.columns {
+            Columns::Id => vec![Field::new("id", DataType::Int64, false)],
+            Columns::IdAndDouble => vec![
+                Field::new("id", DataType::Int64, false),
+                Field::new("x", DataType::Int64, false),
+            ],
+            Columns::One => vec![Field::new("1", DataType::Int32, false)],
+        };
+        Arc::new(Schema::new(fields))
+    }
+
+    /// One Arrow IPC stream (schema + one record batch) holding rows
+    /// `first .. first + len`.
+    pub(crate) fn ipc_batch(&self, first: u64, len: u64) -> Result<Vec<u8>, SparkError> {
+        let schema = self.schema();
+        let columns: Vec<ArrayRef> = match self.columns {
+            Columns::One => vec![Arc::new(Int32Array::from(vec![1; len as usize]))],
+            Columns::Id | Columns::IdAndDouble => {
+                // Values stay inside [start, end), so they fit i64; the
+                // i128 math only guards the intermediate product.
+                let ids: Vec<i64> = (first..first + len)
+                    .map(|i| {
+                        (i128::from(self.start) + i128::from(i) * i128::from(self.step)) as i64
+                    })
+                    .collect();
+                let mut cols: Vec<ArrayRef> = vec![Arc::new(Int64Array::from(ids.clone()))];
+                if self.columns == Columns::IdAndDouble {
+                    let x: Vec<i64> = ids.iter().map(|v| v.wrapping_mul(2)).collect();
+                    cols.push(Arc::new(Int64Array::from(x)));
+                }
+                cols
+            }
+        };
+        let internal = |e: arrow_schema::ArrowError| {
+            SparkError::java("java.lang.IllegalStateException", format!("arrow: {e}"))
+        };
+        let batch = RecordBatch::try_new(schema.clone(), columns).map_err(internal)?;
+        let mut writer = StreamWriter::try_new(Vec::new(), &schema).map_err(internal)?;
+        writer.write(&batch).map_err(internal)?;
+        writer.finish().map_err(internal)?;
+        writer.into_inner().map_err(internal)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grammar() {
+        let q = parse_sql("select * from RANGE(10)").unwrap();
+        assert_eq!((q.start, q.end, q.step, q.columns), (0, 10, 1, Columns::Id));
+        let q = parse_sql("SELECT id, id * 2 AS x FROM range(3, 9);").unwrap();
+        assert_eq!((q.start, q.end, q.columns), (3, 9, Columns::IdAndDouble));
+        assert_eq!(parse_sql("SELECT 1").unwrap().columns, Columns::One);
+        let e = parse_sql("SELEC 1").unwrap_err();
+        assert_eq!(e.error_class.as_deref(), Some("PARSE_SYNTAX_ERROR"));
+        assert_eq!(e.message_parameters["error"], "'selec'");
+        let e = parse_sql("SELECT id FROM range(").unwrap_err();
+        assert_eq!(e.message_parameters["error"], "end of input");
+        assert!(parse_sql("SELECT id FROM range(99999999999999999999)").is_err());
+    }
+
+    #[test]
+    fn row_counts() {
+        let r = |s, e, st| range(s, e, st).unwrap().row_count();
+        assert_eq!(r(0, 10, 1), 10);
+        assert_eq!(r(0, 10, 3), 4);
+        assert_eq!(r(10, 0, -3), 4);
+        assert_eq!(r(5, 5, 1), 0);
+        assert_eq!(r(i64::MIN, i64::MAX, 1), u64::MAX);
+        assert!(range(0, 1, 0).is_err());
+    }
+}
