@@ -32,8 +32,7 @@ struct Args {
     sql: String,
 }
 
-const USAGE: &str =
-    "usage: query [--remote URL] [--format table|csv|summary] [--stats] \"SQL\"";
+const USAGE: &str = "usage: query [--remote URL] [--format table|csv|summary] [--stats] \"SQL\"";
 
 fn parse_args() -> Result<Args, String> {
     let mut args = std::env::args().skip(1);

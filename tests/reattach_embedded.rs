@@ -9,7 +9,9 @@ use spark_connect_retry::deadlines::RpcDeadlines;
 use spark_connect_retry::policy::RetryPolicy;
 use spark_connect_retry::proto::execute_plan_response::ResponseType;
 use spark_connect_retry::proto::{self, ExecutePlanRequest, Plan, Relation};
-use spark_connect_retry::reattach::{ReattachError, ReattachOptions, ReattachableExecution, ReleaseTracker};
+use spark_connect_retry::reattach::{
+    ReattachError, ReattachOptions, ReattachableExecution, ReleaseTracker,
+};
 use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
 use spark_connect_retry::testing::{Fault, Rpc, TestServer};
 use spark_connect_retry::transport::{SparkClient, spark_client};
@@ -53,7 +55,9 @@ fn retrying(sleeper: &RecordingSleeper) -> Retrying {
         .jitter_ms(0.0)
         .build()
         .unwrap();
-    Retrying::new(vec![p]).with_sleeper(sleeper.clone()).with_seed(5)
+    Retrying::new(vec![p])
+        .with_sleeper(sleeper.clone())
+        .with_seed(5)
 }
 
 struct Outcome {
@@ -86,7 +90,11 @@ async fn drain(mut exec: ReattachableExecution) -> Outcome {
                         .unwrap();
                         for batch in reader {
                             let batch = batch.unwrap();
-                            let col = batch.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+                            let col = batch
+                                .column(0)
+                                .as_any()
+                                .downcast_ref::<Int64Array>()
+                                .unwrap();
                             out.ids.extend(col.values().iter().copied());
                         }
                     }
@@ -105,16 +113,34 @@ async fn drain(mut exec: ReattachableExecution) -> Outcome {
 
 fn assert_exact(ids: &[i64], n: i64) {
     assert_eq!(ids.len() as i64, n, "row count");
-    assert!(ids.iter().copied().eq(0..n), "rows out of order, lost or duplicated");
+    assert!(
+        ids.iter().copied().eq(0..n),
+        "rows out of order, lost or duplicated"
+    );
 }
 
-async fn run(server: &TestServer, end: i64, sleeper: &RecordingSleeper, options: ReattachOptions) -> Outcome {
-    let exec = ReattachableExecution::new(client(server), range_request(end), retrying(sleeper), options).unwrap();
+async fn run(
+    server: &TestServer,
+    end: i64,
+    sleeper: &RecordingSleeper,
+    options: ReattachOptions,
+) -> Outcome {
+    let exec = ReattachableExecution::new(
+        client(server),
+        range_request(end),
+        retrying(sleeper),
+        options,
+    )
+    .unwrap();
     drain(exec).await
 }
 
 async fn server(rows_per_batch: u64) -> TestServer {
-    TestServer::builder().rows_per_batch(rows_per_batch).start().await.unwrap()
+    TestServer::builder()
+        .rows_per_batch(rows_per_batch)
+        .start()
+        .await
+        .unwrap()
 }
 
 #[tokio::test]
@@ -157,13 +183,18 @@ async fn graceful_stream_ends_reattach_without_sleep_or_budget() {
     assert!(s.calls().reattach >= 30, "{:?}", s.calls());
     assert!(sleeper.sleeps().is_empty());
     // Every reattach resumed exactly after the last yielded response.
-    assert!(s.reattach_requests().iter().all(|r| r.last_response_id.is_some()));
+    assert!(
+        s.reattach_requests()
+            .iter()
+            .all(|r| r.last_response_id.is_some())
+    );
 }
 
 #[tokio::test]
 async fn unavailable_mid_stream_backs_off_then_reattaches() {
     let s = server(500).await;
-    s.faults().push(Fault::unavailable().on(Rpc::ExecutePlan).after_responses(4));
+    s.faults()
+        .push(Fault::unavailable().on(Rpc::ExecutePlan).after_responses(4));
     let sleeper = RecordingSleeper::new();
     let out = run(&s, 20_000, &sleeper, ReattachOptions::default()).await;
     assert!(out.error.is_none(), "{:?}", out.error);
@@ -175,8 +206,16 @@ async fn unavailable_mid_stream_backs_off_then_reattaches() {
 #[tokio::test]
 async fn tcp_reset_mid_stream_is_retried_like_unavailable() {
     let s = server(500).await;
-    s.faults().push(Fault::reset_connection().on(Rpc::ExecutePlan).after_responses(5));
-    s.faults().push(Fault::reset_connection().on(Rpc::ReattachExecute).after_responses(7));
+    s.faults().push(
+        Fault::reset_connection()
+            .on(Rpc::ExecutePlan)
+            .after_responses(5),
+    );
+    s.faults().push(
+        Fault::reset_connection()
+            .on(Rpc::ReattachExecute)
+            .after_responses(7),
+    );
     let sleeper = RecordingSleeper::new();
     let out = run(&s, 30_000, &sleeper, ReattachOptions::default()).await;
     assert!(out.error.is_none(), "{:?}", out.error);
@@ -204,7 +243,8 @@ async fn lost_execute_plan_is_re_sent_after_operation_not_found() {
 #[tokio::test]
 async fn session_not_found_before_any_response_re_executes() {
     let s = server(1000).await;
-    s.faults().push(Fault::session_not_found().on(Rpc::ExecutePlan));
+    s.faults()
+        .push(Fault::session_not_found().on(Rpc::ExecutePlan));
     let sleeper = RecordingSleeper::new();
     let out = run(&s, 3_000, &sleeper, ReattachOptions::default()).await;
     assert!(out.error.is_none(), "{:?}", out.error);
@@ -221,7 +261,8 @@ async fn operation_not_found_after_responses_fails_clearly() {
         .start()
         .await
         .unwrap();
-    s.faults().push(Fault::operation_not_found().on(Rpc::ReattachExecute));
+    s.faults()
+        .push(Fault::operation_not_found().on(Rpc::ReattachExecute));
     let sleeper = RecordingSleeper::new();
     let out = run(&s, 10_000, &sleeper, ReattachOptions::default()).await;
     match out.error {
@@ -230,13 +271,21 @@ async fn operation_not_found_after_responses_fails_clearly() {
         }
         other => panic!("{other:?}"),
     }
-    assert_eq!(out.ids.len(), 200, "the rows before the failure were delivered once");
+    assert_eq!(
+        out.ids.len(),
+        200,
+        "the rows before the failure were delivered once"
+    );
 }
 
 #[tokio::test]
 async fn stall_is_detected_by_the_idle_timeout() {
     let s = server(500).await;
-    s.faults().push(Fault::stall_forever().on(Rpc::ExecutePlan).after_responses(3));
+    s.faults().push(
+        Fault::stall_forever()
+            .on(Rpc::ExecutePlan)
+            .after_responses(3),
+    );
     let sleeper = RecordingSleeper::new();
     let options = ReattachOptions {
         idle_timeout: Some(Duration::from_millis(300)),
@@ -252,7 +301,11 @@ async fn stall_is_detected_by_the_idle_timeout() {
 #[tokio::test]
 async fn segment_deadline_reattaches_at_once() {
     let s = server(500).await;
-    s.faults().push(Fault::stall_forever().on(Rpc::ExecutePlan).after_responses(2));
+    s.faults().push(
+        Fault::stall_forever()
+            .on(Rpc::ExecutePlan)
+            .after_responses(2),
+    );
     let sleeper = RecordingSleeper::new();
     let options = ReattachOptions {
         deadlines: RpcDeadlines {
@@ -276,23 +329,36 @@ async fn budget_resets_after_progress_and_exhausts_without_it() {
         .await
         .unwrap();
     // 3 failures, progress, 3 failures: fine with a 3-retry budget.
-    s.faults().push(Fault::unavailable().on(Rpc::ReattachExecute).times(3));
+    s.faults()
+        .push(Fault::unavailable().on(Rpc::ReattachExecute).times(3));
     let sleeper = RecordingSleeper::new();
-    let exec = ReattachableExecution::new(client(&s), range_request(1_000), retrying(&sleeper), ReattachOptions::default()).unwrap();
+    let exec = ReattachableExecution::new(
+        client(&s),
+        range_request(1_000),
+        retrying(&sleeper),
+        ReattachOptions::default(),
+    )
+    .unwrap();
     let mut exec = exec;
     let first = exec.next().await.unwrap().unwrap();
     assert!(first.response_id.len() > 10);
     let second = exec.next().await.unwrap();
     assert!(second.is_ok(), "{second:?}");
-    s.faults().push(Fault::unavailable().on(Rpc::ReattachExecute).times(3));
+    s.faults()
+        .push(Fault::unavailable().on(Rpc::ReattachExecute).times(3));
     let rest = drain(exec).await;
     assert!(rest.error.is_none(), "{:?}", rest.error);
     assert_eq!(sleeper.sleeps().len(), 6);
 
     // Four in a row: exhausted, the UNAVAILABLE is returned, release_all sent.
-    let s = TestServer::builder().rows_per_batch(100).start().await.unwrap();
+    let s = TestServer::builder()
+        .rows_per_batch(100)
+        .start()
+        .await
+        .unwrap();
     s.faults().push(Fault::unavailable().on(Rpc::ExecutePlan));
-    s.faults().push(Fault::unavailable().on(Rpc::ReattachExecute).times(3));
+    s.faults()
+        .push(Fault::unavailable().on(Rpc::ReattachExecute).times(3));
     let sleeper = RecordingSleeper::new();
     let out = run(&s, 1_000, &sleeper, ReattachOptions::default()).await;
     match out.error {
@@ -306,7 +372,11 @@ async fn budget_resets_after_progress_and_exhausts_without_it() {
 #[tokio::test]
 async fn non_base64_status_details_is_a_clear_error_not_a_panic() {
     let s = server(100).await;
-    s.faults().push(Fault::bad_status_details().on(Rpc::ExecutePlan).after_responses(2));
+    s.faults().push(
+        Fault::bad_status_details()
+            .on(Rpc::ExecutePlan)
+            .after_responses(2),
+    );
     let sleeper = RecordingSleeper::new();
     let out = run(&s, 1_000, &sleeper, ReattachOptions::default()).await;
     match out.error {
@@ -358,11 +428,22 @@ async fn custom_operation_id_on_every_rpc() {
     req.operation_id = Some(id.into());
     let tracker = ReleaseTracker::new();
     let sleeper = RecordingSleeper::new();
-    let exec = ReattachableExecution::with_tracker(client(&s), req, retrying(&sleeper), ReattachOptions::default(), tracker.clone()).unwrap();
+    let exec = ReattachableExecution::with_tracker(
+        client(&s),
+        req,
+        retrying(&sleeper),
+        ReattachOptions::default(),
+        tracker.clone(),
+    )
+    .unwrap();
     let out = drain(exec).await;
     assert!(out.error.is_none());
     assert!(tracker.wait_idle(Duration::from_secs(10)).await);
-    assert!(s.execute_requests().iter().all(|r| r.operation_id.as_deref() == Some(id)));
+    assert!(
+        s.execute_requests()
+            .iter()
+            .all(|r| r.operation_id.as_deref() == Some(id))
+    );
     assert!(s.reattach_requests().iter().all(|r| r.operation_id == id));
     assert!(s.release_requests().iter().all(|r| r.operation_id == id));
 }

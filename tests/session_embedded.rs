@@ -46,13 +46,21 @@ async fn sql_through_every_kind_of_fault_is_exact() {
         .unwrap();
     s.faults()
         .push(Fault::unavailable().on(Rpc::ExecutePlan).after_responses(3))
-        .push(Fault::reset_connection().on(Rpc::ReattachExecute).after_responses(2))
+        .push(
+            Fault::reset_connection()
+                .on(Rpc::ReattachExecute)
+                .after_responses(2),
+        )
         .push(
             Fault::status(tonic::Code::ResourceExhausted, "slow down")
                 .with_retry_info(Duration::from_millis(700))
                 .on(Rpc::ReattachExecute),
         )
-        .push(Fault::spark(spark_connect_retry::testing::SparkError::cursor_disconnected()).on(Rpc::ReattachExecute).after_responses(1));
+        .push(
+            Fault::spark(spark_connect_retry::testing::SparkError::cursor_disconnected())
+                .on(Rpc::ReattachExecute)
+                .after_responses(1),
+        );
     let sleeper = RecordingSleeper::new();
     let spark = session(&s, &sleeper);
     let batches = spark
@@ -67,14 +75,22 @@ async fn sql_through_every_kind_of_fault_is_exact() {
     assert!(ids.iter().copied().eq(0..100_000));
     assert!(xs.iter().copied().eq((0..100_000).map(|i| i * 2)));
     // The RetryInfo floor was honoured.
-    assert!(sleeper.sleeps_ms().contains(&700), "{:?}", sleeper.sleeps_ms());
+    assert!(
+        sleeper.sleeps_ms().contains(&700),
+        "{:?}",
+        sleeper.sleeps_ms()
+    );
     assert!(spark.close().await);
     assert_eq!(s.calls().release_all, 1);
 }
 
 #[tokio::test]
 async fn range_as_a_stream() {
-    let s = TestServer::builder().rows_per_batch(333).start().await.unwrap();
+    let s = TestServer::builder()
+        .rows_per_batch(333)
+        .start()
+        .await
+        .unwrap();
     let spark = session(&s, &RecordingSleeper::new());
     let mut stream = spark.range(10, 2010, 2).unwrap();
     let mut got = vec![];
@@ -93,20 +109,28 @@ async fn config_round_trip_and_version() {
         .await
         .unwrap();
     assert_eq!(
-        spark.config_get(&["spark.sql.shuffle.partitions", "my.key", "missing.key"]).await.unwrap(),
+        spark
+            .config_get(&["spark.sql.shuffle.partitions", "my.key", "missing.key"])
+            .await
+            .unwrap(),
         vec![Some("7".into()), Some("v".into()), None]
     );
     spark.config_unset(&["my.key"]).await.unwrap();
     assert_eq!(spark.config_get(&["my.key"]).await.unwrap(), vec![None]);
     assert_eq!(spark.spark_version().await.unwrap(), "4.3.0");
-    assert_eq!(spark.server_side_session_id(), Some(s.server_side_session_id()));
+    assert_eq!(
+        spark.server_side_session_id(),
+        Some(s.server_side_session_id())
+    );
 }
 
 #[tokio::test]
 async fn unary_rpcs_are_retried_under_the_policy() {
     let s = TestServer::start().await.unwrap();
-    s.faults().push(Fault::unavailable().on(Rpc::Config).times(2));
-    s.faults().push(Fault::reset_connection().on(Rpc::AnalyzePlan));
+    s.faults()
+        .push(Fault::unavailable().on(Rpc::Config).times(2));
+    s.faults()
+        .push(Fault::reset_connection().on(Rpc::AnalyzePlan));
     let sleeper = RecordingSleeper::new();
     let spark = session(&s, &sleeper);
     spark.config_set(&[("a", "b")]).await.unwrap();
@@ -121,15 +145,29 @@ async fn server_side_session_change_closes_the_session() {
     spark.spark_version().await.unwrap();
     s.rotate_server_side_session_id();
     let err = spark.spark_version().await.unwrap_err();
-    assert_eq!(err.error_class(), Some("INVALID_HANDLE.SESSION_CHANGED"), "{err}");
+    assert_eq!(
+        err.error_class(),
+        Some("INVALID_HANDLE.SESSION_CHANGED"),
+        "{err}"
+    );
     assert!(spark.is_closed());
-    assert!(matches!(spark.range(0, 1, 1), Err(SparkError::SessionClosed)));
+    assert!(matches!(
+        spark.range(0, 1, 1),
+        Err(SparkError::SessionClosed)
+    ));
 }
 
 #[tokio::test]
 async fn token_is_sent_and_never_shown() {
-    let s = TestServer::builder().required_token("s3cr3t-t0ken").start().await.unwrap();
-    let url = format!("{};token=s3cr3t-t0ken", s.remote().replace("127.0.0.1", "localhost"));
+    let s = TestServer::builder()
+        .required_token("s3cr3t-t0ken")
+        .start()
+        .await
+        .unwrap();
+    let url = format!(
+        "{}/;token=s3cr3t-t0ken",
+        s.remote().replace("127.0.0.1", "localhost")
+    );
     let spark = SparkSession::builder()
         .remote(url)
         .retrying(fast_retrying(&RecordingSleeper::new()))
@@ -141,11 +179,23 @@ async fn token_is_sent_and_never_shown() {
     assert!(!format!("{spark:?}").contains("s3cr3t"));
     // A wrong token: UNAUTHENTICATED, not retried, and not echoed.
     let sleeper = RecordingSleeper::new();
-    let url = format!("{};token=wrong-token", s.remote().replace("127.0.0.1", "localhost"));
-    let bad = SparkSession::builder().remote(url).retrying(fast_retrying(&sleeper)).build().unwrap();
+    let url = format!(
+        "{}/;token=wrong-token",
+        s.remote().replace("127.0.0.1", "localhost")
+    );
+    let bad = SparkSession::builder()
+        .remote(url)
+        .retrying(fast_retrying(&sleeper))
+        .build()
+        .unwrap();
     let err = bad.spark_version().await.unwrap_err();
-    assert_eq!(err.server_error().unwrap().code(), tonic::Code::Unauthenticated);
-    assert!(!err.to_string().contains("wrong-token") && !format!("{err:?}").contains("wrong-token"));
+    assert_eq!(
+        err.server_error().unwrap().code(),
+        tonic::Code::Unauthenticated
+    );
+    assert!(
+        !err.to_string().contains("wrong-token") && !format!("{err:?}").contains("wrong-token")
+    );
     assert!(sleeper.sleeps().is_empty());
 }
 
@@ -162,7 +212,10 @@ async fn bad_sql_surfaces_class_sqlstate_and_details_once() {
     assert_eq!(server.sql_state(), Some("42601"));
     assert!(server.operation_id().is_some());
     assert_eq!(s.calls().fetch_error_details, 1);
-    assert!(server.details().is_some(), "FetchErrorDetails enriched the error");
+    assert!(
+        server.details().is_some(),
+        "FetchErrorDetails enriched the error"
+    );
 }
 
 #[tokio::test]
@@ -185,7 +238,10 @@ async fn interrupt_all_cancels_a_running_query() {
             break;
         }
     }
-    assert_eq!(err.expect("cancelled").error_class(), Some("OPERATION_CANCELED"));
+    assert_eq!(
+        err.expect("cancelled").error_class(),
+        Some("OPERATION_CANCELED")
+    );
 }
 
 #[tokio::test]
@@ -196,12 +252,20 @@ async fn release_session_then_calls_fail_closed() {
     spark.release_session().await.unwrap();
     spark.release_session().await.unwrap();
     assert_eq!(s.calls().release_session, 1);
-    assert!(matches!(spark.config_get(&["a"]).await, Err(SparkError::SessionClosed)));
+    assert!(matches!(
+        spark.config_get(&["a"]).await,
+        Err(SparkError::SessionClosed)
+    ));
 }
 
 #[tokio::test]
 async fn invalid_connection_strings_are_typed_errors() {
-    for bad in ["http://host", "sc://host/path", "sc://host:123/;token=", "sc://host:-4"] {
+    for bad in [
+        "http://host",
+        "sc://host/path",
+        "sc://host:123/;token=",
+        "sc://host:-4",
+    ] {
         let e = SparkSession::builder().remote(bad).build().unwrap_err();
         assert!(matches!(e, SparkError::ConnectionString(_)), "{bad}: {e:?}");
     }
