@@ -488,8 +488,14 @@ async fn per_attempt_timeout_retries_slow_attempt() {
 async fn overall_deadline_stops_the_loop() {
     let server = Scripted::new(slow(u32::MAX, Duration::from_secs(5)));
     let addr = serve(server.clone()).await;
+    // Waits of 1 ms, so the deadline (not the wait check) ends the loop.
+    let policy = RetryPolicy::builder()
+        .initial_backoff(Duration::from_millis(1))
+        .backoff_multiplier(1.0)
+        .build()
+        .unwrap();
     let sleeper = RecordingSleeper::new();
-    let layer = RetryLayer::spark_connect(retrying(&sleeper))
+    let layer = RetryLayer::spark_connect(Retrying::new(vec![policy]).with_sleeper(sleeper.clone()))
         .per_attempt_timeout(Duration::from_millis(100))
         .default_deadline(Duration::from_millis(350));
     let started = std::time::Instant::now();
@@ -503,8 +509,10 @@ async fn overall_deadline_stops_the_loop() {
         took >= Duration::from_millis(340) && took < Duration::from_secs(2),
         "{took:?}"
     );
+    // Attempts at 0, 100, 200 ms (100 ms each) and 300 ms (the 50 ms left).
     let calls = server.config_calls();
     assert!((3..=4).contains(&calls), "{calls}");
+    assert!(err.message().contains("deadline of 350 ms"), "{err:?}");
 }
 
 #[tokio::test]
