@@ -120,7 +120,10 @@ impl SparkConnectService for Scripted {
     ) -> Result<Response<AnalyzePlanResponse>, Status> {
         unimpl()
     }
-    async fn config(&self, req: Request<ConfigRequest>) -> Result<Response<ConfigResponse>, Status> {
+    async fn config(
+        &self,
+        req: Request<ConfigRequest>,
+    ) -> Result<Response<ConfigResponse>, Status> {
         self.record(&req);
         let i = self.config_calls.fetch_add(1, Ordering::SeqCst);
         (self.config)(i).await?;
@@ -214,7 +217,9 @@ fn client(addr: SocketAddr, layer: RetryLayer) -> Client {
 }
 
 fn retrying(sleeper: &RecordingSleeper) -> Retrying {
-    Retrying::default().with_sleeper(sleeper.clone()).with_seed(1)
+    Retrying::default()
+        .with_sleeper(sleeper.clone())
+        .with_seed(1)
 }
 
 fn config_req(session: &str) -> ConfigRequest {
@@ -249,15 +254,14 @@ async fn budget_exhausted_returns_last_status() {
     let server = Scripted::new(unavailable_n(u32::MAX));
     let addr = serve(server.clone()).await;
     let sleeper = RecordingSleeper::new();
-    let policy = RetryPolicy::builder()
-        .max_retries(Some(2))
-        .build()
-        .unwrap();
-    let layer = RetryLayer::spark_connect(
-        Retrying::new(vec![policy]).with_sleeper(sleeper.clone()),
-    );
+    let policy = RetryPolicy::builder().max_retries(Some(2)).build().unwrap();
+    let layer =
+        RetryLayer::spark_connect(Retrying::new(vec![policy]).with_sleeper(sleeper.clone()));
     let stats = layer.stats();
-    let err = client(addr, layer).config(config_req("s")).await.unwrap_err();
+    let err = client(addr, layer)
+        .config(config_req("s"))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::Unavailable);
     assert_eq!(err.message(), "restarting");
     assert_eq!(server.config_calls(), 3);
@@ -359,9 +363,17 @@ async fn connection_reset_is_retried() {
     let layer = RetryLayer::spark_connect(retrying(&sleeper));
     let stats = layer.stats();
     let mut c = client(proxy, layer);
-    let res = c.config(config_req("after-rst")).await.unwrap().into_inner();
+    let res = c
+        .config(config_req("after-rst"))
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(res.session_id, "after-rst");
-    assert_eq!(server.config_calls(), 1, "the reset attempt never reached the server");
+    assert_eq!(
+        server.config_calls(),
+        1,
+        "the reset attempt never reached the server"
+    );
     assert!(stats.retries() >= 1);
 }
 
@@ -495,9 +507,10 @@ async fn overall_deadline_stops_the_loop() {
         .build()
         .unwrap();
     let sleeper = RecordingSleeper::new();
-    let layer = RetryLayer::spark_connect(Retrying::new(vec![policy]).with_sleeper(sleeper.clone()))
-        .per_attempt_timeout(Duration::from_millis(100))
-        .default_deadline(Duration::from_millis(350));
+    let layer =
+        RetryLayer::spark_connect(Retrying::new(vec![policy]).with_sleeper(sleeper.clone()))
+            .per_attempt_timeout(Duration::from_millis(100))
+            .default_deadline(Duration::from_millis(350));
     let started = std::time::Instant::now();
     let err = client(addr, layer)
         .config(config_req("s"))
@@ -558,10 +571,7 @@ async fn throttling_under_a_burst() {
     async fn burst(throttle: bool) -> (u32, u64) {
         let server = Scripted::new(unavailable_n(u32::MAX));
         let addr = serve(server.clone()).await;
-        let policy = RetryPolicy::builder()
-            .max_retries(Some(3))
-            .build()
-            .unwrap();
+        let policy = RetryPolicy::builder().max_retries(Some(3)).build().unwrap();
         let mut layer = RetryLayer::spark_connect(
             Retrying::new(vec![policy]).with_sleeper(RecordingSleeper::new()),
         );
@@ -596,7 +606,9 @@ async fn body_over_the_cap_passes_through() {
     let layer = RetryLayer::spark_connect(retrying(&sleeper)).max_request_buffer(1024);
     let stats = layer.stats();
     let mut c = client(addr, layer);
-    let big: String = (0..200_000).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+    let big: String = (0..200_000)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect();
     // Over the cap: sent once, its UNAVAILABLE not retried.
     let err = c.config(config_req(&big)).await.unwrap_err();
     assert_eq!(err.code(), Code::Unavailable);

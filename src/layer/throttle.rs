@@ -29,9 +29,9 @@ impl fmt::Debug for RetryThrottle {
 }
 
 impl RetryThrottle {
-    /// A full bucket. A6 limits: `max_tokens` in `1..=1000` and `token_ratio`
-    /// > 0 (rounded to 3 decimals); out-of-range values are clamped into
-    /// range rather than rejected, so a bad config can never panic.
+    /// A full bucket. A6 limits: `max_tokens` in `1..=1000` and a positive
+    /// `token_ratio` (rounded to 3 decimals); out-of-range values are clamped
+    /// into range rather than rejected, so a bad config can never panic.
     pub fn new(max_tokens: u32, token_ratio: f64) -> Self {
         let max_milli = u64::from(max_tokens.clamp(1, 1000)) * 1000;
         let ratio = if token_ratio.is_finite() {
