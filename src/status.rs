@@ -91,10 +91,10 @@ pub fn mentions(status: &Status, marker: &str) -> bool {
     if status.message().contains(marker) {
         return true;
     }
-    if let Some(rich) = details(status) {
-        if rich.message.contains(marker) {
-            return true;
-        }
+    if let Some(rich) = details(status)
+        && rich.message.contains(marker)
+    {
+        return true;
     }
     error_info(status).is_some_and(|i| i.error_class() == Some(marker))
 }

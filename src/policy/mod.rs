@@ -214,26 +214,25 @@ impl RetryPolicy {
         server_delay: Option<Duration>,
         jitter_sample: &mut dyn FnMut() -> f64,
     ) -> Option<Duration> {
-        if let Some(max) = self.max_retries {
-            if state.attempt >= max {
-                return None;
-            }
+        if let Some(max) = self.max_retries
+            && state.attempt >= max
+        {
+            return None;
         }
         state.attempt += 1;
         let mut wait = state.next_wait_ms;
         if let Some(max_backoff) = self.max_backoff_ms {
             state.next_wait_ms = max_backoff.min(wait * self.backoff_multiplier);
         }
-        if self.recognize_server_retry_delay {
-            if let Some(delay) = server_delay {
-                // PySpark: seconds*1000 + nanos/1e6, nanos truncated toward zero.
-                let mut d =
-                    delay.as_secs() as f64 * 1000.0 + (delay.subsec_nanos() / 1_000_000) as f64;
-                if let Some(cap) = self.max_server_retry_delay_ms {
-                    d = d.min(cap);
-                }
-                wait = wait.max(d);
+        if self.recognize_server_retry_delay
+            && let Some(delay) = server_delay
+        {
+            // PySpark: seconds*1000 + nanos/1e6, nanos truncated toward zero.
+            let mut d = delay.as_secs() as f64 * 1000.0 + f64::from(delay.subsec_millis());
+            if let Some(cap) = self.max_server_retry_delay_ms {
+                d = d.min(cap);
             }
+            wait = wait.max(d);
         }
         if wait >= self.min_jitter_threshold_ms && self.jitter_ms > 0.0 {
             let sample = jitter_sample().clamp(0.0, 1.0);

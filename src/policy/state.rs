@@ -146,6 +146,15 @@ impl RetryState {
         }
     }
 
+    /// Restart policy `index`'s backoff from its initial wait, keeping its
+    /// budget: gRFC A6's rule after a server pushback.
+    pub(crate) fn restart_backoff(&mut self, index: usize) {
+        if let (Some(state), Some(policy)) = (self.states.get_mut(index), self.policies.get(index))
+        {
+            state.next_wait_ms = policy.initial_backoff_ms;
+        }
+    }
+
     /// Decide after an attempt asked for an immediate retry, at monotonic time `now`.
     ///
     /// The first marker starts the clock and is always granted (unless the

@@ -1,0 +1,202 @@
+//! Request buffering for replay, and the bodies the layer hands back.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::HeaderMap;
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::BodyExt;
+use tonic::Status;
+
+/// A body replayed from memory: buffered data, then either the unread rest
+/// of the original body, or buffered trailers, or an error.
+///
+/// Used both for requests (replay, or a too-large prefix followed by the
+/// rest) and for responses (a buffered unary response, or a committed
+/// stream's first frames followed by the rest), so no byte is ever lost.
+#[derive(Debug, Default)]
+pub(crate) struct BufferedBody {
+    data: VecDeque<Bytes>,
+    rest: Option<tonic::body::Body>,
+    trailers: Option<HeaderMap>,
+    error: Option<Status>,
+}
+
+impl BufferedBody {
+    pub(crate) fn new(
+        data: impl Into<VecDeque<Bytes>>,
+        rest: Option<tonic::body::Body>,
+        trailers: Option<HeaderMap>,
+        error: Option<Status>,
+    ) -> Self {
+        BufferedBody {
+            data: data.into(),
+            rest,
+            trailers,
+            error,
+        }
+    }
+
+    pub(crate) fn into_tonic(self) -> tonic::body::Body {
+        tonic::body::Body::new(self)
+    }
+}
+
+impl Body for BufferedBody {
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        let this = &mut *self;
+        if let Some(d) = this.data.pop_front() {
+            return Poll::Ready(Some(Ok(Frame::data(d))));
+        }
+        if let Some(rest) = this.rest.as_mut() {
+            match std::task::ready!(Pin::new(rest).poll_frame(cx)) {
+                None => this.rest = None,
+                other => return Poll::Ready(other),
+            }
+        }
+        if let Some(e) = this.error.take() {
+            return Poll::Ready(Some(Err(e)));
+        }
+        Poll::Ready(this.trailers.take().map(|t| Ok(Frame::trailers(t))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.data.is_empty()
+            && self.rest.as_ref().is_none_or(Body::is_end_stream)
+            && self.trailers.is_none()
+            && self.error.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let buffered: u64 = self.data.iter().map(|d| d.len() as u64).sum();
+        match &self.rest {
+            Some(rest) => {
+                let r = rest.size_hint();
+                let mut h = SizeHint::new();
+                h.set_lower(buffered + r.lower());
+                if let Some(u) = r.upper() {
+                    h.set_upper(buffered + u);
+                }
+                h
+            }
+            None => SizeHint::with_exact(buffered),
+        }
+    }
+}
+
+/// A request body held in memory so that every attempt can resend it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ReplayBody {
+    chunks: Vec<Bytes>,
+    trailers: Option<HeaderMap>,
+}
+
+impl ReplayBody {
+    /// A fresh body for one attempt: cloning `Bytes` only bumps refcounts.
+    pub(crate) fn body(&self) -> tonic::body::Body {
+        BufferedBody::new(self.chunks.clone(), None, self.trailers.clone(), None).into_tonic()
+    }
+}
+
+/// The result of [`buffer_request`].
+pub(crate) enum Buffered {
+    /// The whole body, in memory.
+    Replay(ReplayBody),
+    /// Over the cap: what was read, then the unread rest.
+    TooLarge(tonic::body::Body),
+    /// The body failed: what was read, then its error.
+    Failed(tonic::body::Body),
+}
+
+/// Read `body` into memory, up to `cap` bytes of data. Bodies that cannot
+/// be replayed come back whole (no byte lost) for a single attempt.
+pub(crate) async fn buffer_request(mut body: tonic::body::Body, cap: usize) -> Buffered {
+    let mut chunks = Vec::new();
+    let mut len = 0usize;
+    loop {
+        match body.frame().await {
+            None => {
+                return Buffered::Replay(ReplayBody {
+                    chunks,
+                    trailers: None,
+                });
+            }
+            Some(Err(e)) => {
+                return Buffered::Failed(
+                    BufferedBody::new(chunks, None, None, Some(e)).into_tonic(),
+                );
+            }
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(d) => {
+                    len = len.saturating_add(d.len());
+                    chunks.push(d);
+                    if len > cap {
+                        return Buffered::TooLarge(
+                            BufferedBody::new(chunks, Some(body), None, None).into_tonic(),
+                        );
+                    }
+                }
+                Err(frame) => {
+                    if let Ok(t) = frame.into_trailers() {
+                        // Trailers end an HTTP body; nothing can follow them.
+                        return Buffered::Replay(ReplayBody {
+                            chunks,
+                            trailers: Some(t),
+                        });
+                    }
+                }
+            },
+        }
+    }
+}
+
+/// Whether the buffered gRPC framing holds more than one message: the
+/// length-prefix of the first message says where it ends; any byte beyond
+/// that belongs to a second message. Chunks may split the 5-byte prefix.
+pub(crate) fn more_than_one_message(chunks: &VecDeque<Bytes>) -> bool {
+    let mut prefix = [0u8; 5];
+    let mut have = 0usize;
+    let mut total = 0usize;
+    for c in chunks {
+        total += c.len();
+        for &b in c.iter().take(5 - have) {
+            prefix[have] = b;
+            have += 1;
+        }
+    }
+    if have < 5 {
+        return false;
+    }
+    let first = 5 + u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]) as usize;
+    total > first
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn framing() {
+        let one = |n: u8| {
+            let mut v = vec![0, 0, 0, 0, n];
+            v.extend(std::iter::repeat_n(7, n as usize));
+            v
+        };
+        let a = one(3);
+        let mut q = VecDeque::new();
+        q.push_back(Bytes::copy_from_slice(&a[..2]));
+        assert!(!more_than_one_message(&q));
+        q.push_back(Bytes::copy_from_slice(&a[2..]));
+        assert!(!more_than_one_message(&q));
+        q.push_back(Bytes::from_static(&[0]));
+        assert!(more_than_one_message(&q));
+    }
+}

@@ -1,0 +1,569 @@
+//! [`RetryService`]: the per-call retry loop.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use tonic::body::Body;
+use tonic::{Code, Status};
+use tower::ServiceExt;
+use tower_service::Service;
+use tracing::Instrument;
+
+use super::body::{Buffered, BufferedBody, buffer_request, more_than_one_message};
+use super::future::{BoxError, ResponseFuture};
+use super::layer::{ResponseKind, Shared};
+use super::stats::{Counter, RetryStats};
+use crate::policy::{FailureKind, GiveUpReason, RetryDecision, RetryReason, classify_failure};
+use crate::retrying::AttemptError;
+use crate::sanitize::sanitize_response;
+
+const PREVIOUS_ATTEMPTS: &str = "grpc-previous-rpc-attempts";
+const PUSHBACK: &str = "grpc-retry-pushback-ms";
+const GRPC_TIMEOUT: &str = "grpc-timeout";
+
+/// Retries gRPC calls on an inner HTTP service (a tonic `Channel`).
+///
+/// Built by [`RetryLayer`](super::RetryLayer). Clones share the layer's
+/// configuration, token bucket and counters.
+#[derive(Debug, Clone)]
+pub struct RetryService<S> {
+    inner: S,
+    shared: Arc<Shared>,
+}
+
+impl<S> RetryService<S> {
+    pub(crate) fn new(inner: S, shared: Arc<Shared>) -> Self {
+        RetryService { inner, shared }
+    }
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+    /// The counters shared with the layer.
+    pub fn stats(&self) -> RetryStats {
+        self.shared.stats.clone()
+    }
+}
+
+impl<S, B> Service<Request<Body>> for RetryService<S>
+where
+    S: Service<Request<Body>, Response = Response<B>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Into<BoxError>,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    type Response = Response<Body>;
+    type Error = BoxError;
+    type Future = ResponseFuture;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: Request<Body>) -> Self::Future {
+        // The service that was polled ready takes this call (tower's
+        // contract); a fresh clone stays behind for the next one.
+        let clone = self.inner.clone();
+        let ready = std::mem::replace(&mut self.inner, clone);
+        let span = tracing::debug_span!("grpc_retry", method = %req.uri().path());
+        ResponseFuture::new(Box::pin(
+            run(ready, self.shared.clone(), req).instrument(span),
+        ))
+    }
+}
+
+/// `grpc-retry-pushback-ms`, parsed per gRFC A6.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pushback {
+    /// Retry after exactly this long.
+    After(Duration),
+    /// Negative or unparseable: do not retry.
+    Stop,
+}
+
+fn pushback(headers: &HeaderMap) -> Option<Pushback> {
+    let v = headers.get(PUSHBACK)?;
+    let ms = v.to_str().ok().and_then(|s| s.trim().parse::<i64>().ok());
+    Some(match ms {
+        Some(ms) if ms >= 0 => Pushback::After(Duration::from_millis(ms as u64)),
+        _ => Pushback::Stop,
+    })
+}
+
+/// What to hand the caller if the loop stops after this attempt.
+enum Deliver {
+    /// The server's response, replayed from the buffer (tonic reads its status).
+    Response(Response<Body>),
+    /// A status for tonic to return as is (transport failures, deadlines).
+    Error(Status),
+}
+
+impl Deliver {
+    fn into_result(self) -> Result<Response<Body>, BoxError> {
+        match self {
+            Deliver::Response(r) => Ok(r),
+            Deliver::Error(s) => Err(Box::new(s)),
+        }
+    }
+}
+
+enum Outcome {
+    /// Success, or a committed response: delivered as is.
+    Done(Response<Body>),
+    /// A failed attempt.
+    Failed {
+        status: Status,
+        pushback: Option<Pushback>,
+        deliver: Deliver,
+    },
+    /// The layer's own timer fired.
+    TimedOut,
+}
+
+async fn call_once<S, B>(svc: &mut S, req: Request<Body>) -> Result<Response<Body>, BoxError>
+where
+    S: Service<Request<Body>, Response = Response<B>>,
+    S::Error: Into<BoxError>,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let svc = svc.ready().await.map_err(Into::into)?;
+    let res = svc.call(req).await.map_err(Into::into)?;
+    Ok(sanitize_response(res))
+}
+
+async fn attempt_once<S, B>(
+    svc: &mut S,
+    req: Request<Body>,
+    kind: ResponseKind,
+    cap: usize,
+) -> Outcome
+where
+    S: Service<Request<Body>, Response = Response<B>>,
+    S::Error: Into<BoxError>,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    match call_once(svc, req).await {
+        // The same conversion tonic's client applies, so the source chain
+        // (ConnectError, hyper, h2, io) survives for classify_failure.
+        Err(e) => {
+            let status = Status::from_error(e);
+            Outcome::Failed {
+                status: status.clone(),
+                pushback: None,
+                deliver: Deliver::Error(status),
+            }
+        }
+        Ok(res) => read_response(res, kind, cap).await,
+    }
+}
+
+/// The gRPC mapping of HTTP status codes, for responses without `grpc-status`
+/// (e.g. a proxy's 503), so the policy sees what tonic would report.
+fn code_from_http(status: StatusCode) -> Code {
+    match status {
+        StatusCode::BAD_REQUEST => Code::Internal,
+        StatusCode::UNAUTHORIZED => Code::Unauthenticated,
+        StatusCode::FORBIDDEN => Code::PermissionDenied,
+        StatusCode::NOT_FOUND => Code::Unimplemented,
+        StatusCode::TOO_MANY_REQUESTS
+        | StatusCode::BAD_GATEWAY
+        | StatusCode::SERVICE_UNAVAILABLE
+        | StatusCode::GATEWAY_TIMEOUT => Code::Unavailable,
+        _ => Code::Unknown,
+    }
+}
+
+fn rebuild(
+    parts: http::response::Parts,
+    data: VecDeque<Bytes>,
+    rest: Option<Body>,
+    trailers: Option<HeaderMap>,
+) -> Response<Body> {
+    Response::from_parts(
+        parts,
+        BufferedBody::new(data, rest, trailers, None).into_tonic(),
+    )
+}
+
+/// Find the attempt's status without delivering anything to the caller:
+/// trailers-only headers, or the trailers after a buffered unary message.
+/// A response that cannot be judged before data must flow is committed.
+async fn read_response(res: Response<Body>, kind: ResponseKind, cap: usize) -> Outcome {
+    let (parts, mut body) = res.into_parts();
+    // Trailers-only response (headers already sanitized).
+    if let Some(status) = Status::from_header_map(&parts.headers) {
+        if status.code() == Code::Ok {
+            return Outcome::Done(Response::from_parts(parts, body));
+        }
+        let pushback = pushback(&parts.headers);
+        return Outcome::Failed {
+            status,
+            pushback,
+            deliver: Deliver::Response(Response::from_parts(parts, body)),
+        };
+    }
+    if parts.status != StatusCode::OK {
+        let status = Status::new(
+            code_from_http(parts.status),
+            format!(
+                "grpc-status header missing, mapped from HTTP status code {}",
+                parts.status.as_u16()
+            ),
+        );
+        return Outcome::Failed {
+            status,
+            pushback: None,
+            deliver: Deliver::Response(Response::from_parts(parts, body)),
+        };
+    }
+    let mut data = VecDeque::new();
+    let mut len = 0usize;
+    loop {
+        match body.frame().await {
+            // No trailers: tonic reports the missing status itself (Ambiguous).
+            None => return Outcome::Done(rebuild(parts, data, None, None)),
+            // Nothing was delivered yet, so the failure is the attempt's.
+            Some(Err(e)) => {
+                return Outcome::Failed {
+                    status: e.clone(),
+                    pushback: None,
+                    deliver: Deliver::Error(e),
+                };
+            }
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(d) => {
+                    len = len.saturating_add(d.len());
+                    data.push_back(d);
+                    let commit = match kind {
+                        ResponseKind::ServerStreaming => true,
+                        ResponseKind::Unary => len > cap,
+                        ResponseKind::Auto => len > cap || more_than_one_message(&data),
+                    };
+                    if commit {
+                        return Outcome::Done(rebuild(parts, data, Some(body), None));
+                    }
+                }
+                Err(frame) => {
+                    if let Ok(trailers) = frame.into_trailers() {
+                        let status = Status::from_header_map(&trailers);
+                        let pb = pushback(&trailers).or_else(|| pushback(&parts.headers));
+                        let res = rebuild(parts, data, None, Some(trailers));
+                        return match status {
+                            Some(status) if status.code() != Code::Ok => Outcome::Failed {
+                                status,
+                                pushback: pb,
+                                deliver: Deliver::Response(res),
+                            },
+                            _ => Outcome::Done(res),
+                        };
+                    }
+                }
+            },
+        }
+    }
+}
+
+/// Parse a `grpc-timeout` header (`1*8DIGIT unit`); garbage is ignored.
+pub(crate) fn parse_grpc_timeout(headers: &HeaderMap) -> Option<Duration> {
+    let s = headers.get(GRPC_TIMEOUT)?.to_str().ok()?;
+    if s.len() < 2 || s.len() > 9 {
+        return None;
+    }
+    let (digits, unit) = s.split_at(s.len() - 1);
+    if !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n * 3600),
+        "M" => Duration::from_secs(n * 60),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+/// Format a `grpc-timeout` header: the finest unit that fits in 8 digits.
+pub(crate) fn format_grpc_timeout(d: Duration) -> HeaderValue {
+    const MAX: u128 = 99_999_999;
+    let s = if d.as_micros() <= MAX {
+        format!("{}u", d.as_micros())
+    } else if d.as_millis() <= MAX {
+        format!("{}m", d.as_millis())
+    } else if u128::from(d.as_secs()) <= MAX {
+        format!("{}S", d.as_secs())
+    } else {
+        format!("{}H", (d.as_secs() / 3600).min(99_999_999))
+    };
+    HeaderValue::try_from(s).unwrap_or(HeaderValue::from_static("99999999H"))
+}
+
+/// A server status that says the work never started, so even a
+/// non-idempotent call may be replayed: an explicit non-negative pushback
+/// (the server asks for this very retry), or RESOURCE_EXHAUSTED carrying
+/// RetryInfo (admission control rejects before work).
+fn rejected_before_work(status: &Status, kind: FailureKind, pushback: Option<Pushback>) -> bool {
+    kind == FailureKind::Server
+        && (matches!(pushback, Some(Pushback::After(_)))
+            || (status.code() == Code::ResourceExhausted
+                && crate::status::retry_info(status).is_some()))
+}
+
+fn event(path: &str, attempt: u32, code: Code, wait: Option<Duration>, why: &'static str) {
+    tracing::debug!(
+        method = path,
+        attempt,
+        code = ?code,
+        wait_ms = wait.map(|w| w.as_millis() as u64),
+        why,
+        "grpc attempt"
+    );
+}
+
+async fn run<S, B>(
+    mut svc: S,
+    shared: Arc<Shared>,
+    req: Request<Body>,
+) -> Result<Response<Body>, BoxError>
+where
+    S: Service<Request<Body>, Response = Response<B>> + Send,
+    S::Error: Into<BoxError>,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let stats = &shared.stats;
+    stats.incr(Counter::Calls);
+    let method = shared.method(req.uri().path());
+    if !method.is_retried() {
+        stats.incr(Counter::Attempts);
+        return call_once(&mut svc, req).await;
+    }
+    let (parts, body) = req.into_parts();
+    let replay = match buffer_request(body, shared.max_request_buffer).await {
+        Buffered::Replay(r) => r,
+        Buffered::TooLarge(body) => {
+            stats.incr(Counter::PassthroughTooLarge);
+            stats.incr(Counter::Attempts);
+            tracing::debug!(
+                method = parts.uri.path(),
+                cap = shared.max_request_buffer,
+                "request body over the replay cap: sent once, without retries"
+            );
+            return call_once(&mut svc, Request::from_parts(parts, body)).await;
+        }
+        // Let the inner service see the body error exactly as without the layer.
+        Buffered::Failed(body) => {
+            stats.incr(Counter::Attempts);
+            return call_once(&mut svc, Request::from_parts(parts, body)).await;
+        }
+    };
+    let path = parts.uri.path().to_owned();
+    let retrying = &shared.retrying;
+    let clock = retrying.clock();
+    let start = clock.now();
+    let deadline = parse_grpc_timeout(&parts.headers)
+        .or(shared.default_deadline)
+        .map(|d| start + d);
+    let mut state = retrying.new_state();
+    let mut attempt: u32 = 0;
+    loop {
+        let remaining = deadline.map(|d| d.saturating_sub(clock.now()));
+        let per_attempt = shared.per_attempt_timeout;
+        let budget = match (remaining, per_attempt) {
+            (Some(r), Some(p)) => Some(r.min(p)),
+            (r, p) => r.or(p),
+        };
+        // Whether a timeout would be this attempt's own (retryable) rather
+        // than the whole call's.
+        let attempt_bound = per_attempt.is_some_and(|p| remaining.is_none_or(|r| p < r));
+        let mut p = parts.clone();
+        if attempt > 0 {
+            p.headers
+                .insert(PREVIOUS_ATTEMPTS, HeaderValue::from(attempt));
+        }
+        if let Some(b) = budget {
+            p.headers.insert(GRPC_TIMEOUT, format_grpc_timeout(b));
+        }
+        stats.incr(Counter::Attempts);
+        let fut = attempt_once(
+            &mut svc,
+            Request::from_parts(p, replay.body()),
+            method.kind(),
+            shared.max_response_buffer,
+        );
+        let outcome = match budget {
+            Some(b) => tokio::time::timeout(b, fut)
+                .await
+                .unwrap_or(Outcome::TimedOut),
+            None => fut.await,
+        };
+        let on_timeout = || -> Result<(Status, Option<Pushback>, Deliver), BoxError> {
+            if !attempt_bound {
+                event(&path, attempt, Code::DeadlineExceeded, None, "deadline");
+                return Err(Box::new(Status::deadline_exceeded(format!(
+                    "deadline of {} ms exceeded after {} attempt(s)",
+                    deadline.map_or(0, |d| d.saturating_sub(start).as_millis()),
+                    attempt + 1
+                ))));
+            }
+            // A per-attempt timeout with time left overall: the policy sees
+            // UNAVAILABLE (the attempt got no answer in time), the caller —
+            // if the loop stops here — DEADLINE_EXCEEDED.
+            let msg = format!(
+                "attempt timed out after {} ms",
+                budget.unwrap_or_default().as_millis()
+            );
+            Ok((
+                Status::unavailable(msg.clone()),
+                None,
+                Deliver::Error(Status::deadline_exceeded(msg)),
+            ))
+        };
+        let (status, pushback, deliver) = match outcome {
+            Outcome::Done(res) => {
+                if let Some(t) = &shared.throttle {
+                    t.on_success();
+                }
+                event(&path, attempt, Code::Ok, None, "done");
+                return Ok(res);
+            }
+            Outcome::TimedOut => on_timeout()?,
+            // The channel enforces the grpc-timeout we set, too; whichever
+            // timer fires first, it is the same deadline.
+            Outcome::Failed { status, .. }
+                if budget.is_some() && classify_failure(&status) == FailureKind::Deadline =>
+            {
+                on_timeout()?
+            }
+            Outcome::Failed {
+                status,
+                pushback,
+                deliver,
+            } => (status, pushback, deliver),
+        };
+
+        let code = status.code();
+        let kind = classify_failure(&status);
+        if let Some(t) = &shared.throttle {
+            // A6: only failures the policy would retry, or with pushback, count.
+            if pushback.is_some() || state.matching_policy(&status).is_some() {
+                t.on_failure();
+            }
+        }
+        if pushback == Some(Pushback::Stop) {
+            event(&path, attempt, code, None, "pushback_stop");
+            return deliver.into_result();
+        }
+        if !(method.is_idempotent()
+            || kind == FailureKind::Unprocessed
+            || rejected_before_work(&status, kind, pushback))
+        {
+            event(&path, attempt, code, None, "not_replayable");
+            return deliver.into_result();
+        }
+        let decision = retrying.decide(&mut state, &AttemptError::<Infallible>::Status(status));
+        let (delay, index, server_delay) = match decision {
+            RetryDecision::Retry {
+                delay,
+                reason:
+                    RetryReason::Policy {
+                        index,
+                        server_delay,
+                    },
+            } => (delay, Some(index), server_delay),
+            RetryDecision::Retry { delay, .. } => (delay, None, None),
+            RetryDecision::GiveUp(reason) => {
+                let why = if reason == GiveUpReason::NotRetryable {
+                    "not_retryable"
+                } else {
+                    stats.incr(Counter::Exhausted);
+                    "exhausted"
+                };
+                event(&path, attempt, code, None, why);
+                return deliver.into_result();
+            }
+        };
+        if shared.throttle.as_ref().is_some_and(|t| !t.allows_retry()) {
+            stats.incr(Counter::Throttled);
+            event(&path, attempt, code, None, "throttled");
+            return deliver.into_result();
+        }
+        // Precedence: pushback (exact wait; backoff restarts, A6) > the
+        // policy's wait, which already has RetryInfo as its floor.
+        let (wait, why) = match pushback {
+            Some(Pushback::After(d)) => {
+                if let Some(i) = index {
+                    state.restart_backoff(i);
+                }
+                (d, "pushback")
+            }
+            _ if server_delay.is_some() => (delay, "retry_info"),
+            _ => (delay, "policy"),
+        };
+        // Never schedule an attempt that would start past the deadline (Armeria).
+        if deadline.is_some_and(|d| clock.now() + wait >= d) {
+            event(&path, attempt, code, Some(wait), "deadline");
+            return deliver.into_result();
+        }
+        stats.incr(Counter::Retries);
+        event(&path, attempt, code, Some(wait), why);
+        retrying.sleeper().sleep(wait).await;
+        attempt += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeout_header_roundtrip_and_garbage() {
+        for d in [
+            Duration::from_micros(1),
+            Duration::from_millis(1500),
+            Duration::from_secs(1000),
+            Duration::from_secs(10_000_000),
+        ] {
+            let mut h = HeaderMap::new();
+            h.insert(GRPC_TIMEOUT, format_grpc_timeout(d));
+            let back = parse_grpc_timeout(&h).unwrap();
+            assert!(
+                back <= d && d - back < Duration::from_secs(1),
+                "{d:?} {back:?}"
+            );
+        }
+        for bad in ["", "m", "12x", "-1m", "123456789m", "1.5S", "ümm"] {
+            let mut h = HeaderMap::new();
+            if let Ok(v) = HeaderValue::from_str(bad) {
+                h.insert(GRPC_TIMEOUT, v);
+            }
+            assert_eq!(parse_grpc_timeout(&h), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn pushback_parsing() {
+        let mut h = HeaderMap::new();
+        assert_eq!(pushback(&h), None);
+        h.insert(PUSHBACK, HeaderValue::from_static("250"));
+        assert_eq!(
+            pushback(&h),
+            Some(Pushback::After(Duration::from_millis(250)))
+        );
+        h.insert(PUSHBACK, HeaderValue::from_static("-1"));
+        assert_eq!(pushback(&h), Some(Pushback::Stop));
+        h.insert(PUSHBACK, HeaderValue::from_static("soon"));
+        assert_eq!(pushback(&h), Some(Pushback::Stop));
+    }
+}
