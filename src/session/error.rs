@@ -184,9 +184,9 @@ fn parse_flat_json_object(s: &str) -> HashMap<String, String> {
 #[non_exhaustive]
 pub enum SparkError {
     /// The server returned an error (after any retries).
-    Server(ServerError),
+    Server(Box<ServerError>),
     /// The server lost the operation or session after results were received.
-    ResponseAlreadyReceived(ServerError),
+    ResponseAlreadyReceived(Box<ServerError>),
     /// The server-side session id changed (a server restart): the session is closed.
     SessionChanged {
         /// The id seen first.
@@ -249,7 +249,7 @@ impl fmt::Display for SparkError {
 impl std::error::Error for SparkError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            SparkError::Server(e) | SparkError::ResponseAlreadyReceived(e) => Some(e),
+            SparkError::Server(e) | SparkError::ResponseAlreadyReceived(e) => Some(e.as_ref()),
             SparkError::ConnectionString(e) => Some(e),
             SparkError::Channel(e) => Some(e),
             #[cfg(feature = "arrow")]
@@ -279,7 +279,7 @@ impl SparkError {
 
 impl From<tonic::Status> for SparkError {
     fn from(s: tonic::Status) -> Self {
-        SparkError::Server(ServerError::from_status(s))
+        SparkError::Server(Box::new(ServerError::from_status(s)))
     }
 }
 
@@ -298,9 +298,9 @@ impl From<ChannelError> for SparkError {
 impl From<ReattachError> for SparkError {
     fn from(e: ReattachError) -> Self {
         match e {
-            ReattachError::Status(s) => SparkError::Server(ServerError::from_status(s)),
+            ReattachError::Status(s) => SparkError::Server(Box::new(ServerError::from_status(s))),
             ReattachError::ResponseAlreadyReceived { status, .. } => {
-                SparkError::ResponseAlreadyReceived(ServerError::from_status(status))
+                SparkError::ResponseAlreadyReceived(Box::new(ServerError::from_status(status)))
             }
             ReattachError::ServerSideSessionChanged { expected, got } => {
                 SparkError::SessionChanged { expected, got }

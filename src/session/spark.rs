@@ -300,12 +300,12 @@ impl SparkSession {
         if err.error_class() == Some("INVALID_HANDLE.SESSION_CHANGED") {
             self.inner.closed.store(true, Ordering::SeqCst);
         }
-        if let Some(id) = err.error_id().map(str::to_owned) {
-            if let Some(details) = self.fetch_error_details(&id).await {
-                err.set_details(details);
-            }
+        if let Some(id) = err.error_id().map(str::to_owned)
+            && let Some(details) = self.fetch_error_details(&id).await
+        {
+            err.set_details(details);
         }
-        SparkError::Server(err)
+        SparkError::Server(Box::new(err))
     }
 
     /// FetchErrorDetails: once per error id, best effort, never retried.
@@ -616,6 +616,9 @@ impl SparkSession {
     }
 }
 
+/// A callback for ExecutionProgress messages.
+type ProgressFn = Box<dyn FnMut(&proto::execute_plan_response::ExecutionProgress) + Send>;
+
 /// Rows of a query as Arrow record batches, in order, each exactly once.
 ///
 /// A `Stream` of `RecordBatch`es (with the `arrow` feature). The ArrowBatch
@@ -631,7 +634,7 @@ pub struct ArrowStream {
     #[cfg(feature = "arrow")]
     queue: std::collections::VecDeque<arrow_array::RecordBatch>,
     chunks: Vec<u8>,
-    on_progress: Option<Box<dyn FnMut(&proto::execute_plan_response::ExecutionProgress) + Send>>,
+    on_progress: Option<ProgressFn>,
     done: bool,
 }
 
@@ -703,13 +706,14 @@ impl ArrowStream {
     fn absorb(&mut self, resp: ExecutePlanResponse) -> Result<(), SparkError> {
         match resp.response_type {
             Some(ResponseType::ArrowBatch(b)) => {
-                if let Some(start) = b.start_offset {
-                    if b.chunk_index.unwrap_or(0) == 0 && start != self.next_offset {
-                        return Err(SparkError::BatchOffset {
-                            expected: self.next_offset,
-                            got: start,
-                        });
-                    }
+                if let Some(start) = b.start_offset
+                    && b.chunk_index.unwrap_or(0) == 0
+                    && start != self.next_offset
+                {
+                    return Err(SparkError::BatchOffset {
+                        expected: self.next_offset,
+                        got: start,
+                    });
                 }
                 let chunks = b.num_chunks_in_batch.unwrap_or(1);
                 let data = if chunks > 1 {
