@@ -270,3 +270,26 @@ async fn invalid_connection_strings_are_typed_errors() {
         assert!(matches!(e, SparkError::ConnectionString(_)), "{bad}: {e:?}");
     }
 }
+
+#[tokio::test]
+async fn close_waits_for_releases_but_bounded() {
+    let s = TestServer::builder()
+        .rows_per_batch(1000)
+        .start()
+        .await
+        .unwrap();
+    s.faults()
+        .push(Fault::stall_forever().on(Rpc::ReleaseExecute).times(100));
+    let spark = SparkSession::builder()
+        .remote(s.remote())
+        .retrying(fast_retrying(&RecordingSleeper::new()))
+        .release_wait(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let batches = spark.range(0, 10_000, 1).unwrap().collect().await.unwrap();
+    assert_eq!(column(&batches, "id").len(), 10_000);
+    let started = std::time::Instant::now();
+    assert!(!spark.close().await, "releases are stuck, close gives up");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(spark.is_closed());
+}

@@ -1,0 +1,176 @@
+//! A seeded random fault soak against the embedded server: 500 schedules
+//! mixing TCP cuts, UNAVAILABLE, INVALID_CURSOR.DISCONNECTED, graceful
+//! stream ends, NOT_FOUND before the first response, lost requests and
+//! RetryInfo. Every schedule must deliver every row exactly once, in order,
+//! and leave the server holding no execution. Sleeps are recorded, not slept.
+#![cfg(feature = "testing")]
+
+use std::time::Duration;
+
+use arrow_array::Int64Array;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use spark_connect_retry::proto::execute_plan_response::ResponseType;
+use spark_connect_retry::proto::{self, ExecutePlanRequest, Plan, Relation};
+use spark_connect_retry::reattach::{ReattachOptions, ReattachableExecution, ReleaseTracker};
+use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
+use spark_connect_retry::testing::{Fault, Rpc, SparkError, TestServer};
+use spark_connect_retry::transport::spark_client;
+use tonic::Code;
+
+const SCHEDULES: u64 = 500;
+
+fn request(end: i64) -> ExecutePlanRequest {
+    ExecutePlanRequest {
+        session_id: "5b0f3f7e-7a51-4f7e-8d0e-2c7c7f3e9a10".into(),
+        plan: Some(Plan {
+            op_type: Some(proto::plan::OpType::Root(Relation {
+                common: None,
+                rel_type: Some(proto::relation::RelType::Range(proto::Range {
+                    start: Some(0),
+                    end,
+                    step: 1,
+                    num_partitions: None,
+                })),
+            })),
+        }),
+        ..Default::default()
+    }
+}
+
+/// A random fault that may fire on a stream RPC.
+fn random_fault(rng: &mut StdRng, first: bool) -> (String, Fault) {
+    let rpc = if first || rng.random_bool(0.3) {
+        Rpc::ExecutePlan
+    } else {
+        Rpc::ReattachExecute
+    };
+    let k = rng.random_range(0..6u32);
+    match rng.random_range(0..7) {
+        0 => (
+            format!("reset {rpc:?} after {k}"),
+            Fault::reset_connection().on(rpc).after_responses(k),
+        ),
+        1 => (
+            format!("unavailable {rpc:?} after {k}"),
+            Fault::unavailable().on(rpc).after_responses(k),
+        ),
+        2 => (
+            format!("disconnected {rpc:?} after {k}"),
+            Fault::spark(SparkError::cursor_disconnected())
+                .on(rpc)
+                .after_responses(k),
+        ),
+        3 => {
+            let ms = rng.random_range(0..3000u64);
+            (
+                format!("retry-info {ms}ms on {rpc:?}"),
+                Fault::status(Code::ResourceExhausted, "busy")
+                    .with_retry_info(Duration::from_millis(ms))
+                    .on(rpc),
+            )
+        }
+        4 if first => (
+            "operation not found on ExecutePlan".into(),
+            Fault::operation_not_found().on(Rpc::ExecutePlan),
+        ),
+        5 if first => (
+            "session not found on ExecutePlan".into(),
+            Fault::session_not_found().on(Rpc::ExecutePlan),
+        ),
+        6 if first => (
+            "lost ExecutePlan".into(),
+            Fault::lose_request().on(Rpc::ExecutePlan),
+        ),
+        _ => (
+            format!("unavailable {rpc:?} at once"),
+            Fault::unavailable().on(rpc),
+        ),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_hundred_seeded_fault_schedules_deliver_exactly_once() {
+    let mut total_faults = 0;
+    for seed in 0..SCHEDULES {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let rows: i64 = rng.random_range(500..3000);
+        let mut builder = TestServer::builder().rows_per_batch(rng.random_range(50..300));
+        if rng.random_bool(0.5) {
+            builder = builder.max_responses_per_stream(rng.random_range(1..6));
+        }
+        let server = builder.start().await.unwrap();
+        let mut plan = vec![];
+        for i in 0..rng.random_range(0..5) {
+            let (what, fault) = random_fault(&mut rng, i == 0);
+            plan.push(what);
+            server.faults().push(fault);
+        }
+        total_faults += plan.len();
+        let channel = tonic::transport::Endpoint::from_shared(server.endpoint())
+            .unwrap()
+            .connect_lazy();
+        let sleeper = RecordingSleeper::new();
+        let tracker = ReleaseTracker::new();
+        let mut exec = ReattachableExecution::with_tracker(
+            spark_client(channel),
+            request(rows),
+            Retrying::default()
+                .with_sleeper(sleeper.clone())
+                .with_seed(seed),
+            ReattachOptions::default(),
+            tracker.clone(),
+        )
+        .unwrap();
+        let mut next = 0i64;
+        let mut complete = false;
+        loop {
+            let item = tokio::time::timeout(Duration::from_secs(20), exec.next_response())
+                .await
+                .unwrap_or_else(|_| panic!("seed {seed} {plan:?}: hung"));
+            let Some(item) = item else { break };
+            let resp = item.unwrap_or_else(|e| panic!("seed {seed} {plan:?}: {e}"));
+            match resp.response_type {
+                Some(ResponseType::ArrowBatch(b)) => {
+                    assert_eq!(b.start_offset, Some(next), "seed {seed} {plan:?}");
+                    let reader = arrow_ipc::reader::StreamReader::try_new(
+                        std::io::Cursor::new(b.data.to_vec()),
+                        None,
+                    )
+                    .unwrap();
+                    for batch in reader {
+                        let batch = batch.unwrap();
+                        let ids = batch
+                            .column(0)
+                            .as_any()
+                            .downcast_ref::<Int64Array>()
+                            .unwrap();
+                        for id in ids.values() {
+                            assert_eq!(*id, next, "seed {seed} {plan:?}: lost or duplicated row");
+                            next += 1;
+                        }
+                    }
+                }
+                Some(ResponseType::ResultComplete(_)) => complete = true,
+                _ => {}
+            }
+        }
+        assert!(complete, "seed {seed} {plan:?}: no ResultComplete");
+        assert_eq!(next, rows, "seed {seed} {plan:?}");
+        drop(exec);
+        assert!(
+            tracker.wait_idle(Duration::from_secs(10)).await,
+            "seed {seed}: releases hung"
+        );
+        assert!(
+            server.live_executions().is_empty(),
+            "seed {seed} {plan:?}: server still holds {:?}",
+            server.live_executions()
+        );
+        server.shutdown().await;
+    }
+    assert!(
+        total_faults > SCHEDULES as usize,
+        "the soak injected {total_faults} faults"
+    );
+}
