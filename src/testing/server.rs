@@ -391,7 +391,22 @@ impl Operation {
     /// evicts like Spark's observer: the current response plus a tail of at
     /// least `retry_buffer` bytes of earlier ones stay.
     fn consume(&self, index: u64, gen_: u64, retry_buffer: u64) -> Step {
-        let mut st = lock(&self.state);
+        let step;
+        let advanced;
+        {
+            let mut st = lock(&self.state);
+            let before = st.highest_consumed;
+            step = Self::consume_locked(&mut st, index, gen_, retry_buffer);
+            advanced = st.highest_consumed > before;
+        }
+        if advanced {
+            // A producer may be waiting for the consumer (back-pressure).
+            self.notify();
+        }
+        step
+    }
+
+    fn consume_locked(st: &mut OpState, index: u64, gen_: u64, retry_buffer: u64) -> Step {
         if st.closed || st.attach_gen != gen_ {
             return Step::Disconnected;
         }
