@@ -529,12 +529,13 @@ impl Shared {
         self.spark_status(&SparkError::operation_canceled(), Some(session_id))
     }
 
-    /// Cancels and disconnects every execution, optionally dropping the
-    /// sessions too (a simulated restart).
+    /// Cancels (if still running) and disconnects these executions.
     fn close_ops(&self, ops: Vec<Arc<Operation>>) {
         for op in ops {
-            let status = self.canceled_status(&op.session_id);
-            op.fail(status);
+            if op.is_running() {
+                let status = self.canceled_status(&op.session_id);
+                op.fail(status);
+            }
             op.close();
         }
     }
@@ -641,13 +642,19 @@ fn attach_stream(
         fault: f,
     });
     tokio::spawn(async move {
-        run_sender(&shared, &op, gen_, start_after, fault, kill, &tx).await;
+        let last = run_sender(&shared, &op, gen_, start_after, fault, kill, &tx).await;
         if !op.reattachable {
             // A non-reattachable execution lives only as long as its one
-            // stream: it is removed right away, and cancelled if unfinished.
-            let status = shared.canceled_status(&op.session_id);
-            op.fail(status);
+            // stream: it is removed (and cancelled if unfinished) before the
+            // client can see the end, so tests observe it deterministically.
+            if op.is_running() {
+                let status = shared.canceled_status(&op.session_id);
+                op.fail(status);
+            }
             shared.remove_op(&op);
+        }
+        if let Some(status) = last {
+            let _ = tx.send(Err(status)).await;
         }
     });
     ReceiverStream::new(rx)
@@ -655,6 +662,9 @@ fn attach_stream(
 
 type Tx = mpsc::Sender<Result<proto::ExecutePlanResponse, Status>>;
 
+/// Sends responses of `op` from index `start_after + 1` until the stream
+/// ends. Returns the status to end the stream with (`None`: OK, or nothing
+/// more can be sent).
 async fn run_sender(
     shared: &Shared,
     op: &Operation,
@@ -663,7 +673,7 @@ async fn run_sender(
     mut fault: Option<StreamFault>,
     kill: Option<KillSwitch>,
     tx: &Tx,
-) {
+) -> Option<Status> {
     let settings = &shared.settings;
     let limits = op.reattachable;
     let deadline = settings
@@ -682,15 +692,10 @@ async fn run_sender(
     let mut bytes = 0u64;
     loop {
         if fault.as_ref().is_some_and(|f| f.after == sent) {
-            let Some(StreamFault { fault: f, .. }) = fault.take() else {
-                return;
-            };
+            let StreamFault { fault: f, .. } = fault.take()?;
             match &f.action {
                 Action::Fail(_) | Action::BadStatusDetails => {
-                    if let Some(status) = f.status_for(&op.session_id, &op.id) {
-                        let _ = tx.send(Err(status)).await;
-                    }
-                    return;
+                    return f.status_for(&op.session_id, &op.id);
                 }
                 Action::Reset | Action::LoseRequest => {
                     // Let the responses already handed over reach the socket.
@@ -698,7 +703,7 @@ async fn run_sender(
                     if let Some(k) = &kill {
                         k.kill();
                     }
-                    return;
+                    return None;
                 }
                 Action::Stall(duration) => {
                     let sleep = async {
@@ -709,8 +714,8 @@ async fn run_sender(
                     };
                     tokio::select! {
                         _ = sleep => {}
-                        _ = tx.closed() => return,
-                        _ = stopping.changed() => return,
+                        _ = tx.closed() => return None,
+                        _ = stopping.changed() => return None,
                         _ = preempted(op, gen_, &mut changed) => {}
                     }
                 }
@@ -721,7 +726,7 @@ async fn run_sender(
             Step::Send(mut resp, size) => {
                 resp.server_side_session_id = shared.ssid();
                 if tx.send(Ok(*resp)).await.is_err() {
-                    return; // The client went away.
+                    return None; // The client went away.
                 }
                 sent += 1;
                 bytes += size;
@@ -732,7 +737,7 @@ async fn run_sender(
                 if limits && (over_count || over_bytes || over_time) {
                     // Graceful end: OK status, no ResultComplete; the client
                     // must reattach.
-                    return;
+                    return None;
                 }
             }
             Step::Wait => {
@@ -743,29 +748,20 @@ async fn run_sender(
                     }
                 };
                 tokio::select! {
-                    r = changed.changed() => if r.is_err() { return },
-                    _ = tx.closed() => return,
-                    _ = stopping.changed() => return,
-                    _ = timeout => return,
+                    r = changed.changed() => if r.is_err() { return None },
+                    _ = tx.closed() => return None,
+                    _ = stopping.changed() => return None,
+                    _ = timeout => return None,
                 }
             }
-            Step::Finished(Ok(())) => return,
-            Step::Finished(Err(status)) => {
-                let _ = tx.send(Err(status)).await;
-                return;
-            }
+            Step::Finished(outcome) => return outcome.err(),
             Step::Disconnected => {
-                let status =
-                    shared.spark_status(&SparkError::cursor_disconnected(), Some(&op.session_id));
-                let _ = tx.send(Err(status)).await;
-                return;
+                let err = SparkError::cursor_disconnected();
+                return Some(shared.spark_status(&err, Some(&op.session_id)));
             }
             Step::Evicted(id, index) => {
                 let err = SparkError::position_not_available(&id, index);
-                let _ = tx
-                    .send(Err(shared.spark_status(&err, Some(&op.session_id))))
-                    .await;
-                return;
+                return Some(shared.spark_status(&err, Some(&op.session_id)));
             }
         }
     }
@@ -937,6 +933,14 @@ impl SparkConnectService for Service {
             None => uuid::Uuid::new_v4().to_string(),
         };
         let reattachable = Self::reattachable(&req);
+        let work = parse_plan(req.plan.as_ref());
+        if req.plan.as_ref().and_then(|p| p.op_type.as_ref()).is_none() {
+            // Like Spark's plan validation before the execution starts: the
+            // error is returned at once and nothing is registered.
+            if let Err(e) = &work {
+                return Err(shared.spark_status(e, Some(&session_id)));
+            }
+        }
 
         // Spark 4.1+ "idempotent ExecutePlan": the same plan under a live
         // operation id attaches to it from the beginning.
@@ -971,7 +975,6 @@ impl SparkConnectService for Service {
                 None => return Err(SparkError::session_closed(&session_id).to_status(None)),
             }
         }
-        let work = parse_plan(req.plan.as_ref());
         tokio::spawn(produce(shared.clone(), op.clone(), work));
         Ok(Response::new(attach_stream(
             shared.clone(),
@@ -1570,11 +1573,14 @@ impl TestServer {
         id
     }
 
-    /// Simulates a server restart: a new server-side session id, and every
-    /// session and execution forgotten (running ones are cancelled and their
-    /// streams disconnected). Later reattaches get
-    /// `INVALID_HANDLE.SESSION_NOT_FOUND`. Returns the new id.
+    /// Simulates a server restart: every open connection is reset (TCP RST),
+    /// the server-side session id changes, and every session and execution
+    /// is forgotten. Later reattaches get `INVALID_HANDLE.SESSION_NOT_FOUND`,
+    /// and requests carrying the old id in
+    /// `client_observed_server_side_session_id` get
+    /// `INVALID_HANDLE.SESSION_CHANGED`. Returns the new id.
     pub fn simulate_restart(&self) -> String {
+        self.reset_connections();
         let id = self.rotate_server_side_session_id();
         let ops: Vec<Arc<Operation>> = {
             let mut st = lock(&self.shared.state);
