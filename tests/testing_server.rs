@@ -1240,3 +1240,80 @@ fn assert_tonic_base64_panic(e: tokio::task::JoinError) {
         .unwrap_or_default();
     assert!(msg.contains("base64"), "{msg}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn any_faults_times_tags_and_connection_resets() {
+    let server = TestServer::builder()
+        .rows_per_batch(1)
+        .batch_delay(Duration::from_millis(20))
+        .start()
+        .await
+        .unwrap();
+    let mut c = client(&server).await;
+    let get_all = || proto::ConfigRequest {
+        session_id: SESSION.into(),
+        operation: Some(proto::config_request::Operation {
+            op_type: Some(proto::config_request::operation::OpType::GetAll(
+                proto::config_request::GetAll { prefix: None },
+            )),
+        }),
+        ..Default::default()
+    };
+    // An Any fault with times(2) hits the next two calls, whatever they are;
+    // faults queue in push order.
+    server
+        .faults()
+        .push(Fault::status(Code::Aborted, "first").times(2))
+        .push(Fault::status(Code::DataLoss, "second").on(Rpc::Config));
+    assert_eq!(c.config(get_all()).await.unwrap_err().code(), Code::Aborted);
+    let err = c
+        .analyze_plan(proto::AnalyzePlanRequest {
+            session_id: SESSION.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Aborted);
+    assert_eq!(
+        c.config(get_all()).await.unwrap_err().code(),
+        Code::DataLoss
+    );
+    c.config(get_all()).await.unwrap();
+    server.faults().push(Fault::unavailable());
+    server.faults().clear();
+    assert_eq!(server.faults().pending(), 0);
+
+    // Interrupt by tag.
+    let op = uuid::Uuid::new_v4().to_string();
+    let mut req = exec(range_plan(None, 100, 1), true, Some(&op));
+    req.tags = vec!["nightly".into()];
+    let s = c.execute_plan(req).await.unwrap().into_inner();
+    let r = c
+        .interrupt(proto::InterruptRequest {
+            session_id: SESSION.into(),
+            interrupt_type: proto::interrupt_request::InterruptType::Tag as i32,
+            interrupt: Some(proto::interrupt_request::Interrupt::OperationTag(
+                "nightly".into(),
+            )),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.interrupted_ids, vec![op.clone()]);
+    assert_spark(&drain(s).await.1.unwrap_err(), "OPERATION_CANCELED");
+
+    // reset_connections cuts an open stream with a real RST.
+    let op = uuid::Uuid::new_v4().to_string();
+    let mut s = c
+        .execute_plan(exec(range_plan(None, 100, 1), true, Some(&op)))
+        .await
+        .unwrap()
+        .into_inner();
+    s.message().await.unwrap().unwrap();
+    assert!(server.reset_connections() >= 1);
+    let (_, end) = drain(s).await;
+    let err = end.unwrap_err();
+    assert!(transport_source(&err), "{err:?}");
+    server.shutdown().await;
+}
