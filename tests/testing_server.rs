@@ -1317,3 +1317,54 @@ async fn any_faults_times_tags_and_connection_resets() {
     assert!(transport_source(&err), "{err:?}");
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn plan_helpers_and_execution_progress() {
+    use spark_connect_retry::testing::plans;
+    let server = TestServer::builder()
+        .rows_per_batch(3)
+        .execution_progress(true)
+        .start()
+        .await
+        .unwrap();
+    let mut c = client(&server).await;
+    let mut req = exec(plans::sql("SELECT id, id*2 AS x FROM range(7)"), true, None);
+    req.session_id = plans::new_id();
+    let (r, end) = drain(c.execute_plan(req).await.unwrap().into_inner()).await;
+    end.unwrap();
+    let progress = r
+        .iter()
+        .filter(|r| matches!(r.response_type, Some(ResponseType::ExecutionProgress(_))))
+        .count();
+    assert_eq!(progress, 3);
+    assert_eq!(r.len(), 7, "3 progress + 3 batches + ResultComplete");
+    assert_eq!(
+        plans::int64_column(&r, 0).unwrap(),
+        (0..7).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        plans::int64_column(&r, 1).unwrap(),
+        (0..7).map(|v| v * 2).collect::<Vec<_>>()
+    );
+    assert!(plans::int64_column(&r, 2).is_err());
+    let (r, _) = drain(
+        c.execute_plan(exec(plans::range(Some(2), 5, 1), false, None))
+            .await
+            .unwrap()
+            .into_inner(),
+    )
+    .await;
+    assert_eq!(plans::int64_column(&r, 0).unwrap(), vec![2, 3, 4]);
+    let (r, _) = drain(
+        c.execute_plan(exec(plans::sql_command("select 1"), true, None))
+            .await
+            .unwrap()
+            .into_inner(),
+    )
+    .await;
+    assert!(matches!(
+        r[0].response_type,
+        Some(ResponseType::SqlCommandResult(_))
+    ));
+    server.shutdown().await;
+}

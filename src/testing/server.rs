@@ -54,6 +54,7 @@ struct Settings {
     max_stream_duration: Option<Duration>,
     rows_per_batch: u64,
     batch_delay: Duration,
+    execution_progress: bool,
     required_token: Option<String>,
     spark_version: String,
 }
@@ -67,6 +68,7 @@ impl Default for Settings {
             max_stream_duration: Some(DEFAULT_MAX_STREAM_DURATION),
             rows_per_batch: DEFAULT_ROWS_PER_BATCH,
             batch_delay: Duration::ZERO,
+            execution_progress: false,
             required_token: None,
             spark_version: DEFAULT_SPARK_VERSION.to_owned(),
         }
@@ -123,6 +125,14 @@ impl TestServerBuilder {
     /// running while a test interrupts or releases it. Default: none.
     pub fn batch_delay(mut self, delay: Duration) -> Self {
         self.settings.batch_delay = delay;
+        self
+    }
+
+    /// Send an `ExecutionProgress` response before every `ArrowBatch`, as
+    /// the real server does every `spark.connect.progress.reportInterval`.
+    /// Clients must skip them. Default: off.
+    pub fn execution_progress(mut self, on: bool) -> Self {
+        self.settings.execution_progress = on;
         self
     }
 
@@ -581,6 +591,20 @@ async fn produce(shared: Arc<Shared>, op: Arc<Operation>, work: Result<Work, Spa
                         return;
                     }
                 };
+                if shared.settings.execution_progress {
+                    let progress = proto::ExecutePlanResponse {
+                        response_type: Some(epr::ResponseType::ExecutionProgress(
+                            epr::ExecutionProgress {
+                                stages: Vec::new(),
+                                num_inflight_tasks: 1,
+                            },
+                        )),
+                        ..Default::default()
+                    };
+                    if !op.push(progress) {
+                        return;
+                    }
+                }
                 let resp = proto::ExecutePlanResponse {
                     response_type: Some(epr::ResponseType::ArrowBatch(epr::ArrowBatch {
                         row_count: len as i64,
