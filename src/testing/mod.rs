@@ -53,6 +53,10 @@
 //!   call ([`recorded_calls`](TestServer::recorded_calls)) and the
 //!   ExecutePlan / ReattachExecute / ReleaseExecute requests.
 //!
+//! [`plans`] has helpers to build these plans and decode the Arrow results;
+//! [`TestServerBuilder::execution_progress`] adds `ExecutionProgress`
+//! responses, which clients must skip.
+//!
 //! The [fault script](faults) injects failures: statuses (with `RetryInfo`
 //! or Spark's encoding), mid-stream errors, real TCP resets, lost requests,
 //! stalls, and an undecodable `grpc-status-details-bin`.
@@ -110,6 +114,7 @@ mod conn;
 pub mod error;
 pub mod faults;
 mod plan;
+pub mod plans;
 pub mod server;
 
 pub use error::SparkError;

@@ -54,6 +54,7 @@ struct Settings {
     max_stream_duration: Option<Duration>,
     rows_per_batch: u64,
     batch_delay: Duration,
+    execution_progress: bool,
     required_token: Option<String>,
     spark_version: String,
 }
@@ -67,6 +68,7 @@ impl Default for Settings {
             max_stream_duration: Some(DEFAULT_MAX_STREAM_DURATION),
             rows_per_batch: DEFAULT_ROWS_PER_BATCH,
             batch_delay: Duration::ZERO,
+            execution_progress: false,
             required_token: None,
             spark_version: DEFAULT_SPARK_VERSION.to_owned(),
         }
@@ -123,6 +125,14 @@ impl TestServerBuilder {
     /// running while a test interrupts or releases it. Default: none.
     pub fn batch_delay(mut self, delay: Duration) -> Self {
         self.settings.batch_delay = delay;
+        self
+    }
+
+    /// Send an `ExecutionProgress` response before every `ArrowBatch`, as
+    /// the real server does every `spark.connect.progress.reportInterval`.
+    /// Clients must skip them. Default: off.
+    pub fn execution_progress(mut self, on: bool) -> Self {
+        self.settings.execution_progress = on;
         self
     }
 
@@ -391,7 +401,22 @@ impl Operation {
     /// evicts like Spark's observer: the current response plus a tail of at
     /// least `retry_buffer` bytes of earlier ones stay.
     fn consume(&self, index: u64, gen_: u64, retry_buffer: u64) -> Step {
-        let mut st = lock(&self.state);
+        let step;
+        let advanced;
+        {
+            let mut st = lock(&self.state);
+            let before = st.highest_consumed;
+            step = Self::consume_locked(&mut st, index, gen_, retry_buffer);
+            advanced = st.highest_consumed > before;
+        }
+        if advanced {
+            // A producer may be waiting for the consumer (back-pressure).
+            self.notify();
+        }
+        step
+    }
+
+    fn consume_locked(st: &mut OpState, index: u64, gen_: u64, retry_buffer: u64) -> Step {
         if st.closed || st.attach_gen != gen_ {
             return Step::Disconnected;
         }
@@ -514,12 +539,13 @@ impl Shared {
         self.spark_status(&SparkError::operation_canceled(), Some(session_id))
     }
 
-    /// Cancels and disconnects every execution, optionally dropping the
-    /// sessions too (a simulated restart).
+    /// Cancels (if still running) and disconnects these executions.
     fn close_ops(&self, ops: Vec<Arc<Operation>>) {
         for op in ops {
-            let status = self.canceled_status(&op.session_id);
-            op.fail(status);
+            if op.is_running() {
+                let status = self.canceled_status(&op.session_id);
+                op.fail(status);
+            }
             op.close();
         }
     }
@@ -565,6 +591,20 @@ async fn produce(shared: Arc<Shared>, op: Arc<Operation>, work: Result<Work, Spa
                         return;
                     }
                 };
+                if shared.settings.execution_progress {
+                    let progress = proto::ExecutePlanResponse {
+                        response_type: Some(epr::ResponseType::ExecutionProgress(
+                            epr::ExecutionProgress {
+                                stages: Vec::new(),
+                                num_inflight_tasks: 1,
+                            },
+                        )),
+                        ..Default::default()
+                    };
+                    if !op.push(progress) {
+                        return;
+                    }
+                }
                 let resp = proto::ExecutePlanResponse {
                     response_type: Some(epr::ResponseType::ArrowBatch(epr::ArrowBatch {
                         row_count: len as i64,
@@ -626,13 +666,19 @@ fn attach_stream(
         fault: f,
     });
     tokio::spawn(async move {
-        run_sender(&shared, &op, gen_, start_after, fault, kill, &tx).await;
+        let last = run_sender(&shared, &op, gen_, start_after, fault, kill, &tx).await;
         if !op.reattachable {
             // A non-reattachable execution lives only as long as its one
-            // stream: it is removed right away, and cancelled if unfinished.
-            let status = shared.canceled_status(&op.session_id);
-            op.fail(status);
+            // stream: it is removed (and cancelled if unfinished) before the
+            // client can see the end, so tests observe it deterministically.
+            if op.is_running() {
+                let status = shared.canceled_status(&op.session_id);
+                op.fail(status);
+            }
             shared.remove_op(&op);
+        }
+        if let Some(status) = last {
+            let _ = tx.send(Err(status)).await;
         }
     });
     ReceiverStream::new(rx)
@@ -640,6 +686,9 @@ fn attach_stream(
 
 type Tx = mpsc::Sender<Result<proto::ExecutePlanResponse, Status>>;
 
+/// Sends responses of `op` from index `start_after + 1` until the stream
+/// ends. Returns the status to end the stream with (`None`: OK, or nothing
+/// more can be sent).
 async fn run_sender(
     shared: &Shared,
     op: &Operation,
@@ -648,7 +697,7 @@ async fn run_sender(
     mut fault: Option<StreamFault>,
     kill: Option<KillSwitch>,
     tx: &Tx,
-) {
+) -> Option<Status> {
     let settings = &shared.settings;
     let limits = op.reattachable;
     let deadline = settings
@@ -667,15 +716,10 @@ async fn run_sender(
     let mut bytes = 0u64;
     loop {
         if fault.as_ref().is_some_and(|f| f.after == sent) {
-            let Some(StreamFault { fault: f, .. }) = fault.take() else {
-                return;
-            };
+            let StreamFault { fault: f, .. } = fault.take()?;
             match &f.action {
                 Action::Fail(_) | Action::BadStatusDetails => {
-                    if let Some(status) = f.status_for(&op.session_id, &op.id) {
-                        let _ = tx.send(Err(status)).await;
-                    }
-                    return;
+                    return f.status_for(&op.session_id, &op.id);
                 }
                 Action::Reset | Action::LoseRequest => {
                     // Let the responses already handed over reach the socket.
@@ -683,7 +727,7 @@ async fn run_sender(
                     if let Some(k) = &kill {
                         k.kill();
                     }
-                    return;
+                    return None;
                 }
                 Action::Stall(duration) => {
                     let sleep = async {
@@ -694,8 +738,8 @@ async fn run_sender(
                     };
                     tokio::select! {
                         _ = sleep => {}
-                        _ = tx.closed() => return,
-                        _ = stopping.changed() => return,
+                        _ = tx.closed() => return None,
+                        _ = stopping.changed() => return None,
                         _ = preempted(op, gen_, &mut changed) => {}
                     }
                 }
@@ -706,7 +750,7 @@ async fn run_sender(
             Step::Send(mut resp, size) => {
                 resp.server_side_session_id = shared.ssid();
                 if tx.send(Ok(*resp)).await.is_err() {
-                    return; // The client went away.
+                    return None; // The client went away.
                 }
                 sent += 1;
                 bytes += size;
@@ -717,7 +761,7 @@ async fn run_sender(
                 if limits && (over_count || over_bytes || over_time) {
                     // Graceful end: OK status, no ResultComplete; the client
                     // must reattach.
-                    return;
+                    return None;
                 }
             }
             Step::Wait => {
@@ -728,29 +772,20 @@ async fn run_sender(
                     }
                 };
                 tokio::select! {
-                    r = changed.changed() => if r.is_err() { return },
-                    _ = tx.closed() => return,
-                    _ = stopping.changed() => return,
-                    _ = timeout => return,
+                    r = changed.changed() => if r.is_err() { return None },
+                    _ = tx.closed() => return None,
+                    _ = stopping.changed() => return None,
+                    _ = timeout => return None,
                 }
             }
-            Step::Finished(Ok(())) => return,
-            Step::Finished(Err(status)) => {
-                let _ = tx.send(Err(status)).await;
-                return;
-            }
+            Step::Finished(outcome) => return outcome.err(),
             Step::Disconnected => {
-                let status =
-                    shared.spark_status(&SparkError::cursor_disconnected(), Some(&op.session_id));
-                let _ = tx.send(Err(status)).await;
-                return;
+                let err = SparkError::cursor_disconnected();
+                return Some(shared.spark_status(&err, Some(&op.session_id)));
             }
             Step::Evicted(id, index) => {
                 let err = SparkError::position_not_available(&id, index);
-                let _ = tx
-                    .send(Err(shared.spark_status(&err, Some(&op.session_id))))
-                    .await;
-                return;
+                return Some(shared.spark_status(&err, Some(&op.session_id)));
             }
         }
     }
@@ -922,6 +957,14 @@ impl SparkConnectService for Service {
             None => uuid::Uuid::new_v4().to_string(),
         };
         let reattachable = Self::reattachable(&req);
+        let work = parse_plan(req.plan.as_ref());
+        if req.plan.as_ref().and_then(|p| p.op_type.as_ref()).is_none() {
+            // Like Spark's plan validation before the execution starts: the
+            // error is returned at once and nothing is registered.
+            if let Err(e) = &work {
+                return Err(shared.spark_status(e, Some(&session_id)));
+            }
+        }
 
         // Spark 4.1+ "idempotent ExecutePlan": the same plan under a live
         // operation id attaches to it from the beginning.
@@ -956,7 +999,6 @@ impl SparkConnectService for Service {
                 None => return Err(SparkError::session_closed(&session_id).to_status(None)),
             }
         }
-        let work = parse_plan(req.plan.as_ref());
         tokio::spawn(produce(shared.clone(), op.clone(), work));
         Ok(Response::new(attach_stream(
             shared.clone(),
@@ -1555,11 +1597,14 @@ impl TestServer {
         id
     }
 
-    /// Simulates a server restart: a new server-side session id, and every
-    /// session and execution forgotten (running ones are cancelled and their
-    /// streams disconnected). Later reattaches get
-    /// `INVALID_HANDLE.SESSION_NOT_FOUND`. Returns the new id.
+    /// Simulates a server restart: every open connection is reset (TCP RST),
+    /// the server-side session id changes, and every session and execution
+    /// is forgotten. Later reattaches get `INVALID_HANDLE.SESSION_NOT_FOUND`,
+    /// and requests carrying the old id in
+    /// `client_observed_server_side_session_id` get
+    /// `INVALID_HANDLE.SESSION_CHANGED`. Returns the new id.
     pub fn simulate_restart(&self) -> String {
+        self.reset_connections();
         let id = self.rotate_server_side_session_id();
         let ops: Vec<Arc<Operation>> = {
             let mut st = lock(&self.shared.state);
