@@ -1,1 +1,3 @@
 //! testing
+
+pub mod proxy;
