@@ -115,8 +115,10 @@ pub mod error;
 pub mod faults;
 mod plan;
 pub mod plans;
+pub mod proxy;
 pub mod server;
 
 pub use error::SparkError;
 pub use faults::{BAD_STATUS_DETAILS, Fault, FaultScript, Rpc};
+pub use proxy::{FaultProxy, FaultProxyBuilder};
 pub use server::{CallCounts, RecordedCall, TestServer, TestServerBuilder};
