@@ -4,6 +4,7 @@
 # Usage:
 #   scripts/spark-server.sh start  NAME PORT [--conf k=v ...] [--token T]
 #   scripts/spark-server.sh stop   NAME
+#   scripts/spark-server.sh kill   NAME      (SIGKILL at once: a crashed server, for tests)
 #   scripts/spark-server.sh status NAME      (exit 0 when running, 3 when not)
 #   scripts/spark-server.sh logs   NAME [N]  (last N lines of the server log, default 80)
 #
@@ -32,7 +33,7 @@ log() { printf '[spark-server] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 usage() {
-    sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
@@ -247,6 +248,17 @@ cmd_stop() {
     log "$name stopped (pid $pid) in $(($(date +%s) - t0)) s"
 }
 
+cmd_kill() {
+    [ $# -eq 1 ] || usage
+    local name="$1" pid
+    check_name "$name"
+    pid="$(recorded_pid "$name")"
+    is_our_server "$pid" || die "$name: recorded pid '$pid' is not a running Spark Connect server"
+    # The process group: spark-submit's java and anything it forked.
+    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid"
+    log "$name: killed pid $pid"
+}
+
 cmd_status() {
     [ $# -eq 1 ] || usage
     local name="$1" pid port
@@ -277,6 +289,7 @@ shift
 case "$command" in
     start) cmd_start "$@" ;;
     stop) cmd_stop "$@" ;;
+    kill) cmd_kill "$@" ;;
     status) cmd_status "$@" ;;
     logs) cmd_logs "$@" ;;
     -h | --help | help) usage ;;

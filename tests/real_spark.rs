@@ -1,0 +1,409 @@
+//! Against a real Spark Connect 4.3.0 server (from PyPI's `pyspark`).
+//!
+//! `.ci/run` installs and starts the servers and sets:
+//!
+//! | variable | server |
+//! |---|---|
+//! | `SPARK_CONNECT_TEST_REMOTE` | default confs + `observerRetryBufferSize=128m` |
+//! | `SPARK_CONNECT_TEST_REMOTE_GRACEFUL` | `senderMaxStreamDuration=1s`, `senderMaxStreamSize=1m` |
+//! | `SPARK_CONNECT_TEST_REMOTE_SMALLBUF` | default 10 MiB retry buffer |
+//! | `SPARK_CONNECT_TEST_REMOTE_TOKEN` + `SPARK_CONNECT_TEST_TOKEN` | token auth |
+//! | `SPARK_CONNECT_TEST_VICTIM` | a server this test may kill (`scripts/spark-server.sh kill NAME`) |
+//!
+//! Without them each test prints that it is skipped, unless
+//! `SPARK_CONNECT_REQUIRE_REAL=1` (set in CI), where a missing server fails.
+#![cfg(feature = "testing")]
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use arrow_array::{Array, Int64Array, RecordBatch};
+use spark_connect_retry::policy::RetryPolicy;
+use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
+use spark_connect_retry::session::{SparkError, SparkSession};
+use spark_connect_retry::testing::proxy::{CutMode, CutSchedule, Direction, FaultProxy};
+
+const TEN_M: i64 = 10_000_000;
+
+fn remote(var: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(v) if !v.is_empty() => Some(v),
+        _ => {
+            if std::env::var("SPARK_CONNECT_REQUIRE_REAL").as_deref() == Ok("1") {
+                panic!("{var} is not set but SPARK_CONNECT_REQUIRE_REAL=1");
+            }
+            eprintln!("skipped: {var} is not set (no real Spark Connect server)");
+            None
+        }
+    }
+}
+
+fn addr_of(remote: &str) -> SocketAddr {
+    let hostport = remote
+        .trim_start_matches("sc://")
+        .split(['/', ';'])
+        .next()
+        .unwrap();
+    hostport.replace("localhost", "127.0.0.1").parse().unwrap()
+}
+
+/// Exact check of `SELECT id, id*2 AS x FROM range(n)`: count, sums, order.
+#[derive(Debug, Default)]
+struct Check {
+    rows: i64,
+    sum_id: i128,
+    sum_x: i128,
+    in_order: bool,
+}
+
+fn absorb(check: &mut Check, batch: &RecordBatch) {
+    let ids = batch
+        .column(0)
+        .as_any()
+        .downcast_ref::<Int64Array>()
+        .unwrap();
+    let xs = batch
+        .column(1)
+        .as_any()
+        .downcast_ref::<Int64Array>()
+        .unwrap();
+    assert_eq!(ids.null_count() + xs.null_count(), 0);
+    for (id, x) in ids.values().iter().zip(xs.values()) {
+        check.in_order &= *id == check.rows;
+        check.rows += 1;
+        check.sum_id += *id as i128;
+        check.sum_x += *x as i128;
+    }
+}
+
+fn assert_exact(check: &Check, n: i64) {
+    let s = (n as i128) * (n as i128 - 1) / 2;
+    assert_eq!(check.rows, n, "row count");
+    assert_eq!(check.sum_id, s, "sum(id)");
+    assert_eq!(check.sum_x, 2 * s, "sum(x)");
+    assert!(check.in_order, "rows out of order, duplicated or lost");
+}
+
+async fn query_rows(
+    spark: &SparkSession,
+    n: i64,
+) -> Result<(Check, spark_connect_retry::reattach::core::CoreCounters), SparkError> {
+    let mut stream = spark
+        .sql(&format!("SELECT id, id*2 AS x FROM range({n})"))
+        .await?;
+    let mut check = Check {
+        in_order: true,
+        ..Default::default()
+    };
+    while let Some(b) = stream.next_batch().await {
+        absorb(&mut check, &b?);
+    }
+    Ok((check, stream.stats()))
+}
+
+/// The default policy, with jitter from a seed.
+fn session(url: &str) -> SparkSession {
+    SparkSession::builder()
+        .remote(url)
+        .retrying(Retrying::default().with_seed(11))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn graceful_stream_ends_10m_rows() {
+    let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE_GRACEFUL") else {
+        return;
+    };
+    let spark = session(&url);
+    let started = Instant::now();
+    let (check, stats) = tokio::time::timeout(Duration::from_secs(300), query_rows(&spark, TEN_M))
+        .await
+        .expect("hung")
+        .unwrap();
+    assert_exact(&check, TEN_M);
+    eprintln!(
+        "graceful: 10M rows in {:.2?}, {} reattaches ({} graceful ends), {} responses",
+        started.elapsed(),
+        stats.reattaches,
+        stats.graceful_ends,
+        stats.responses
+    );
+    assert!(
+        stats.graceful_ends > 10,
+        "the server's 1s/1m limits must end segments: {stats:?}"
+    );
+    assert_eq!(stats.policy_retries, 0);
+    spark.close().await;
+}
+
+#[tokio::test]
+async fn seeded_cut_schedules_through_the_proxy() {
+    let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE") else {
+        return;
+    };
+    let upstream = addr_of(&url);
+    const N: i64 = 2_000_000;
+    for seed in 0..20u64 {
+        let schedule = CutSchedule::seeded(seed, 3, 200_000..=20_000_000);
+        let mode = if seed % 4 == 3 {
+            CutMode::Fin
+        } else {
+            CutMode::Reset
+        };
+        let proxy = FaultProxy::builder(upstream)
+            .cut_schedule(Direction::ServerToClient, schedule.clone())
+            .cut_mode(mode)
+            .start()
+            .await
+            .unwrap();
+        let spark = session(&proxy.remote());
+        let (check, stats) = tokio::time::timeout(Duration::from_secs(120), query_rows(&spark, N))
+            .await
+            .unwrap_or_else(|_| panic!("seed {seed}: hung"))
+            .unwrap_or_else(|e| panic!("seed {seed} {:?}: {e}", schedule.offsets()));
+        assert_exact(&check, N);
+        let cuts = proxy.stats().snapshot().cuts;
+        eprintln!(
+            "seed {seed:2} {mode:?} offsets {:?}: {cuts} cuts, {} reattaches, {} retries",
+            schedule.offsets(),
+            stats.reattaches,
+            stats.policy_retries
+        );
+        spark.close().await;
+        proxy.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn lost_execute_plan_is_re_sent() {
+    let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE") else {
+        return;
+    };
+    let proxy = FaultProxy::builder(addr_of(&url))
+        .lose_first_request(100)
+        .start()
+        .await
+        .unwrap();
+    let spark = session(&proxy.remote());
+    let (check, stats) =
+        tokio::time::timeout(Duration::from_secs(120), query_rows(&spark, 100_000))
+            .await
+            .expect("hung")
+            .unwrap();
+    assert_exact(&check, 100_000);
+    assert_eq!(stats.re_executes, 1, "{stats:?}");
+    spark.close().await;
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn deep_cuts_with_the_default_buffer_are_exact_or_a_clear_error() {
+    let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE_SMALLBUF") else {
+        return;
+    };
+    let (mut ok, mut lost) = (0, 0);
+    for seed in 0..5u64 {
+        let proxy = FaultProxy::builder(addr_of(&url))
+            .cut_schedule(
+                Direction::ServerToClient,
+                CutSchedule::seeded(100 + seed, 1, 60_000_000..=120_000_000),
+            )
+            .start()
+            .await
+            .unwrap();
+        let spark = session(&proxy.remote());
+        match tokio::time::timeout(Duration::from_secs(180), query_rows(&spark, TEN_M))
+            .await
+            .expect("never a hang")
+        {
+            Ok((check, _)) => {
+                assert_exact(&check, TEN_M);
+                ok += 1;
+            }
+            Err(e) => {
+                let class = e.error_class().map(str::to_owned);
+                assert_eq!(
+                    class.as_deref(),
+                    Some("INVALID_CURSOR.POSITION_NOT_AVAILABLE"),
+                    "only a clear POSITION_NOT_AVAILABLE is acceptable: {e}"
+                );
+                lost += 1;
+            }
+        }
+        spark.close().await;
+        proxy.shutdown().await;
+    }
+    eprintln!("default buffer, deep cuts: {ok} exact, {lost} POSITION_NOT_AVAILABLE");
+}
+
+#[tokio::test]
+async fn server_killed_mid_query_fails_clearly_in_bounded_time() {
+    let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE_VICTIM") else {
+        return;
+    };
+    let victim = std::env::var("SPARK_CONNECT_TEST_VICTIM").expect("victim name");
+    let policy = RetryPolicy::builder()
+        .max_retries(Some(4))
+        .initial_backoff(Duration::from_millis(100))
+        .max_backoff(Some(Duration::from_millis(500)))
+        .build()
+        .unwrap();
+    let spark = SparkSession::builder()
+        .remote(url)
+        .retry_policies(vec![policy])
+        .build()
+        .unwrap();
+    let mut stream = spark
+        .sql("SELECT id, id*2 AS x FROM range(0, 200000000)")
+        .await
+        .unwrap();
+    stream.next_batch().await.unwrap().unwrap();
+    let started = Instant::now();
+    let status = std::process::Command::new("bash")
+        .args(["scripts/spark-server.sh", "kill", &victim])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let err = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            match stream.next_batch().await {
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => return e,
+                None => panic!("the stream ended cleanly after the server was killed"),
+            }
+        }
+    })
+    .await
+    .expect("bounded time");
+    eprintln!("killed server: {:.2?} later: {err}", started.elapsed());
+    let code = err.server_error().map(|s| s.code());
+    assert!(
+        matches!(
+            code,
+            Some(tonic::Code::Unavailable) | Some(tonic::Code::Unknown)
+        ),
+        "a transport error after retries: {err:?}"
+    );
+}
+
+#[tokio::test]
+async fn token_auth() {
+    let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE_TOKEN") else {
+        return;
+    };
+    let token = std::env::var("SPARK_CONNECT_TEST_TOKEN").unwrap();
+    let base = url.replace("127.0.0.1", "localhost");
+    let base = base.trim_end_matches('/');
+    let sleeper = RecordingSleeper::new();
+    let wrong = SparkSession::builder()
+        .remote(format!("{base}/;token=not-the-token"))
+        .retrying(Retrying::default().with_sleeper(sleeper.clone()))
+        .build()
+        .unwrap();
+    let err = wrong.spark_version().await.unwrap_err();
+    assert_eq!(
+        err.server_error().map(|s| s.code()),
+        Some(tonic::Code::Unauthenticated),
+        "{err}"
+    );
+    assert!(
+        sleeper.sleeps().is_empty(),
+        "UNAUTHENTICATED is not retried"
+    );
+    assert!(!format!("{err} {err:?}").contains("not-the-token"));
+    let right = SparkSession::connect(&format!("{base}/;token={token}")).unwrap();
+    assert!(right.spark_version().await.unwrap().starts_with("4.3"));
+    let (check, _) = query_rows(&right, 1000).await.unwrap();
+    assert_exact(&check, 1000);
+}
+
+#[tokio::test]
+async fn bad_sql_has_class_and_sqlstate() {
+    let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE") else {
+        return;
+    };
+    let spark = session(&url);
+    let err = match spark.sql("SELEC 1 FROM").await {
+        Ok(s) => s.collect().await.unwrap_err(),
+        Err(e) => e,
+    };
+    let server = err.server_error().expect("server error");
+    assert_eq!(server.error_class(), Some("PARSE_SYNTAX_ERROR"), "{err}");
+    assert_eq!(server.sql_state(), Some("42601"));
+    let err = match spark.sql("SELECT * FROM no_such_table_here").await {
+        Ok(s) => s.collect().await.unwrap_err(),
+        Err(e) => e,
+    };
+    assert_eq!(err.error_class(), Some("TABLE_OR_VIEW_NOT_FOUND"), "{err}");
+    assert_eq!(err.server_error().unwrap().sql_state(), Some("42P01"));
+}
+
+#[tokio::test]
+async fn session_rpcs() {
+    let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE") else {
+        return;
+    };
+    let spark = session(&url);
+    assert!(spark.spark_version().await.unwrap().starts_with("4.3"));
+    spark
+        .config_set(&[("spark.sql.shuffle.partitions", "7")])
+        .await
+        .unwrap();
+    assert_eq!(
+        spark
+            .config_get(&["spark.sql.shuffle.partitions"])
+            .await
+            .unwrap(),
+        vec![Some("7".to_owned())]
+    );
+    spark
+        .config_unset(&["spark.sql.shuffle.partitions"])
+        .await
+        .unwrap();
+
+    // interrupt_all stops a running query.
+    let mut stream = spark
+        .sql("SELECT count(*) AS c FROM range(0, 100000000000) a WHERE a.id % 7 = 3")
+        .await
+        .unwrap();
+    let op = stream.operation_id().to_owned();
+    let reader = tokio::spawn(async move { stream.next_batch().await });
+    let mut interrupted = vec![];
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        interrupted = spark.interrupt_all().await.unwrap();
+        if !interrupted.is_empty() {
+            break;
+        }
+    }
+    assert!(
+        interrupted.contains(&op),
+        "{interrupted:?} should contain {op}"
+    );
+    let result = tokio::time::timeout(Duration::from_secs(60), reader)
+        .await
+        .unwrap()
+        .unwrap();
+    let err = result.expect("an item").expect_err("interrupted");
+    assert_eq!(err.error_class(), Some("OPERATION_CANCELED"), "{err}");
+
+    // release_session: locally closed, and the server says SESSION_CLOSED.
+    let session_id = spark.session_id().to_owned();
+    spark.release_session().await.unwrap();
+    assert!(matches!(
+        spark.spark_version().await,
+        Err(SparkError::SessionClosed)
+    ));
+    let again = SparkSession::connect(&format!(
+        "{}/;session_id={session_id}",
+        url.trim_end_matches('/')
+    ))
+    .unwrap();
+    let err = again.spark_version().await.unwrap_err();
+    assert_eq!(
+        err.error_class(),
+        Some("INVALID_HANDLE.SESSION_CLOSED"),
+        "{err}"
+    );
+}
