@@ -1,8 +1,32 @@
 //! # spark-connect-retry
 //!
-//! Retries and reattachable executions for [Spark Connect] over [tonic].
+//! Retries and reattachable executions for [Spark Connect] over [tonic]:
+//! PySpark 4.3.0's retry policy to the millisecond, an `ExecutePlan` stream
+//! that resumes after any transient fault, a tower retry layer for any tonic
+//! client, and a Spark Connect session (SQL in, Arrow out).
+//!
+//! | module | what |
+//! |---|---|
+//! | [`policy`] | [`RetryPolicy`](policy::RetryPolicy), classification of `tonic::Status` (transport failures included), the pure decision core |
+//! | [`retrying`] | the async retry loop, injectable sleeper, clock and jitter |
+//! | [`reattach`] | [`ReattachableExecution`](reattach::ReattachableExecution) and its sans-I/O core |
+//! | [`layer`] | [`RetryLayer`](layer::RetryLayer) for any tonic client |
+//! | [`session`] | [`SparkSession`](session::SparkSession), `sc://` connection strings |
+//! | `testing` | (feature `testing`) an embedded Spark Connect server with fault injection, and a TCP fault proxy |
+//!
+//! ```no_run
+//! use spark_connect_retry::session::SparkSession;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let spark = SparkSession::builder().remote("sc://localhost:15002").build()?;
+//! let batches = spark.sql("SELECT id FROM range(100)").await?.collect().await?;
+//! assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 100);
+//! # Ok(()) }
+//! ```
 //!
 //! [Spark Connect]: https://spark.apache.org/docs/latest/spark-connect-overview.html
+//! [tonic]: https://docs.rs/tonic
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
