@@ -14,7 +14,7 @@
 //!   one, [`ReattachError::ResponseAlreadyReceived`].
 //! * **Deadlines and stalls**: DEADLINE_EXCEEDED, tonic's client timeout
 //!   (`Cancelled` with a `TimeoutExpired` source), the client-enforced
-//!   segment deadline ([`RpcDeadlines`](crate::deadlines::RpcDeadlines)) and
+//!   segment deadline ([`RpcDeadlines`]) and
 //!   the optional idle timeout all reattach at once, bounded by the
 //!   immediate-retry elapsed-time bound.
 //! * **Session**: the server-side session id must not change within the
