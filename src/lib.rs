@@ -21,11 +21,11 @@ pub mod proto {
     pub use spark::connect::*;
 }
 
-pub mod policy;
-pub mod retrying;
-pub mod status;
-pub mod reattach;
 pub mod layer;
+pub mod policy;
+pub mod reattach;
+pub mod retrying;
 pub mod session;
+pub mod status;
 #[cfg(feature = "testing")]
 pub mod testing;
