@@ -213,7 +213,11 @@ cmd_stop() {
     pid="$(recorded_pid "$name")"
     port="$(recorded_port "$name")"
     if ! is_our_server "$pid"; then
-        [ -n "$pid" ] && log "$name: recorded pid $pid is not a running Spark Connect server; nothing to stop"
+        if [ -n "$pid" ]; then
+            log "$name: recorded pid $pid is not a running Spark Connect server; nothing to stop"
+        else
+            log "$name: not running (no pid file under $RUN_ROOT/$name)"
+        fi
         rm -f "$RUN_ROOT/$name/pid"
         return 0
     fi

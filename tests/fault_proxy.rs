@@ -502,3 +502,43 @@ async fn shutdown_closes_live_connections_and_listener() {
     // Shutdown is not a cut.
     assert_eq!(stats.cuts(), 0);
 }
+
+#[test]
+fn builder_for_remote_reads_loopback_connection_strings() {
+    let ok = |r: &str| FaultProxy::builder_for_remote(r).unwrap();
+    // The builder has no getter for its upstream; Debug shows it.
+    let shows = |r: &str, addr: &str| {
+        let dbg = format!("{:?}", ok(r));
+        assert!(dbg.contains(addr), "{r}: {dbg}");
+    };
+    shows("sc://127.0.0.1:15002", "127.0.0.1:15002");
+    shows(
+        "sc://127.0.0.1:15005/;token=abc;use_ssl=false",
+        "127.0.0.1:15005",
+    );
+    shows("sc://localhost:15003", "127.0.0.1:15003");
+    shows("sc://localhost", "127.0.0.1:15002");
+    shows("sc://[::1]:16000/", "[::1]:16000");
+    shows("sc://[::1]", "[::1]:15002");
+    for bad in [
+        "http://127.0.0.1:15002",
+        "sc://",
+        "sc://spark.example:15002",
+        "sc://1.2.3:x",
+    ] {
+        assert!(
+            matches!(
+                FaultProxy::builder_for_remote(bad),
+                Err(FaultProxyError::InvalidRemote(_))
+            ),
+            "{bad}"
+        );
+    }
+    assert!(matches!(
+        FaultProxy::builder_for_remote("sc://192.168.1.10:15002"),
+        Err(FaultProxyError::NotLoopback {
+            role: AddrRole::Upstream,
+            ..
+        })
+    ));
+}

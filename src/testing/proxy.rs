@@ -192,6 +192,9 @@ pub enum FaultProxyError {
     },
     /// Binding the listening socket failed.
     Bind(io::Error),
+    /// [`FaultProxy::builder_for_remote`] could not read a loopback
+    /// `host:port` out of the connection string.
+    InvalidRemote(String),
 }
 
 impl fmt::Display for FaultProxyError {
@@ -208,6 +211,12 @@ impl fmt::Display for FaultProxyError {
                 )
             }
             FaultProxyError::Bind(e) => write!(f, "fault proxy could not bind: {e}"),
+            FaultProxyError::InvalidRemote(r) => {
+                write!(
+                    f,
+                    "fault proxy: cannot take a loopback host:port from {r:?}"
+                )
+            }
         }
     }
 }
@@ -216,7 +225,7 @@ impl std::error::Error for FaultProxyError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             FaultProxyError::Bind(e) => Some(e),
-            FaultProxyError::NotLoopback { .. } => None,
+            FaultProxyError::NotLoopback { .. } | FaultProxyError::InvalidRemote(_) => None,
         }
     }
 }
@@ -427,6 +436,46 @@ impl FaultProxy {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             config: Config::default(),
         }
+    }
+
+    /// Start configuring a proxy to the server of a Spark Connect connection
+    /// string such as `sc://127.0.0.1:15002/;token=t` (what the
+    /// `SPARK_CONNECT_TEST_REMOTE*` variables hold). The host must be a
+    /// loopback IP or `localhost` (taken as `127.0.0.1`); the port defaults to
+    /// 15002 like Spark's. Parameters after `/` or `;` are ignored: point the
+    /// client at [`remote`](Self::remote) with its own parameters.
+    ///
+    /// # Errors
+    ///
+    /// [`FaultProxyError::InvalidRemote`] when no `host:port` can be read, or
+    /// [`FaultProxyError::NotLoopback`] for a non-loopback IP. A host name
+    /// other than `localhost` is refused rather than resolved.
+    pub fn builder_for_remote(remote: &str) -> Result<FaultProxyBuilder, FaultProxyError> {
+        let invalid = || FaultProxyError::InvalidRemote(remote.to_owned());
+        let rest = remote.strip_prefix("sc://").ok_or_else(invalid)?;
+        let authority = rest.split(['/', ';']).next().unwrap_or_default();
+        // A ':' after any IPv6 brackets means an explicit port.
+        let has_port = authority
+            .rsplit_once(']')
+            .map_or(authority, |(_, after)| after)
+            .contains(':');
+        let authority = if has_port {
+            authority.to_owned()
+        } else {
+            format!("{authority}:15002")
+        };
+        let authority = match authority.strip_prefix("localhost:") {
+            Some(port) => format!("127.0.0.1:{port}"),
+            None => authority,
+        };
+        let addr: SocketAddr = authority.parse().map_err(|_| invalid())?;
+        if !addr.ip().to_canonical().is_loopback() {
+            return Err(FaultProxyError::NotLoopback {
+                role: AddrRole::Upstream,
+                addr,
+            });
+        }
+        Ok(Self::builder(addr))
     }
 
     /// The address clients connect to.
