@@ -7,13 +7,13 @@ use std::time::Duration;
 use arrow_array::Int64Array;
 use spark_connect_retry::deadlines::RpcDeadlines;
 use spark_connect_retry::policy::RetryPolicy;
+use spark_connect_retry::proto::ExecutePlanRequest;
 use spark_connect_retry::proto::execute_plan_response::ResponseType;
-use spark_connect_retry::proto::{self, ExecutePlanRequest, Plan, Relation};
 use spark_connect_retry::reattach::{
     ReattachError, ReattachOptions, ReattachableExecution, ReleaseTracker,
 };
 use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
-use spark_connect_retry::testing::{Fault, Rpc, TestServer};
+use spark_connect_retry::testing::{Fault, Rpc, TestServer, plans};
 use spark_connect_retry::transport::{SparkClient, spark_client};
 use tokio_stream::StreamExt;
 use tonic::Code;
@@ -28,22 +28,7 @@ fn client(server: &TestServer) -> SparkClient {
 }
 
 fn range_request(end: i64) -> ExecutePlanRequest {
-    ExecutePlanRequest {
-        session_id: SESSION.into(),
-        plan: Some(Plan {
-            op_type: Some(proto::plan::OpType::Root(Relation {
-                common: None,
-                rel_type: Some(proto::relation::RelType::Range(proto::Range {
-                    start: Some(0),
-                    end,
-                    step: 1,
-                    num_partitions: None,
-                })),
-            })),
-        }),
-        client_type: Some("test".into()),
-        ..Default::default()
-    }
+    plans::execute_request(SESSION, plans::range(Some(0), end, 1))
 }
 
 /// TestPolicy-like: 3 retries, 10 ms waits; sleeps recorded, never slept.
@@ -86,13 +71,7 @@ async fn drain(mut exec: ReattachableExecution) -> Outcome {
                 out.responses += 1;
                 match resp.response_type {
                     Some(ResponseType::ArrowBatch(b)) => {
-                        let reader = arrow_ipc::reader::StreamReader::try_new(
-                            std::io::Cursor::new(b.data.to_vec()),
-                            None,
-                        )
-                        .unwrap();
-                        for batch in reader {
-                            let batch = batch.unwrap();
+                        for batch in plans::decode(&b).unwrap() {
                             let col = batch
                                 .column(0)
                                 .as_any()

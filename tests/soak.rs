@@ -10,32 +10,21 @@ use std::time::Duration;
 use arrow_array::Int64Array;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use spark_connect_retry::proto::ExecutePlanRequest;
 use spark_connect_retry::proto::execute_plan_response::ResponseType;
-use spark_connect_retry::proto::{self, ExecutePlanRequest, Plan, Relation};
 use spark_connect_retry::reattach::{ReattachOptions, ReattachableExecution, ReleaseTracker};
 use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
-use spark_connect_retry::testing::{Fault, Rpc, SparkError, TestServer};
+use spark_connect_retry::testing::{Fault, Rpc, SparkError, TestServer, plans};
 use spark_connect_retry::transport::spark_client;
 use tonic::Code;
 
 const SCHEDULES: u64 = 500;
 
 fn request(end: i64) -> ExecutePlanRequest {
-    ExecutePlanRequest {
-        session_id: "5b0f3f7e-7a51-4f7e-8d0e-2c7c7f3e9a10".into(),
-        plan: Some(Plan {
-            op_type: Some(proto::plan::OpType::Root(Relation {
-                common: None,
-                rel_type: Some(proto::relation::RelType::Range(proto::Range {
-                    start: Some(0),
-                    end,
-                    step: 1,
-                    num_partitions: None,
-                })),
-            })),
-        }),
-        ..Default::default()
-    }
+    plans::execute_request(
+        "5b0f3f7e-7a51-4f7e-8d0e-2c7c7f3e9a10",
+        plans::range(Some(0), end, 1),
+    )
 }
 
 /// A random fault that may fire on a stream RPC.
@@ -133,13 +122,7 @@ async fn five_hundred_seeded_fault_schedules_deliver_exactly_once() {
             match resp.response_type {
                 Some(ResponseType::ArrowBatch(b)) => {
                     assert_eq!(b.start_offset, Some(next), "seed {seed} {plan:?}");
-                    let reader = arrow_ipc::reader::StreamReader::try_new(
-                        std::io::Cursor::new(b.data.to_vec()),
-                        None,
-                    )
-                    .unwrap();
-                    for batch in reader {
-                        let batch = batch.unwrap();
+                    for batch in plans::decode(&b).unwrap() {
                         let ids = batch
                             .column(0)
                             .as_any()

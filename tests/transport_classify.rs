@@ -6,31 +6,17 @@
 use std::time::Duration;
 
 use spark_connect_retry::policy::{Classifier, DefaultClassifier, FailureKind, classify_failure};
+use spark_connect_retry::proto::{self, ExecutePlanRequest};
 use spark_connect_retry::proto::spark_connect_service_client::SparkConnectServiceClient;
-use spark_connect_retry::proto::{self, ExecutePlanRequest, Plan, Relation};
 use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
-use spark_connect_retry::testing::{Fault, Rpc, TestServer};
+use spark_connect_retry::testing::{Fault, Rpc, TestServer, plans};
 use spark_connect_retry::transport::spark_client;
 use tonic::Code;
 
 const SESSION: &str = "0d9b7a52-93c4-4bb4-9a6e-3f1f8f0c2a11";
 
 fn range_request(end: i64) -> ExecutePlanRequest {
-    ExecutePlanRequest {
-        session_id: SESSION.into(),
-        plan: Some(Plan {
-            op_type: Some(proto::plan::OpType::Root(Relation {
-                common: None,
-                rel_type: Some(proto::relation::RelType::Range(proto::Range {
-                    start: Some(0),
-                    end,
-                    step: 1,
-                    num_partitions: None,
-                })),
-            })),
-        }),
-        ..Default::default()
-    }
+    plans::execute_request(SESSION, plans::range(Some(0), end, 1))
 }
 
 fn version_request() -> proto::AnalyzePlanRequest {

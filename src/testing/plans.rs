@@ -33,6 +33,17 @@ pub fn range(start: Option<i64>, end: i64, step: i64) -> proto::Plan {
     }))
 }
 
+/// An `ExecutePlanRequest` for `plan` in session `session_id`, as a client
+/// sends it before the reattach option and operation id are added.
+pub fn execute_request(session_id: &str, plan: proto::Plan) -> proto::ExecutePlanRequest {
+    proto::ExecutePlanRequest {
+        session_id: session_id.to_owned(),
+        plan: Some(plan),
+        client_type: Some("spark-connect-retry tests".to_owned()),
+        ..Default::default()
+    }
+}
+
 /// A query relation (`Relation.sql`) as a plan.
 pub fn sql(query: &str) -> proto::Plan {
     root(proto::relation::RelType::Sql(proto::Sql {
