@@ -165,12 +165,6 @@ impl SparkSessionBuilder {
     }
 }
 
-macro_rules! observed {
-    ($self:ident) => {
-        $self.observed_id()
-    };
-}
-
 impl SparkSession {
     /// A builder with PySpark's defaults.
     pub fn builder() -> SparkSessionBuilder {
@@ -321,7 +315,7 @@ impl SparkSession {
         }
         let req = proto::FetchErrorDetailsRequest {
             session_id: self.inner.session_id.clone(),
-            client_observed_server_side_session_id: observed!(self),
+            client_observed_server_side_session_id: self.observed_id(),
             user_context: Some(self.inner.user_context.clone()),
             error_id: error_id.to_owned(),
             client_type: Some(self.inner.client_type.clone()),
@@ -361,7 +355,7 @@ impl SparkSession {
         self.check_open()?;
         let req = ExecutePlanRequest {
             session_id: self.inner.session_id.clone(),
-            client_observed_server_side_session_id: observed!(self),
+            client_observed_server_side_session_id: self.observed_id(),
             user_context: Some(self.inner.user_context.clone()),
             operation_id: None,
             plan: Some(plan),
@@ -449,7 +443,7 @@ impl SparkSession {
         self.check_open()?;
         let req = proto::ConfigRequest {
             session_id: self.inner.session_id.clone(),
-            client_observed_server_side_session_id: observed!(self),
+            client_observed_server_side_session_id: self.observed_id(),
             user_context: Some(self.inner.user_context.clone()),
             operation: Some(proto::config_request::Operation { op_type: Some(op) }),
             client_type: Some(self.inner.client_type.clone()),
@@ -515,7 +509,7 @@ impl SparkSession {
         self.check_open()?;
         let req = proto::AnalyzePlanRequest {
             session_id: self.inner.session_id.clone(),
-            client_observed_server_side_session_id: observed!(self),
+            client_observed_server_side_session_id: self.observed_id(),
             user_context: Some(self.inner.user_context.clone()),
             client_type: Some(self.inner.client_type.clone()),
             analyze: Some(proto::analyze_plan_request::Analyze::SparkVersion(
@@ -546,7 +540,7 @@ impl SparkSession {
         self.check_open()?;
         let req = proto::InterruptRequest {
             session_id: self.inner.session_id.clone(),
-            client_observed_server_side_session_id: observed!(self),
+            client_observed_server_side_session_id: self.observed_id(),
             user_context: Some(self.inner.user_context.clone()),
             client_type: Some(self.inner.client_type.clone()),
             interrupt_type: kind as i32,
