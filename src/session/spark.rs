@@ -2,13 +2,17 @@
 
 use std::collections::HashSet;
 use std::future::Future;
+#[cfg(feature = "arrow")]
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+#[cfg(feature = "arrow")]
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio_stream::{Stream, StreamExt};
+#[cfg(feature = "arrow")]
+use tokio_stream::Stream;
+use tokio_stream::StreamExt;
 use tonic::Status;
 
 use super::channel::{AuthInterceptor, ChannelBuilder};
@@ -16,6 +20,7 @@ use super::conn_string::ConnectionString;
 use super::error::{ErrorDetails, ServerError, SparkError};
 use crate::deadlines::RpcDeadlines;
 use crate::policy::RetryPolicy;
+#[cfg(feature = "arrow")]
 use crate::proto::execute_plan_response::ResponseType;
 use crate::proto::{self, ExecutePlanRequest, ExecutePlanResponse, Plan, Relation, UserContext};
 use crate::reattach::core::CoreCounters;
@@ -622,13 +627,16 @@ pub struct ArrowStream {
     session: SparkSession,
     exec: ReattachableExecution,
     operation_id: String,
+    #[cfg_attr(not(feature = "arrow"), allow(dead_code))]
     next_offset: i64,
     rows: u64,
     batches: u64,
     #[cfg(feature = "arrow")]
     queue: std::collections::VecDeque<arrow_array::RecordBatch>,
+    #[cfg_attr(not(feature = "arrow"), allow(dead_code))]
     chunks: Vec<u8>,
     on_progress: Option<ProgressFn>,
+    #[cfg_attr(not(feature = "arrow"), allow(dead_code))]
     done: bool,
 }
 
@@ -689,8 +697,10 @@ impl ArrowStream {
         self
     }
 
-    /// The next response of the execution, checked (session ids, errors enriched).
-    async fn next_response(&mut self) -> Option<Result<ExecutePlanResponse, SparkError>> {
+    /// The next raw response of the execution (session ids verified, errors
+    /// enriched), for callers that decode results themselves. Do not mix
+    /// with [`next_batch`](Self::next_batch) on the same stream.
+    pub async fn next_response(&mut self) -> Option<Result<ExecutePlanResponse, SparkError>> {
         let item = self.exec.next().await?;
         Some(self.session.checked(item, &self.operation_id).await)
     }
