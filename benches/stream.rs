@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 
 use spark_connect_retry::proto::execute_plan_response::ResponseType;
 use spark_connect_retry::proto::spark_connect_service_client::SparkConnectServiceClient;
+use spark_connect_retry::proto::execute_plan_request::{RequestOption, request_option};
 use spark_connect_retry::proto::{
-    self, ExecutePlanRequest, Plan, Relation, ReleaseExecuteRequest, RequestOption,
-    release_execute_request, request_option,
+    self, ExecutePlanRequest, Plan, Relation, ReleaseExecuteRequest, release_execute_request,
 };
 use spark_connect_retry::reattach::{ReattachOptions, ReattachableExecution};
 use spark_connect_retry::retrying::Retrying;
@@ -94,7 +94,7 @@ async fn run_raw(client: &mut SparkConnectServiceClient<Channel>, rows: i64) -> 
         }
     }
     let elapsed = start.elapsed();
-    assert!(complete, "raw stream ended without ResultComplete");
+    assert!(complete, "raw stream ended without ResultComplete after {n} of {rows} rows");
     // Untimed clean-up: without it the server would keep the finished
     // execution and its retry buffer for the rest of the run.
     client
@@ -285,7 +285,14 @@ async fn latency(reps: usize, marks: RetryMarks) {
         // A background ReleaseExecute hit by the same reset may log a retry
         // too; both see the cut at the same moment, so the first mark counts.
         assert!(!retries.is_empty(), "expected a policy retry");
-        let decided = retries[0];
+        // Only a decision after the first delivered response can be the cut
+        // of this stream; take the earliest such one.
+        let decided = retries
+            .iter()
+            .copied()
+            .filter(|t| *t > arrivals[0])
+            .min()
+            .expect("a retry decision after the first response");
         // The first response that arrived after the retry decision.
         let k = arrivals
             .iter()

@@ -432,6 +432,10 @@ impl Operation {
             return Step::Disconnected;
         }
         if let Some((resp, size)) = st.buffer.get(&index).cloned() {
+            // The producer parks once it is PRODUCER_WINDOW ahead and waits
+            // for a state change; consuming is one, so wake it, or a result
+            // longer than the window stalls until the stream deadline.
+            let producer_parked = st.produced - st.highest_consumed >= PRODUCER_WINDOW;
             st.highest_consumed = st.highest_consumed.max(index);
             let mut kept = 0u64;
             let mut i = index - 1;
@@ -446,6 +450,10 @@ impl Operation {
                 st.buffer = st.buffer.split_off(&(i + 1));
             }
             st.update_gauges();
+            drop(st);
+            if producer_parked {
+                self.notify();
+            }
             return Step::Send(Box::new(resp), size);
         }
         if index <= st.produced {
