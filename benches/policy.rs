@@ -73,10 +73,12 @@ fn bench(c: &mut Criterion) {
     // State construction alone, for reference: it is what a driver pays
     // once per loop (and the reattachable stream once per delivered response).
     c.bench_function("retry_state_new", |b| {
-        b.iter(|| spark_connect_retry::policy::RetryState::new(
-            black_box(policies.clone()),
-            Duration::from_secs(3600),
-        ))
+        b.iter(|| {
+            spark_connect_retry::policy::RetryState::new(
+                black_box(policies.clone()),
+                Duration::from_secs(3600),
+            )
+        })
     });
 
     let mut g = c.benchmark_group("classify");

@@ -13,9 +13,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use spark_connect_retry::proto::execute_plan_request::{RequestOption, request_option};
 use spark_connect_retry::proto::execute_plan_response::ResponseType;
 use spark_connect_retry::proto::spark_connect_service_client::SparkConnectServiceClient;
-use spark_connect_retry::proto::execute_plan_request::{RequestOption, request_option};
 use spark_connect_retry::proto::{
     self, ExecutePlanRequest, Plan, Relation, ReleaseExecuteRequest, release_execute_request,
 };
@@ -94,7 +94,10 @@ async fn run_raw(client: &mut SparkConnectServiceClient<Channel>, rows: i64) -> 
         }
     }
     let elapsed = start.elapsed();
-    assert!(complete, "raw stream ended without ResultComplete after {n} of {rows} rows");
+    assert!(
+        complete,
+        "raw stream ended without ResultComplete after {n} of {rows} rows"
+    );
     // Untimed clean-up: without it the server would keep the finished
     // execution and its retry buffer for the rest of the run.
     client
@@ -376,9 +379,10 @@ fn main() {
     // Only the crate's debug events are needed; everything else stays off.
     let filter = tracing_subscriber::filter::Targets::new()
         .with_target("spark_connect_retry::retrying", tracing::Level::DEBUG);
-    let subscriber = tracing_subscriber::registry().with(
-        tracing_subscriber::Layer::with_filter(marks.clone(), filter),
-    );
+    let subscriber = tracing_subscriber::registry().with(tracing_subscriber::Layer::with_filter(
+        marks.clone(),
+        filter,
+    ));
     tracing::subscriber::set_global_default(subscriber).unwrap();
 
     let rt = tokio::runtime::Builder::new_multi_thread()
