@@ -121,4 +121,4 @@ pub mod server;
 pub use error::SparkError;
 pub use faults::{BAD_STATUS_DETAILS, Fault, FaultScript, Rpc};
 pub use proxy::{FaultProxy, FaultProxyBuilder};
-pub use server::{CallCounts, RecordedCall, TestServer, TestServerBuilder};
+pub use server::{BufferStats, CallCounts, RecordedCall, TestServer, TestServerBuilder};

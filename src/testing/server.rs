@@ -183,6 +183,24 @@ pub struct CallCounts {
     pub other: u64,
 }
 
+/// Retry-buffer occupancy of one execution. See [`TestServer::buffer_stats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BufferStats {
+    /// Responses buffered now: sent ones kept for reattach, plus produced
+    /// ones not sent yet (the producer runs up to 256 responses ahead).
+    pub buffered: usize,
+    /// Of those, responses already sent: neither released by the client
+    /// (`release_until`) nor evicted by the retry-buffer limit yet.
+    pub sent_buffered: usize,
+    /// Encoded bytes of all buffered responses.
+    pub buffered_bytes: u64,
+    /// Most `sent_buffered` seen so far, checked after every send.
+    pub max_sent_buffered: usize,
+    /// Most `buffered` seen so far.
+    pub max_buffered: usize,
+}
+
 /// The request metadata (headers) of one call, in arrival order.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -262,6 +280,23 @@ struct OpState {
     attach_gen: u64,
     /// Released (ReleaseAll / session closed): attached senders disconnect.
     closed: bool,
+    /// High-water mark of sent-but-still-buffered responses, for
+    /// [`TestServer::buffer_stats`]: what a client's releases keep bounded.
+    max_sent_buffered: usize,
+    /// High-water mark of all buffered responses (sent or produced ahead).
+    max_buffered: usize,
+}
+
+impl OpState {
+    /// Responses already sent (index ≤ `highest_consumed`) and still held.
+    fn sent_buffered(&self) -> usize {
+        self.buffer.range(..=self.highest_consumed).count()
+    }
+
+    fn update_gauges(&mut self) {
+        self.max_sent_buffered = self.max_sent_buffered.max(self.sent_buffered());
+        self.max_buffered = self.max_buffered.max(self.buffer.len());
+    }
 }
 
 enum Step {
@@ -330,6 +365,7 @@ impl Operation {
         st.ids.push(id);
         let size = prost::Message::encoded_len(resp) as u64;
         st.buffer.insert(index, (resp.clone(), size));
+        st.max_buffered = st.max_buffered.max(st.buffer.len());
     }
 
     /// Successful end: a reattachable execution appends `ResultComplete` in
@@ -434,6 +470,7 @@ impl Operation {
             if i >= 1 {
                 st.buffer = st.buffer.split_off(&(i + 1));
             }
+            st.update_gauges();
             return Step::Send(Box::new(resp), size);
         }
         if index <= st.produced {
@@ -1579,6 +1616,26 @@ impl TestServer {
             .collect();
         ids.sort();
         ids
+    }
+
+    /// Retry-buffer occupancy of a registered execution (`None` once it was
+    /// released or never existed). Lets benchmarks and tests check that the
+    /// client's releases keep the server's buffer bounded.
+    pub fn buffer_stats(&self, operation_id: &str) -> Option<BufferStats> {
+        let op = {
+            let st = lock(&self.shared.state);
+            st.sessions
+                .values()
+                .find_map(|s| s.ops.get(operation_id).cloned())?
+        };
+        let st = lock(&op.state);
+        Some(BufferStats {
+            buffered: st.buffer.len(),
+            sent_buffered: st.sent_buffered(),
+            buffered_bytes: st.buffer.values().map(|(_, size)| size).sum(),
+            max_sent_buffered: st.max_sent_buffered,
+            max_buffered: st.max_buffered,
+        })
     }
 
     /// The server-side session id set on every response.
