@@ -158,7 +158,16 @@ where
 {
     let (mut parts, body) = res.into_parts();
     sanitize_status_headers(&mut parts.headers);
-    http::Response::from_parts(parts, tonic::body::Body::new(SanitizedBody { inner: body }))
+    http::Response::from_parts(parts, sanitized_body(body))
+}
+
+/// A body whose trailers will be sanitized as they arrive, as a tonic body.
+pub(crate) fn sanitized_body<B>(body: B) -> tonic::body::Body
+where
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    tonic::body::Body::new(SanitizedBody { inner: body })
 }
 
 pin_project_lite::pin_project! {

@@ -21,7 +21,7 @@ use super::layer::{ResponseKind, Shared};
 use super::stats::{Counter, RetryStats};
 use crate::policy::{FailureKind, GiveUpReason, RetryDecision, RetryReason, classify_failure};
 use crate::retrying::AttemptError;
-use crate::sanitize::sanitize_response;
+use crate::sanitize::{sanitize_response, sanitize_status_headers, sanitized_body};
 
 const PREVIOUS_ATTEMPTS: &str = "grpc-previous-rpc-attempts";
 const PUSHBACK: &str = "grpc-retry-pushback-ms";
@@ -151,7 +151,12 @@ where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
 {
-    match call_once(svc, req).await {
+    let res: Result<Response<B>, BoxError> = async {
+        let svc = svc.ready().await.map_err(Into::into)?;
+        svc.call(req).await.map_err(Into::into)
+    }
+    .await;
+    match res {
         // The same conversion tonic's client applies, so the source chain
         // (ConnectError, hyper, h2, io) survives for classify_failure.
         Err(e) => {
@@ -197,18 +202,32 @@ fn rebuild(
 /// Find the attempt's status without delivering anything to the caller:
 /// trailers-only headers, or the trailers after a buffered unary message.
 /// A response that cannot be judged before data must flow is committed.
-async fn read_response(res: Response<Body>, kind: ResponseKind, cap: usize) -> Outcome {
-    let (parts, mut body) = res.into_parts();
-    // Trailers-only response (headers already sanitized).
+///
+/// The response is sanitized ([`sanitize_status_headers`]) here: its headers
+/// at once, its trailers when read; a body handed on unread is wrapped in
+/// the sanitizing body. Same result as `sanitize_response` first, without
+/// boxing a buffered unary response twice.
+async fn read_response<B>(res: Response<B>, kind: ResponseKind, cap: usize) -> Outcome
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let (mut parts, body) = res.into_parts();
+    sanitize_status_headers(&mut parts.headers);
+    // Pinned on the heap once (tonic's body box did this before), so a
+    // committed stream can be handed on without another copy.
+    let mut body = Box::pin(body);
+    // Trailers-only response.
     if let Some(status) = Status::from_header_map(&parts.headers) {
+        let res = Response::from_parts(parts, sanitized_body(body));
         if status.code() == Code::Ok {
-            return Outcome::Done(Response::from_parts(parts, body));
+            return Outcome::Done(res);
         }
-        let pushback = pushback(&parts.headers);
+        let pushback = pushback(res.headers());
         return Outcome::Failed {
             status,
             pushback,
-            deliver: Deliver::Response(Response::from_parts(parts, body)),
+            deliver: Deliver::Response(res),
         };
     }
     if parts.status != StatusCode::OK {
@@ -222,7 +241,7 @@ async fn read_response(res: Response<Body>, kind: ResponseKind, cap: usize) -> O
         return Outcome::Failed {
             status,
             pushback: None,
-            deliver: Deliver::Response(Response::from_parts(parts, body)),
+            deliver: Deliver::Response(Response::from_parts(parts, sanitized_body(body))),
         };
     }
     let mut data = VecDeque::new();
@@ -232,7 +251,9 @@ async fn read_response(res: Response<Body>, kind: ResponseKind, cap: usize) -> O
             // No trailers: tonic reports the missing status itself (Ambiguous).
             None => return Outcome::Done(rebuild(parts, data, None, None)),
             // Nothing was delivered yet, so the failure is the attempt's.
+            // (The conversion tonic's body applies to a body error.)
             Some(Err(e)) => {
+                let e = Status::from_error(e.into());
                 return Outcome::Failed {
                     status: e.clone(),
                     pushback: None,
@@ -249,11 +270,17 @@ async fn read_response(res: Response<Body>, kind: ResponseKind, cap: usize) -> O
                         ResponseKind::Auto => len > cap || more_than_one_message(&data),
                     };
                     if commit {
-                        return Outcome::Done(rebuild(parts, data, Some(body), None));
+                        return Outcome::Done(rebuild(
+                            parts,
+                            data,
+                            Some(sanitized_body(body)),
+                            None,
+                        ));
                     }
                 }
                 Err(frame) => {
-                    if let Ok(trailers) = frame.into_trailers() {
+                    if let Ok(mut trailers) = frame.into_trailers() {
+                        sanitize_status_headers(&mut trailers);
                         let status = Status::from_header_map(&trailers);
                         let pb = pushback(&trailers).or_else(|| pushback(&parts.headers));
                         let res = rebuild(parts, data, None, Some(trailers));
@@ -368,14 +395,19 @@ where
             return call_once(&mut svc, Request::from_parts(parts, body)).await;
         }
     };
-    let path = parts.uri.path().to_owned();
+    let path = parts.uri.path();
     let retrying = &shared.retrying;
     let clock = retrying.clock();
-    let start = clock.now();
-    let deadline = parse_grpc_timeout(&parts.headers)
-        .or(shared.default_deadline)
-        .map(|d| start + d);
-    let mut state = retrying.new_state();
+    // The clock is read only when there is a deadline to keep.
+    let (start, deadline) = match parse_grpc_timeout(&parts.headers).or(shared.default_deadline) {
+        Some(d) => {
+            let start = clock.now();
+            (start, Some(start + d))
+        }
+        None => (Duration::ZERO, None),
+    };
+    // The policies' budgets, made on the first failure (most calls never fail).
+    let mut state = None;
     let mut attempt: u32 = 0;
     loop {
         let remaining = deadline.map(|d| d.saturating_sub(clock.now()));
@@ -410,7 +442,7 @@ where
         };
         let on_timeout = || -> Result<(Status, Option<Pushback>, Deliver), BoxError> {
             if !attempt_bound {
-                event(&path, attempt, Code::DeadlineExceeded, None, "deadline");
+                event(path, attempt, Code::DeadlineExceeded, None, "deadline");
                 return Err(Box::new(Status::deadline_exceeded(format!(
                     "deadline of {} ms exceeded after {} attempt(s)",
                     deadline.map_or(0, |d| d.saturating_sub(start).as_millis()),
@@ -435,7 +467,7 @@ where
                 if let Some(t) = &shared.throttle {
                     t.on_success();
                 }
-                event(&path, attempt, Code::Ok, None, "done");
+                event(path, attempt, Code::Ok, None, "done");
                 return Ok(res);
             }
             Outcome::TimedOut => on_timeout()?,
@@ -455,6 +487,7 @@ where
 
         let code = status.code();
         let kind = classify_failure(&status);
+        let state = state.get_or_insert_with(|| retrying.new_state());
         if let Some(t) = &shared.throttle {
             // A6: only failures the policy would retry, or with pushback, count.
             if pushback.is_some() || state.matching_policy(&status).is_some() {
@@ -462,17 +495,17 @@ where
             }
         }
         if pushback == Some(Pushback::Stop) {
-            event(&path, attempt, code, None, "pushback_stop");
+            event(path, attempt, code, None, "pushback_stop");
             return deliver.into_result();
         }
         if !(method.is_idempotent()
             || kind == FailureKind::Unprocessed
             || rejected_before_work(&status, kind, pushback))
         {
-            event(&path, attempt, code, None, "not_replayable");
+            event(path, attempt, code, None, "not_replayable");
             return deliver.into_result();
         }
-        let decision = retrying.decide(&mut state, &AttemptError::<Infallible>::Status(status));
+        let decision = retrying.decide(state, &AttemptError::<Infallible>::Status(status));
         let (delay, index, server_delay) = match decision {
             RetryDecision::Retry {
                 delay,
@@ -490,13 +523,13 @@ where
                     stats.incr(Counter::Exhausted);
                     "exhausted"
                 };
-                event(&path, attempt, code, None, why);
+                event(path, attempt, code, None, why);
                 return deliver.into_result();
             }
         };
         if shared.throttle.as_ref().is_some_and(|t| !t.allows_retry()) {
             stats.incr(Counter::Throttled);
-            event(&path, attempt, code, None, "throttled");
+            event(path, attempt, code, None, "throttled");
             return deliver.into_result();
         }
         // Precedence: pushback (exact wait; backoff restarts, A6) > the
@@ -513,11 +546,11 @@ where
         };
         // Never schedule an attempt that would start past the deadline (Armeria).
         if deadline.is_some_and(|d| clock.now() + wait >= d) {
-            event(&path, attempt, code, Some(wait), "deadline");
+            event(path, attempt, code, Some(wait), "deadline");
             return deliver.into_result();
         }
         stats.incr(Counter::Retries);
-        event(&path, attempt, code, Some(wait), why);
+        event(path, attempt, code, Some(wait), why);
         retrying.sleeper().sleep(wait).await;
         attempt += 1;
     }
