@@ -17,6 +17,9 @@
 #                    average to drop below this before starting (default 3)
 #   SBS_PAUSE        seconds between runs, so the server settles (default 1)
 #   SBS_FIRST_BATCH_API  iterator|arrow: PySpark's first_batch method (default iterator)
+#   SPARK_CONNECT_DRIVER_MEMORY  server heap (default here 2g: with the 128 MiB retry
+#                    buffer, a cut 10M-row stream made a 1g driver fail with
+#                    OutOfMemoryError -> TaskResultLost)
 #   SBS_OUT          output dir (default target/side-by-side/<timestamp>)
 #   CARGO_TARGET_DIR honoured by cargo as usual
 set -euo pipefail
@@ -84,6 +87,7 @@ if ! [ -x "$BENCH" ] || ! [ -x "$PROXY" ]; then
 fi
 
 # --- server (one for all cases; the 128 MiB retry buffer lets deep cuts reattach)
+export SPARK_CONNECT_DRIVER_MEMORY="${SPARK_CONNECT_DRIVER_MEMORY:-2g}"
 "$ROOT/scripts/spark-server.sh" start "$NAME" "$PORT" \
     --conf spark.connect.execute.reattachable.observerRetryBufferSize=128m
 SERVER_STARTED=1
@@ -165,6 +169,7 @@ LOAD_END="$(cat /proc/loadavg)"
     echo "rustc: $(rustc --version)"
     echo "python: $("$PY" --version 2>&1), pyspark $("$PY" -c 'import pyspark; print(pyspark.__version__)'), pyarrow $("$PY" -c 'import pyarrow; print(pyarrow.__version__)')"
     echo "load (1/5/15 min) at start: $LOAD_START; at end: $LOAD_END"
+    echo "server: Spark Connect 4.3.0, local[2], driver memory $SPARK_CONNECT_DRIVER_MEMORY, observerRetryBufferSize=128m"
     echo "cuts schedule: $CUTS; first_batch PySpark API: $FIRST_BATCH_API; pairs: $PAIRS"
     "$PY" - "$RESULTS" <<'PY'
 import json, statistics, sys
