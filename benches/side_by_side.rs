@@ -58,7 +58,8 @@ struct Args {
     proxy_cuts: u64,
 }
 
-const USAGE: &str = "usage: side_by_side --remote URL --case arrow10m|cuts10m|first_batch [--proxy-cuts N]";
+const USAGE: &str =
+    "usage: side_by_side --remote URL --case arrow10m|cuts10m|first_batch [--proxy-cuts N]";
 
 fn parse_case(s: &str) -> Result<Case, String> {
     match s {
@@ -139,7 +140,9 @@ fn verify(batches: &[RecordBatch]) -> Result<(i64, i128), SparkError> {
 }
 
 async fn run(args: &Args) -> Result<String, SparkError> {
-    let spark = SparkSession::builder().remote(args.remote.clone()).build()?;
+    let spark = SparkSession::builder()
+        .remote(args.remote.clone())
+        .build()?;
     // Warm-up outside the timer: connects the channel and makes one round
     // trip, as the Python side does with `spark.version`.
     let version = spark.spark_version().await?;

@@ -120,35 +120,40 @@ start_proxy() {
     PROXY_ADDR="$(head -n1 "$f")"
 }
 
+# Stop the proxy and set PROXY_JSON to its summary line. Not run in $(...):
+# a subshell cannot `wait` for its parent's child, and reading the file
+# before the proxy has written its summary races.
 stop_proxy() {
     kill -TERM "$PROXY_PID"
     wait "$PROXY_PID" || true
     PROXY_PID=""
-    tail -n1 "$OUT/proxy-$1.txt"
+    PROXY_JSON="$(tail -n1 "$OUT/proxy-$1.txt")"
 }
 
 # run_one CLIENT CASE TAG WARMUP: one process, one JSON line appended to results.
 run_one() {
-    local client="$1" case="$2" tag="$3" warmup="$4" remote="$REMOTE" line proxy_json="null"
+    local client="$1" case="$2" tag="$3" warmup="$4" remote="$REMOTE" line cuts=0
+    PROXY_JSON="null"
     if [ "$case" = cuts10m ]; then
         start_proxy "$tag"
         remote="sc://$PROXY_ADDR"
+        cuts="$N_CUTS"
     fi
     if [ "$client" = rust ]; then
-        line="$("$BENCH" --remote "$remote" --case "$case" --proxy-cuts "$N_CUTS")" ||
+        line="$("$BENCH" --remote "$remote" --case "$case" --proxy-cuts "$cuts")" ||
             die "rust $case failed (run $tag)"
     else
         line="$("$PY" "$ROOT/scripts/side_by_side_pyspark.py" --remote "$remote" --case "$case" \
-            --proxy-cuts "$N_CUTS" --first-batch-api "$FIRST_BATCH_API" 2>"$OUT/py-$tag.err")" ||
+            --proxy-cuts "$cuts" --first-batch-api "$FIRST_BATCH_API" 2>"$OUT/py-$tag.err")" ||
             die "pyspark $case failed (run $tag): $(tail -n5 "$OUT/py-$tag.err")"
     fi
-    if [ "$case" = cuts10m ]; then proxy_json="$(stop_proxy "$tag")"; fi
+    if [ "$case" = cuts10m ]; then stop_proxy "$tag"; fi
     # Tag the line with run metadata (and the proxy's own cut count).
     "$PY" -c '
 import json, sys
 d = json.loads(sys.argv[1]); d["warmup"] = sys.argv[2] == "1"; d["run"] = sys.argv[3]
 d["proxy"] = json.loads(sys.argv[4]); d["load1"] = float(sys.argv[5])
-print(json.dumps(d))' "$line" "$warmup" "$tag" "$proxy_json" "$(load1)" | tee -a "$RESULTS" >&2
+print(json.dumps(d))' "$line" "$warmup" "$tag" "$PROXY_JSON" "$(load1)" | tee -a "$RESULTS" >&2
     sleep "$PAUSE"
 }
 
