@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use spark_connect_retry::policy::{Classifier, DefaultClassifier, FailureKind, classify_failure};
-use spark_connect_retry::proto::{self, ExecutePlanRequest};
 use spark_connect_retry::proto::spark_connect_service_client::SparkConnectServiceClient;
+use spark_connect_retry::proto::{self, ExecutePlanRequest};
 use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
 use spark_connect_retry::testing::{Fault, Rpc, TestServer, plans};
 use spark_connect_retry::transport::spark_client;
