@@ -727,17 +727,24 @@ impl ArrowStream {
                     }
                     std::mem::take(&mut self.chunks)
                 } else {
-                    b.data.to_vec()
+                    // `b` is owned: move the payload out rather than copy it.
+                    b.data
                 };
-                let reader =
-                    arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(data), None)
-                        .map_err(SparkError::Arrow)?;
+                // Decode in place: `StreamDecoder` slices the batch's column
+                // buffers out of `data` (zero copy when they are aligned),
+                // where `StreamReader` over a `Cursor` copied every message
+                // body into fresh buffers. At ~160 MB per 10M-row result the
+                // copies were a visible share of the client's CPU time.
+                let mut buf = arrow_buffer::Buffer::from_vec(data);
+                let mut decoder = arrow_ipc::reader::StreamDecoder::new();
                 let mut decoded = 0i64;
-                for batch in reader {
-                    let batch = batch.map_err(SparkError::Arrow)?;
-                    decoded += batch.num_rows() as i64;
-                    self.queue.push_back(batch);
+                while !buf.is_empty() {
+                    if let Some(batch) = decoder.decode(&mut buf).map_err(SparkError::Arrow)? {
+                        decoded += batch.num_rows() as i64;
+                        self.queue.push_back(batch);
+                    }
                 }
+                decoder.finish().map_err(SparkError::Arrow)?;
                 if decoded != b.row_count {
                     return Err(SparkError::Protocol(format!(
                         "ArrowBatch says {} rows but carries {decoded}",

@@ -1,0 +1,202 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark: this crate's client vs PySpark 4.3.0's own Connect
+# client, against the same real Spark Connect server in the same run, runs
+# alternating rust, python, rust, python, ... per case (so load drift hits
+# both alike). Prints medians and the ratio rust/pyspark per case, plus the
+# machine; writes every JSON line to $SBS_OUT/results.jsonl.
+#
+# Usage: scripts/side-by-side.sh [CASE ...]      (default: arrow10m first_batch cuts10m)
+#
+# Environment:
+#   SBS_SERVER_NAME  server name for scripts/spark-server.sh (default sbs; CI uses ci-*)
+#   SBS_PORT         server port (default 15010; CI uses 15002-15006)
+#   SBS_PAIRS        measured pairs per case, after one warm-up pair (default 5)
+#   SBS_CUTS         fault proxy schedule for cuts10m (default 20M,30M,30M,30M,30M:
+#                    one RST per connection at ~20/50/80/110/140 MiB into the stream)
+#   SBS_MAX_LOAD     wait (up to SBS_LOAD_WAIT s, default 300) for the 1-min load
+#                    average to drop below this before starting (default 3)
+#   SBS_PAUSE        seconds between runs, so the server settles (default 1)
+#   SBS_FIRST_BATCH_API  iterator|arrow: PySpark's first_batch method (default iterator)
+#   SPARK_CONNECT_DRIVER_MEMORY  server heap (default here 2g: with the 128 MiB retry
+#                    buffer, a cut 10M-row stream made a 1g driver fail with
+#                    OutOfMemoryError -> TaskResultLost)
+#   SBS_OUT          output dir (default target/side-by-side/<timestamp>)
+#   CARGO_TARGET_DIR honoured by cargo as usual
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+NAME="${SBS_SERVER_NAME:-sbs}"
+PORT="${SBS_PORT:-15010}"
+PAIRS="${SBS_PAIRS:-5}"
+CUTS="${SBS_CUTS:-20M,30M,30M,30M,30M}"
+MAX_LOAD="${SBS_MAX_LOAD:-3}"
+LOAD_WAIT="${SBS_LOAD_WAIT:-300}"
+PAUSE="${SBS_PAUSE:-1}"
+FIRST_BATCH_API="${SBS_FIRST_BATCH_API:-iterator}"
+OUT="${SBS_OUT:-$ROOT/target/side-by-side/$(date -u +%Y%m%dT%H%M%SZ)}"
+if [ $# -gt 0 ]; then CASES=("$@"); else CASES=(arrow10m first_batch cuts10m); fi
+N_CUTS=$(awk -F, '{print NF}' <<<"$CUTS")
+
+log() { printf '[side-by-side] %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+case "$NAME" in ci-*) die "server names ci-* belong to .ci/run" ;; esac
+if [ "$PORT" -ge 15002 ] && [ "$PORT" -le 15006 ]; then die "ports 15002-15006 belong to .ci/run"; fi
+
+mkdir -p "$OUT"
+RESULTS="$OUT/results.jsonl"
+: >"$RESULTS"
+
+PROXY_PID=""
+SERVER_STARTED=0
+cleanup() {
+    if [ -n "$PROXY_PID" ]; then kill -TERM "$PROXY_PID" 2>/dev/null || true; fi
+    if [ "$SERVER_STARTED" = 1 ]; then "$ROOT/scripts/spark-server.sh" stop "$NAME" || true; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+load1() { cut -d' ' -f1 /proc/loadavg; }
+
+# --- install + build (before the server starts: the build is the slow, noisy part)
+eval "$("$ROOT/scripts/spark-install.sh" | tail -n1)"   # sets SPARK_HOME
+export SPARK_HOME
+PY="$(dirname "$(dirname "$(dirname "$(dirname "$SPARK_HOME")")")")/bin/python"
+[ -x "$PY" ] || PY="${SPARK_CONNECT_VENV:-$HOME/.cache/spark-connect-retry/venv-pyspark-4.3.0}/bin/python"
+[ -x "$PY" ] || die "no venv python next to $SPARK_HOME"
+
+log "building the bench and the fault proxy (release)"
+build_json="$OUT/build.json"
+(cd "$ROOT" && cargo build --release --features testing \
+    --bench side_by_side --example fault_proxy --message-format=json) >"$build_json"
+# Bench targets built with --release land under deps/ with a hash: take the
+# executables from cargo's own report rather than guessing paths.
+exe_of() {
+    "$PY" - "$build_json" "$1" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == sys.argv[2] and m.get("executable"):
+        print(m["executable"])
+PY
+}
+BENCH="$(exe_of side_by_side | tail -n1)"
+PROXY="$(exe_of fault_proxy | tail -n1)"
+if ! [ -x "$BENCH" ] || ! [ -x "$PROXY" ]; then
+    die "build did not produce the bench and proxy executables"
+fi
+
+# --- server (one for all cases; the 128 MiB retry buffer lets deep cuts reattach)
+export SPARK_CONNECT_DRIVER_MEMORY="${SPARK_CONNECT_DRIVER_MEMORY:-2g}"
+"$ROOT/scripts/spark-server.sh" start "$NAME" "$PORT" \
+    --conf spark.connect.execute.reattachable.observerRetryBufferSize=128m
+SERVER_STARTED=1
+REMOTE="sc://127.0.0.1:$PORT"
+
+# --- wait for a quiet machine
+t0=$(date +%s)
+while awk -v l="$(load1)" -v m="$MAX_LOAD" 'BEGIN{exit !(l > m)}'; do
+    if [ $(($(date +%s) - t0)) -ge "$LOAD_WAIT" ]; then
+        log "load $(load1) still above $MAX_LOAD after ${LOAD_WAIT}s; running anyway"
+        break
+    fi
+    log "load $(load1) > $MAX_LOAD; waiting"
+    sleep 10
+done
+LOAD_START="$(cat /proc/loadavg)"
+
+# Start a fresh proxy (its cut schedule counts connections from its start)
+# and set PROXY_ADDR; its summary goes to $OUT/proxy-<tag>.txt.
+start_proxy() {
+    local f="$OUT/proxy-$1.txt"
+    "$PROXY" --upstream "127.0.0.1:$PORT" --cuts "$CUTS" >"$f" 2>&1 &
+    PROXY_PID=$!
+    local i=0
+    until [ -s "$f" ]; do
+        i=$((i + 1))
+        [ "$i" -lt 100 ] || die "fault proxy did not start: $(cat "$f")"
+        sleep 0.05
+    done
+    PROXY_ADDR="$(head -n1 "$f")"
+}
+
+# Stop the proxy and set PROXY_JSON to its summary line. Not run in $(...):
+# a subshell cannot `wait` for its parent's child, and reading the file
+# before the proxy has written its summary races.
+stop_proxy() {
+    kill -TERM "$PROXY_PID"
+    wait "$PROXY_PID" || true
+    PROXY_PID=""
+    PROXY_JSON="$(tail -n1 "$OUT/proxy-$1.txt")"
+}
+
+# run_one CLIENT CASE TAG WARMUP: one process, one JSON line appended to results.
+run_one() {
+    local client="$1" case="$2" tag="$3" warmup="$4" remote="$REMOTE" line cuts=0
+    PROXY_JSON="null"
+    if [ "$case" = cuts10m ]; then
+        start_proxy "$tag"
+        remote="sc://$PROXY_ADDR"
+        cuts="$N_CUTS"
+    fi
+    if [ "$client" = rust ]; then
+        line="$("$BENCH" --remote "$remote" --case "$case" --proxy-cuts "$cuts")" ||
+            die "rust $case failed (run $tag)"
+    else
+        line="$("$PY" "$ROOT/scripts/side_by_side_pyspark.py" --remote "$remote" --case "$case" \
+            --proxy-cuts "$cuts" --first-batch-api "$FIRST_BATCH_API" 2>"$OUT/py-$tag.err")" ||
+            die "pyspark $case failed (run $tag): $(tail -n5 "$OUT/py-$tag.err")"
+    fi
+    if [ "$case" = cuts10m ]; then stop_proxy "$tag"; fi
+    # Tag the line with run metadata (and the proxy's own cut count).
+    "$PY" -c '
+import json, sys
+d = json.loads(sys.argv[1]); d["warmup"] = sys.argv[2] == "1"; d["run"] = sys.argv[3]
+d["proxy"] = json.loads(sys.argv[4]); d["load1"] = float(sys.argv[5])
+print(json.dumps(d))' "$line" "$warmup" "$tag" "$PROXY_JSON" "$(load1)" | tee -a "$RESULTS" >&2
+    sleep "$PAUSE"
+}
+
+for case in "${CASES[@]}"; do
+    log "case $case: 1 warm-up pair + $PAIRS pairs, alternating rust/pyspark"
+    for i in $(seq 0 "$PAIRS"); do
+        warm=0
+        [ "$i" = 0 ] && warm=1
+        run_one rust "$case" "$case-$i-rust" "$warm"
+        run_one pyspark "$case" "$case-$i-py" "$warm"
+    done
+done
+LOAD_END="$(cat /proc/loadavg)"
+
+# --- summary
+{
+    echo "machine: $(nproc) cpus, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
+    echo "rustc: $(rustc --version)"
+    echo "python: $("$PY" --version 2>&1), pyspark $("$PY" -c 'import pyspark; print(pyspark.__version__)'), pyarrow $("$PY" -c 'import pyarrow; print(pyarrow.__version__)')"
+    echo "load (1/5/15 min) at start: $LOAD_START; at end: $LOAD_END"
+    echo "server: Spark Connect 4.3.0, local[2], driver memory $SPARK_CONNECT_DRIVER_MEMORY, observerRetryBufferSize=128m"
+    echo "cuts schedule: $CUTS; first_batch PySpark API: $FIRST_BATCH_API; pairs: $PAIRS"
+    "$PY" - "$RESULTS" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+cases = []
+for r in rows:
+    if r["case"] not in cases:
+        cases.append(r["case"])
+print(f"{'case':<12} {'rust ms (median)':>17} {'pyspark ms (median)':>20} {'ratio r/p':>10}  "
+      f"{'rust cpu':>9} {'py cpu':>8}  runs (ms)")
+for c in cases:
+    m = [r for r in rows if r["case"] == c and not r["warmup"]]
+    def med(client, key):
+        v = [r[key] for r in m if r["client"] == client and r.get(key) is not None]
+        return statistics.median(v) if v else float("nan")
+    rw, pw = med("rust", "wall_ms"), med("pyspark", "wall_ms")
+    rc, pc = med("rust", "cpu_ms"), med("pyspark", "cpu_ms")
+    runs = " ".join(f"{r['client'][0]}{r['wall_ms']:.0f}" for r in m)
+    print(f"{c:<12} {rw:>17.1f} {pw:>20.1f} {rw / pw:>10.3f}  {rc:>9.0f} {pc:>8.0f}  {runs}")
+    bad = [r["run"] for r in m if r.get("proxy") and r["proxy"]["cuts"] != r["proxy_cuts"]]
+    if bad:
+        print(f"  warning: proxy made fewer cuts than scheduled in {bad}")
+PY
+} | tee "$OUT/summary.txt"
+log "results in $OUT"
