@@ -252,14 +252,7 @@ impl fmt::Debug for AuthInterceptor {
             Bearer::None => "none",
             Bearer::Value(_) | Bearer::Invalid => "<redacted>",
         };
-        let keys: Vec<&str> = self
-            .metadata
-            .keys()
-            .map(|k| match k {
-                tonic::metadata::KeyRef::Ascii(k) => k.as_str(),
-                tonic::metadata::KeyRef::Binary(k) => k.as_str(),
-            })
-            .collect();
+        let keys = super::conn_string::metadata_keys(&self.metadata);
         f.debug_struct("AuthInterceptor")
             .field("bearer", &bearer)
             .field("metadata_keys", &keys)

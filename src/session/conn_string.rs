@@ -390,18 +390,23 @@ pub struct ConnectionString {
     metadata: MetadataMap,
 }
 
+/// The keys of `metadata`, for `Debug` output that must not show values
+/// (they may be credentials, e.g. API keys in custom headers).
+pub(crate) fn metadata_keys(metadata: &MetadataMap) -> Vec<&str> {
+    metadata
+        .keys()
+        .map(|k| match k {
+            tonic::metadata::KeyRef::Ascii(k) => k.as_str(),
+            tonic::metadata::KeyRef::Binary(k) => k.as_str(),
+        })
+        .collect()
+}
+
 impl fmt::Debug for ConnectionString {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Metadata values may be credentials too (API keys in custom headers), so only the
         // keys are shown.
-        let metadata_keys: Vec<&str> = self
-            .metadata
-            .keys()
-            .map(|k| match k {
-                tonic::metadata::KeyRef::Ascii(k) => k.as_str(),
-                tonic::metadata::KeyRef::Binary(k) => k.as_str(),
-            })
-            .collect();
+        let metadata_keys = metadata_keys(&self.metadata);
         f.debug_struct("ConnectionString")
             .field("host", &self.host)
             .field("port", &self.port)
