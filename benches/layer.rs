@@ -196,40 +196,66 @@ fn main() {
             raw.config(req()).await.expect("warm");
             wrapped.config(req()).await.expect("warm");
         }
-        let (mut rs, mut ls, mut rp, mut lp, mut rc, mut lc) =
-            (vec![], vec![], vec![], vec![], vec![], vec![]);
+        // A third arm: the raw channel behind the sanitize guard alone, which
+        // the layer always applies; it splits the layer's cost in two.
+        let mut sanitized = SparkConnectServiceClient::new(
+            ServiceBuilder::new()
+                .layer(spark_connect_retry::sanitize::SanitizeLayer)
+                .service(channel(addr)),
+        );
+        for _ in 0..1000 {
+            sanitized.config(req()).await.expect("warm");
+        }
+        let (mut rs, mut ls, mut ss, mut rp, mut lp, mut sp, mut rc, mut lc) =
+            (vec![], vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
         for round in 0..ROUNDS {
-            // Alternate the order, so neither side always runs first.
-            let (r, l) = if round % 2 == 0 {
-                let r = sequential(&mut raw).await;
-                (r, sequential(&mut wrapped).await)
-            } else {
-                let l = sequential(&mut wrapped).await;
-                (sequential(&mut raw).await, l)
-            };
+            // Rotate the order, so no arm always runs first.
+            let mut r = None;
+            let mut l = None;
+            let mut z = None;
+            for k in 0..3 {
+                match (round + k) % 3 {
+                    0 => r = Some(sequential(&mut raw).await),
+                    1 => l = Some(sequential(&mut wrapped).await),
+                    _ => z = Some(sequential(&mut sanitized).await),
+                }
+            }
+            let (r, l, z) = (r.expect("raw"), l.expect("layer"), z.expect("sanitized"));
             rs.push(r.0);
             rp.push(r.1.as_secs_f64() * 1e6);
             ls.push(l.0);
             lp.push(l.1.as_secs_f64() * 1e6);
-            rc.push(concurrent(raw.clone()).await);
-            lc.push(concurrent(wrapped.clone()).await);
+            ss.push(z.0);
+            sp.push(z.1.as_secs_f64() * 1e6);
+            // Alternate which concurrent arm goes first, too.
+            if round % 2 == 0 {
+                rc.push(concurrent(raw.clone()).await);
+                lc.push(concurrent(wrapped.clone()).await);
+            } else {
+                lc.push(concurrent(wrapped.clone()).await);
+                rc.push(concurrent(raw.clone()).await);
+            }
         }
-        let (rs, ls, rp, lp, rc, lc) = (
+        let (rs, ls, ss, rp, lp, sp, rc, lc) = (
             median(rs),
             median(ls),
+            median(ss),
             median(rp),
             median(lp),
+            median(sp),
             median(rc),
             median(lc),
         );
-        println!("unary Config over loopback, medians of {ROUNDS} alternating rounds");
+        println!("unary Config over loopback, medians of {ROUNDS} rotating rounds");
         println!(
-            "sequential ({SEQ_CALLS} calls): raw {rs:>9.0} calls/s  layer {ls:>9.0} calls/s  ratio {:.3}",
-            ls / rs
+            "sequential ({SEQ_CALLS} calls): raw {rs:>9.0} calls/s  layer {ls:>9.0} calls/s  ratio {:.3}   (raw+sanitize {ss:>9.0} calls/s, ratio {:.3})",
+            ls / rs,
+            ss / rs
         );
         println!(
-            "p50 latency:                raw {rp:>9.1} us       layer {lp:>9.1} us       added {:+.1} %",
-            (lp / rp - 1.0) * 100.0
+            "p50 latency:                raw {rp:>9.1} us       layer {lp:>9.1} us       added {:+.1} %   (raw+sanitize {sp:>9.1} us, {:+.1} %)",
+            (lp / rp - 1.0) * 100.0,
+            (sp / rp - 1.0) * 100.0
         );
         println!(
             "concurrent ({TASKS}x{CALLS_PER_TASK}):      raw {rc:>9.0} calls/s  layer {lc:>9.0} calls/s  ratio {:.3}",
