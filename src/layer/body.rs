@@ -87,7 +87,15 @@ impl Body for BufferedBody {
                 }
                 h
             }
-            None => SizeHint::with_exact(buffered),
+            // A lower bound only. With an exact hint `benches/layer.rs`
+            // measured p50 +14 % / +16 % over the raw channel, with a lower
+            // bound +9 % / +10 % (two runs each; the host's noise is of
+            // that order, so this is a hint, not a proof).
+            None => {
+                let mut h = SizeHint::new();
+                h.set_lower(buffered);
+                h
+            }
         }
     }
 }
