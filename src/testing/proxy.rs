@@ -45,7 +45,9 @@
 //! let mut received = Vec::new();
 //! let err = client.read_to_end(&mut received).await.unwrap_err();
 //! assert_eq!(err.kind(), std::io::ErrorKind::ConnectionReset);
-//! assert_eq!(received.len(), 1000);
+//! // An RST may overtake bytes still in the client's receive queue, so the
+//! // client sees at most the 1000 bytes the proxy forwarded.
+//! assert!(received.len() <= 1000);
 //!
 //! let stats = proxy.stats().snapshot();
 //! assert_eq!(stats.cuts, 1);
