@@ -87,7 +87,6 @@ use std::net::Ipv6Addr;
 use std::time::Duration;
 
 use base64::Engine as _;
-use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
 use tonic::metadata::{
     AsciiMetadataKey, AsciiMetadataValue, BinaryMetadataKey, BinaryMetadataValue, MetadataMap,
@@ -444,12 +443,6 @@ const QUOTE_SET: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'-')
     .remove(b'~')
     .remove(b'/');
-
-/// Standard base64 that accepts input with or without padding.
-const BASE64_LENIENT: GeneralPurpose = GeneralPurpose::new(
-    &base64::alphabet::STANDARD,
-    GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
-);
 
 /// Header names that tonic strips or HTTP/2 forbids; accepting them would silently drop them
 /// or break every call.
@@ -929,7 +922,9 @@ fn insert_metadata(
         ));
     }
     if lower.ends_with("-bin") {
-        let bytes = BASE64_LENIENT
+        // The same engine that checks `grpc-status-details-bin`: gRPC's
+        // binary metadata is standard base64, padding optional.
+        let bytes = crate::sanitize::GRPC_BASE64
             .decode(value)
             .map_err(|_| bad_value("keys ending in '-bin' need standard base64 values"))?;
         let k = BinaryMetadataKey::from_bytes(lower.as_bytes())
