@@ -194,6 +194,21 @@ impl<E: std::error::Error + 'static> std::error::Error for AttemptError<E> {
     }
 }
 
+impl AttemptError {
+    /// The status a caller sees when the loop gives up on this error: the
+    /// status itself, an immediate retry's cause, or (for a bare immediate
+    /// retry) an INTERNAL saying so. Shared by every driver.
+    pub fn into_status(self) -> Status {
+        match self {
+            AttemptError::Status(s) | AttemptError::RetryNow(Some(s)) => s,
+            AttemptError::RetryNow(None) => {
+                Status::internal("immediate retries exceeded their time bound without a cause")
+            }
+            AttemptError::Other(never) => match never {},
+        }
+    }
+}
+
 impl<E> From<Status> for AttemptError<E> {
     fn from(s: Status) -> Self {
         AttemptError::Status(s)
@@ -420,10 +435,6 @@ impl Retrying {
                 async move { fut.await.map_err(AttemptError::Status) }
             })
             .await;
-        result.map_err(|e| match e {
-            AttemptError::Status(s) | AttemptError::RetryNow(Some(s)) => s,
-            AttemptError::RetryNow(None) => Status::internal("immediate retry requested"),
-            AttemptError::Other(never) => match never {},
-        })
+        result.map_err(AttemptError::into_status)
     }
 }

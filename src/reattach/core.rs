@@ -11,9 +11,7 @@ use std::time::Duration;
 
 use tonic::{Code, Status};
 
-use crate::policy::{
-    FailureKind, GiveUpReason, RetryDecision, RetryReason, RetryState, classify_failure,
-};
+use crate::policy::{FailureKind, RetryDecision, RetryReason, RetryState, classify_failure};
 use crate::proto::execute_plan_request::{RequestOption, request_option};
 use crate::proto::release_execute_request::{Release as ReleaseKind, ReleaseAll, ReleaseUntil};
 use crate::proto::{
@@ -321,13 +319,7 @@ impl ReattachCore {
                 }
                 Ok(delay)
             }
-            RetryDecision::GiveUp(reason) => Err(match (reason, error) {
-                (_, AttemptError::Status(s)) | (_, AttemptError::RetryNow(Some(s))) => s,
-                (GiveUpReason::RetryNowElapsed, _) | (_, AttemptError::RetryNow(None)) => {
-                    Status::internal("immediate retries exceeded their time bound")
-                }
-                (_, AttemptError::Other(never)) => match never {},
-            }),
+            RetryDecision::GiveUp(_) => Err(error.into_status()),
         }
     }
 
