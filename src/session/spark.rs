@@ -292,6 +292,17 @@ impl SparkSession {
     /// Turn a status into a [`SparkError`]; fetch details once per error id;
     /// mark the session closed on SESSION_CHANGED.
     async fn server_error(&self, status: Status, operation_id: Option<&str>) -> SparkError {
+        let mut err = self.server_error_now(status, operation_id);
+        if let Some(id) = err.error_id().map(str::to_owned)
+            && let Some(details) = self.fetch_error_details(&id).await
+        {
+            err.set_details(details);
+        }
+        SparkError::Server(Box::new(err))
+    }
+
+    /// The part of [`server_error`](Self::server_error) that needs no RPC.
+    fn server_error_now(&self, status: Status, operation_id: Option<&str>) -> ServerError {
         let mut err = ServerError::from_status(status);
         if let Some(op) = operation_id {
             err.set_operation_id(op);
@@ -299,12 +310,7 @@ impl SparkSession {
         if err.error_class() == Some("INVALID_HANDLE.SESSION_CHANGED") {
             self.inner.closed.store(true, Ordering::SeqCst);
         }
-        if let Some(id) = err.error_id().map(str::to_owned)
-            && let Some(details) = self.fetch_error_details(&id).await
-        {
-            err.set_details(details);
-        }
-        SparkError::Server(Box::new(err))
+        err
     }
 
     /// FetchErrorDetails: once per error id, best effort, never retried.
@@ -418,26 +424,41 @@ impl SparkSession {
         Ok(ArrowStream::new(self.clone(), exec))
     }
 
-    async fn checked(
+    /// Checks one item of an execution: session ids on a response, the
+    /// session closed on SESSION_CHANGED. A server status is handed back
+    /// unconverted (`Err(Ok(status))`) so the async path can enrich it.
+    fn check_item(
         &self,
         item: Result<ExecutePlanResponse, crate::reattach::ReattachError>,
-        operation_id: &str,
-    ) -> Result<ExecutePlanResponse, SparkError> {
+    ) -> Result<ExecutePlanResponse, Result<Status, SparkError>> {
         match item {
             Ok(resp) => {
-                self.verify(&resp.session_id, &resp.server_side_session_id)?;
+                self.verify(&resp.session_id, &resp.server_side_session_id)
+                    .map_err(Err)?;
                 Ok(resp)
             }
-            Err(crate::reattach::ReattachError::Status(status)) => {
-                Err(self.server_error(status, Some(operation_id)).await)
-            }
+            Err(crate::reattach::ReattachError::Status(status)) => Err(Ok(status)),
             Err(e) => {
                 let e = SparkError::from(e);
                 if matches!(e, SparkError::SessionChanged { .. }) {
                     self.inner.closed.store(true, Ordering::SeqCst);
                 }
-                Err(e)
+                Err(Err(e))
             }
+        }
+    }
+
+    /// [`check_item`](Self::check_item), with server errors enriched
+    /// (FetchErrorDetails) and tagged with the operation id.
+    async fn checked(
+        &self,
+        item: Result<ExecutePlanResponse, crate::reattach::ReattachError>,
+        operation_id: &str,
+    ) -> Result<ExecutePlanResponse, SparkError> {
+        match self.check_item(item) {
+            Ok(resp) => Ok(resp),
+            Err(Ok(status)) => Err(self.server_error(status, Some(operation_id)).await),
+            Err(Err(e)) => Err(e),
         }
     }
 
@@ -627,8 +648,6 @@ pub struct ArrowStream {
     session: SparkSession,
     exec: ReattachableExecution,
     operation_id: String,
-    #[cfg_attr(not(feature = "arrow"), allow(dead_code))]
-    next_offset: i64,
     rows: u64,
     batches: u64,
     #[cfg(feature = "arrow")]
@@ -657,7 +676,6 @@ impl ArrowStream {
             session,
             exec,
             operation_id,
-            next_offset: 0,
             rows: 0,
             batches: 0,
             #[cfg(feature = "arrow")]
@@ -712,10 +730,10 @@ impl ArrowStream {
             Some(ResponseType::ArrowBatch(b)) => {
                 if let Some(start) = b.start_offset
                     && b.chunk_index.unwrap_or(0) == 0
-                    && start != self.next_offset
+                    && start != self.rows as i64
                 {
                     return Err(SparkError::BatchOffset {
-                        expected: self.next_offset,
+                        expected: self.rows as i64,
                         got: start,
                     });
                 }
@@ -751,7 +769,6 @@ impl ArrowStream {
                         b.row_count
                     )));
                 }
-                self.next_offset += decoded;
                 self.rows += decoded as u64;
                 self.batches += 1;
             }
@@ -809,8 +826,8 @@ impl Stream for ArrowStream {
     type Item = Result<arrow_array::RecordBatch, SparkError>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        // Drive `next_batch` through a boxed future that borrows nothing:
-        // responses are fetched one at a time by value.
+        // The same checks as `next_batch`, without the async FetchErrorDetails
+        // enrichment a poll cannot await (the error keeps its status and ids).
         loop {
             if let Some(b) = self.queue.pop_front() {
                 return Poll::Ready(Some(Ok(b)));
@@ -818,30 +835,21 @@ impl Stream for ArrowStream {
             if self.done {
                 return Poll::Ready(None);
             }
-            let item = std::task::ready!(Pin::new(&mut self.exec).poll_next(cx));
-            match item {
-                None => self.done = true,
-                Some(Ok(resp)) => {
-                    if let Err(e) = self
-                        .session
-                        .verify(&resp.session_id, &resp.server_side_session_id)
-                    {
-                        self.done = true;
-                        return Poll::Ready(Some(Err(e)));
-                    }
-                    if let Err(e) = self.absorb(resp) {
-                        self.done = true;
-                        return Poll::Ready(Some(Err(e)));
-                    }
-                }
-                Some(Err(e)) => {
-                    self.done = true;
-                    let e = SparkError::from(e);
-                    if matches!(e, SparkError::SessionChanged { .. }) {
-                        self.session.inner.closed.store(true, Ordering::SeqCst);
-                    }
-                    return Poll::Ready(Some(Err(e)));
-                }
+            let Some(item) = std::task::ready!(Pin::new(&mut self.exec).poll_next(cx)) else {
+                self.done = true;
+                continue;
+            };
+            let checked = match self.session.check_item(item) {
+                Ok(resp) => self.absorb(resp),
+                Err(Ok(status)) => Err(SparkError::Server(Box::new(
+                    self.session
+                        .server_error_now(status, Some(&self.operation_id)),
+                ))),
+                Err(Err(e)) => Err(e),
+            };
+            if let Err(e) = checked {
+                self.done = true;
+                return Poll::Ready(Some(Err(e)));
             }
         }
     }
