@@ -101,6 +101,24 @@ async fn query_rows(
     Ok((check, stream.stats()))
 }
 
+/// Seeds 0..20, or `SPARK_CONNECT_TEST_SEEDS=a..b` to replay a range.
+fn seeds() -> std::ops::Range<u64> {
+    // The crate's debug events (segments, errors, waits) appear with a failure.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("spark_connect_retry=debug"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .try_init();
+    match std::env::var("SPARK_CONNECT_TEST_SEEDS") {
+        Ok(v) => {
+            let (a, b) = v.split_once("..").expect("SPARK_CONNECT_TEST_SEEDS=a..b");
+            a.parse().unwrap()..b.parse().unwrap()
+        }
+        Err(_) => 0..20,
+    }
+}
+
 /// The default policy, with jitter from a seed.
 fn session(url: &str) -> SparkSession {
     SparkSession::builder()
@@ -144,7 +162,7 @@ async fn seeded_cut_schedules_through_the_proxy() {
     };
     let upstream = addr_of(&url);
     const N: i64 = 2_000_000;
-    for seed in 0..20u64 {
+    for seed in seeds() {
         let schedule = CutSchedule::seeded(seed, 3, 200_000..=20_000_000);
         let mode = if seed % 4 == 3 {
             CutMode::Fin
@@ -160,7 +178,7 @@ async fn seeded_cut_schedules_through_the_proxy() {
         let spark = session(&proxy.remote());
         let (check, stats) = tokio::time::timeout(Duration::from_secs(120), query_rows(&spark, N))
             .await
-            .unwrap_or_else(|_| panic!("seed {seed}: hung"))
+            .unwrap_or_else(|_| panic!("seed {seed}: hung; proxy {:?}", proxy.stats().snapshot()))
             .unwrap_or_else(|e| panic!("seed {seed} {:?}: {e}", schedule.offsets()));
         assert_exact(&check, N);
         let cuts = proxy.stats().snapshot().cuts;

@@ -61,6 +61,11 @@ impl Driver {
                 }
                 Action::SleepThenOpen(delay, open) => {
                     self.current = None;
+                    tracing::debug!(
+                        operation_id = self.core.operation_id(),
+                        wait_ms = delay.as_millis() as u64,
+                        "reattachable execution: backing off before the next segment"
+                    );
                     self.retrying.sleeper().sleep(delay).await;
                     self.open(open).await
                 }
@@ -82,6 +87,17 @@ impl Driver {
 
     async fn open(&mut self, open: Open) -> Action {
         self.current = None;
+        match &open {
+            Open::Execute(_) => tracing::debug!(
+                operation_id = self.core.operation_id(),
+                "reattachable execution: sending ExecutePlan"
+            ),
+            Open::Reattach(r) => tracing::debug!(
+                operation_id = self.core.operation_id(),
+                last_response_id = r.last_response_id.as_deref().unwrap_or(""),
+                "reattachable execution: sending ReattachExecute"
+            ),
+        }
         let deadline = match &open {
             Open::Execute(_) => self.options.deadlines.reattachable_execute_plan,
             Open::Reattach(_) => self.options.deadlines.reattach_execute,
@@ -118,7 +134,15 @@ impl Driver {
                 self.current = Some(resp.into_inner());
                 Action::Read
             }
-            Err(status) => self.core.on_event(Event::Error(status), &self.retrying),
+            Err(status) => {
+                tracing::debug!(
+                    operation_id = self.core.operation_id(),
+                    code = ?status.code(),
+                    message = status.message(),
+                    "reattachable execution: opening a segment failed"
+                );
+                self.core.on_event(Event::Error(status), &self.retrying)
+            }
         }
     }
 
@@ -138,6 +162,10 @@ impl Driver {
                 Ok(r) => r,
                 Err(_) => {
                     self.current = None;
+                    tracing::debug!(
+                        operation_id = self.core.operation_id(),
+                        "reattachable execution: no message before the idle timeout or segment deadline"
+                    );
                     let event = match (idle, idle_at) {
                         (Some(d), Some(i))
                             if Some(i) == wake_at
@@ -156,10 +184,20 @@ impl Driver {
             Ok(Some(msg)) => Event::Response(Box::new(msg)),
             Ok(None) => {
                 self.current = None;
+                tracing::debug!(
+                    operation_id = self.core.operation_id(),
+                    "reattachable execution: segment ended cleanly"
+                );
                 Event::EndOfStream
             }
             Err(status) => {
                 self.current = None;
+                tracing::debug!(
+                    operation_id = self.core.operation_id(),
+                    code = ?status.code(),
+                    message = status.message(),
+                    "reattachable execution: segment failed"
+                );
                 Event::Error(status)
             }
         };
