@@ -206,6 +206,26 @@ fn main() {
         for _ in 0..1000 {
             sanitized.config(req()).await.expect("warm");
         }
+        // `LAYER_BENCH_ONLY=raw|layer|sanitize`: one arm, sequential calls only,
+        // for profilers and instruction counters (run it once per arm, compare).
+        if let Ok(arm) = std::env::var("LAYER_BENCH_ONLY") {
+            let calls: usize = std::env::var("LAYER_BENCH_CALLS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(20_000);
+            let start = Instant::now();
+            for _ in 0..calls {
+                match arm.as_str() {
+                    "raw" => raw.config(req()).await.map(drop),
+                    "layer" => wrapped.config(req()).await.map(drop),
+                    "sanitize" => sanitized.config(req()).await.map(drop),
+                    other => panic!("LAYER_BENCH_ONLY={other}: expected raw, layer or sanitize"),
+                }
+                .expect("call");
+            }
+            println!("{arm}: {calls} calls in {:.2?}", start.elapsed());
+            return;
+        }
         let (mut rs, mut ls, mut ss, mut rp, mut lp, mut sp, mut rc, mut lc) =
             (vec![], vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
         for round in 0..ROUNDS {

@@ -128,6 +128,19 @@ fn session(url: &str) -> SparkSession {
         .unwrap()
 }
 
+/// For the cut tests: as [`session`], plus stall detection. A stream left
+/// silent after a cut (neither data nor an error) is reattached after 30 s
+/// instead of waiting for the server to end it (`senderMaxStreamDuration`,
+/// 2 min); `stalls` in the output counts how often that happened.
+fn cut_session(url: &str) -> SparkSession {
+    SparkSession::builder()
+        .remote(url)
+        .retrying(Retrying::default().with_seed(11))
+        .idle_timeout(Some(Duration::from_secs(30)))
+        .build()
+        .unwrap()
+}
+
 #[tokio::test]
 async fn graceful_stream_ends_10m_rows() {
     let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE_GRACEFUL") else {
@@ -175,18 +188,19 @@ async fn seeded_cut_schedules_through_the_proxy() {
             .start()
             .await
             .unwrap();
-        let spark = session(&proxy.remote());
-        let (check, stats) = tokio::time::timeout(Duration::from_secs(120), query_rows(&spark, N))
+        let spark = cut_session(&proxy.remote());
+        let (check, stats) = tokio::time::timeout(Duration::from_secs(300), query_rows(&spark, N))
             .await
             .unwrap_or_else(|_| panic!("seed {seed}: hung; proxy {:?}", proxy.stats().snapshot()))
             .unwrap_or_else(|e| panic!("seed {seed} {:?}: {e}", schedule.offsets()));
         assert_exact(&check, N);
         let cuts = proxy.stats().snapshot().cuts;
         eprintln!(
-            "seed {seed:2} {mode:?} offsets {:?}: {cuts} cuts, {} reattaches, {} retries",
+            "seed {seed:2} {mode:?} offsets {:?}: {cuts} cuts, {} reattaches, {} retries, {} stalls",
             schedule.offsets(),
             stats.reattaches,
-            stats.policy_retries
+            stats.policy_retries,
+            stats.stalls
         );
         spark.close().await;
         proxy.shutdown().await;
@@ -230,8 +244,8 @@ async fn deep_cuts_with_the_default_buffer_are_exact_or_a_clear_error() {
             .start()
             .await
             .unwrap();
-        let spark = session(&proxy.remote());
-        match tokio::time::timeout(Duration::from_secs(180), query_rows(&spark, TEN_M))
+        let spark = cut_session(&proxy.remote());
+        match tokio::time::timeout(Duration::from_secs(300), query_rows(&spark, TEN_M))
             .await
             .expect("never a hang")
         {

@@ -280,6 +280,7 @@ async fn stall_is_detected_by_the_idle_timeout() {
     assert!(out.error.is_none(), "{:?}", out.error);
     assert_exact(&out.ids, 10_000);
     assert_eq!(s.calls().reattach, 1);
+    assert_eq!(out.stats.stalls, 1, "{:?}", out.stats);
     assert!(sleeper.sleeps().is_empty(), "a stall reattaches at once");
 }
 
@@ -303,6 +304,11 @@ async fn segment_deadline_reattaches_at_once() {
     assert!(out.error.is_none(), "{:?}", out.error);
     assert_exact(&out.ids, 5_000);
     assert_eq!(s.calls().reattach, 1);
+    assert_eq!(
+        out.stats.stalls, 0,
+        "a deadline is not a stall: {:?}",
+        out.stats
+    );
 }
 
 #[tokio::test]

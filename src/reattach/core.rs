@@ -92,6 +92,8 @@ pub struct CoreCounters {
     pub immediate_retries: u64,
     /// Streams that ended cleanly without ResultComplete.
     pub graceful_ends: u64,
+    /// Streams given up as silent ([`Event::Stalled`]), each followed by a reattach.
+    pub stalls: u64,
 }
 
 /// The reattach state machine for one execution.
@@ -209,10 +211,13 @@ impl ReattachCore {
                 Status::deadline_exceeded("client-side deadline of the stream segment expired"),
                 retrying,
             ),
-            Event::Stalled(idle) => self.retry_now(
-                Status::unavailable(format!("no message for {idle:?}: stream treated as dead")),
-                retrying,
-            ),
+            Event::Stalled(idle) => {
+                self.counters.stalls += 1;
+                self.retry_now(
+                    Status::unavailable(format!("no message for {idle:?}: stream treated as dead")),
+                    retrying,
+                )
+            }
         }
     }
 
