@@ -1,6 +1,10 @@
 //! Unary throughput and p50 latency through `RetryLayer` versus the raw
-//! channel, on loopback, in one run. A plain `main` (harness = false): rounds
-//! alternate raw / layer so drift affects both alike; medians are reported.
+//! channel, on loopback, in one run. A plain `main` (harness = false).
+//!
+//! The design is paired, because this class of host drifts by more than the
+//! effect measured: sequential calls are interleaved call by call across the
+//! arms (raw, layer, raw + sanitize guard), and concurrent throughput is
+//! measured in short raw/layer bursts whose per-pair ratios are reported.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -106,10 +110,16 @@ impl SparkConnectService for Echo {
     }
 }
 
-const SEQ_CALLS: usize = 4000;
+/// Sequential calls per arm, interleaved call by call across the three arms.
+const SEQ_CALLS: usize = 20_000;
 const TASKS: usize = 32;
+/// Calls per task in one concurrent burst (the `LAYER_BENCH_ONLY` profiles).
 const CALLS_PER_TASK: usize = 250;
-const ROUNDS: usize = 7;
+/// Concurrent bursts per arm, paired raw/layer, the order alternating.
+const PAIRS: usize = 21;
+/// Calls per task in one paired burst: short, so both arms of a pair see the
+/// same state of the host.
+const PAIR_CALLS_PER_TASK: usize = 40;
 
 fn req() -> ConfigRequest {
     ConfigRequest {
@@ -118,28 +128,31 @@ fn req() -> ConfigRequest {
     }
 }
 
-/// (calls per second, p50 latency) of `SEQ_CALLS` sequential calls.
-async fn sequential<T>(client: &mut SparkConnectServiceClient<T>) -> (f64, Duration)
+/// The latency of one call.
+async fn one_call<T>(client: &mut SparkConnectServiceClient<T>) -> Duration
 where
     T: GrpcService<tonic::body::Body>,
     T::Error: Into<tonic::codegen::StdError>,
     T::ResponseBody: http_body::Body<Data = bytes::Bytes> + Send + 'static,
     <T::ResponseBody as http_body::Body>::Error: Into<tonic::codegen::StdError> + Send,
 {
-    let mut lat = Vec::with_capacity(SEQ_CALLS);
-    let start = Instant::now();
-    for _ in 0..SEQ_CALLS {
-        let t = Instant::now();
-        client.config(req()).await.expect("call");
-        lat.push(t.elapsed());
-    }
-    let total = start.elapsed();
-    lat.sort();
-    (SEQ_CALLS as f64 / total.as_secs_f64(), lat[lat.len() / 2])
+    let t = Instant::now();
+    client.config(req()).await.expect("call");
+    t.elapsed()
 }
 
-/// Calls per second of `TASKS` concurrent callers.
-async fn concurrent<T>(client: SparkConnectServiceClient<T>) -> f64
+/// (calls per second of call time, p50 latency in µs) of one arm's samples.
+fn summarize(mut lat: Vec<Duration>) -> (f64, f64) {
+    let total: Duration = lat.iter().sum();
+    lat.sort();
+    (
+        lat.len() as f64 / total.as_secs_f64(),
+        lat[lat.len() / 2].as_secs_f64() * 1e6,
+    )
+}
+
+/// Calls per second of `TASKS` concurrent callers, `per_task` calls each.
+async fn concurrent<T>(client: SparkConnectServiceClient<T>, per_task: usize) -> f64
 where
     T: GrpcService<tonic::body::Body> + Clone + Send + 'static,
     T::Future: Send,
@@ -152,7 +165,7 @@ where
         .map(|_| {
             let mut c = client.clone();
             tokio::spawn(async move {
-                for _ in 0..CALLS_PER_TASK {
+                for _ in 0..per_task {
                     c.config(req()).await.expect("call");
                 }
             })
@@ -161,7 +174,7 @@ where
     for t in tasks {
         t.await.expect("task");
     }
-    (TASKS * CALLS_PER_TASK) as f64 / start.elapsed().as_secs_f64()
+    (TASKS * per_task) as f64 / start.elapsed().as_secs_f64()
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -170,10 +183,15 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    // `LAYER_BENCH_RT=current`: one thread for client and server, which
+    // takes cross-thread wake-ups out of the comparison.
+    let rt = match std::env::var("LAYER_BENCH_RT").as_deref() {
+        Ok("current") => tokio::runtime::Builder::new_current_thread(),
+        _ => tokio::runtime::Builder::new_multi_thread(),
+    }
+    .enable_all()
+    .build()
+    .expect("runtime");
     rt.block_on(async {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr: SocketAddr = listener.local_addr().expect("addr");
@@ -207,6 +225,7 @@ fn main() {
             sanitized.config(req()).await.expect("warm");
         }
         // `LAYER_BENCH_ONLY=raw|layer|sanitize`: one arm, sequential calls only,
+        // (or `raw-concurrent|layer-concurrent`)
         // for profilers and instruction counters (run it once per arm, compare).
         if let Ok(arm) = std::env::var("LAYER_BENCH_ONLY") {
             let calls: usize = std::env::var("LAYER_BENCH_CALLS")
@@ -214,6 +233,19 @@ fn main() {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(20_000);
             let start = Instant::now();
+            // `raw-concurrent` / `layer-concurrent`: TASKS callers, `calls` in total.
+            if let Some(arm) = arm.strip_suffix("-concurrent") {
+                let rounds = calls.div_ceil(TASKS * CALLS_PER_TASK);
+                for _ in 0..rounds {
+                    match arm {
+                        "raw" => concurrent(raw.clone(), CALLS_PER_TASK).await,
+                        "layer" => concurrent(wrapped.clone(), CALLS_PER_TASK).await,
+                        other => panic!("LAYER_BENCH_ONLY={other}-concurrent: expected raw or layer"),
+                    };
+                }
+                println!("{arm}-concurrent: {} calls in {:.2?}", rounds * TASKS * CALLS_PER_TASK, start.elapsed());
+                return;
+            }
             for _ in 0..calls {
                 match arm.as_str() {
                     "raw" => raw.config(req()).await.map(drop),
@@ -226,60 +258,84 @@ fn main() {
             println!("{arm}: {calls} calls in {:.2?}", start.elapsed());
             return;
         }
-        let (mut rs, mut ls, mut ss, mut rp, mut lp, mut sp, mut rc, mut lc) =
-            (vec![], vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
-        for round in 0..ROUNDS {
-            // Rotate the order, so no arm always runs first.
-            let mut r = None;
-            let mut l = None;
-            let mut z = None;
-            for k in 0..3 {
-                match (round + k) % 3 {
-                    0 => r = Some(sequential(&mut raw).await),
-                    1 => l = Some(sequential(&mut wrapped).await),
-                    _ => z = Some(sequential(&mut sanitized).await),
-                }
-            }
-            let (r, l, z) = (r.expect("raw"), l.expect("layer"), z.expect("sanitized"));
-            rs.push(r.0);
-            rp.push(r.1.as_secs_f64() * 1e6);
-            ls.push(l.0);
-            lp.push(l.1.as_secs_f64() * 1e6);
-            ss.push(z.0);
-            sp.push(z.1.as_secs_f64() * 1e6);
-            // Alternate which concurrent arm goes first, too.
-            if round % 2 == 0 {
-                rc.push(concurrent(raw.clone()).await);
-                lc.push(concurrent(wrapped.clone()).await);
-            } else {
-                lc.push(concurrent(wrapped.clone()).await);
-                rc.push(concurrent(raw.clone()).await);
+        // Sequential: call i goes to arm order[i % 3], with the order of the
+        // three arms changing every three calls (all six permutations), so
+        // every arm samples the same moments of the host's noise.
+        const ORDERS: [[usize; 3]; 6] = [
+            [0, 1, 2],
+            [1, 2, 0],
+            [2, 0, 1],
+            [0, 2, 1],
+            [2, 1, 0],
+            [1, 0, 2],
+        ];
+        let mut lat: [Vec<Duration>; 3] = Default::default();
+        for block in 0..SEQ_CALLS {
+            for arm in ORDERS[block % 6] {
+                let d = match arm {
+                    0 => one_call(&mut raw).await,
+                    1 => one_call(&mut wrapped).await,
+                    _ => one_call(&mut sanitized).await,
+                };
+                lat[arm].push(d);
             }
         }
-        let (rs, ls, ss, rp, lp, sp, rc, lc) = (
-            median(rs),
-            median(ls),
-            median(ss),
-            median(rp),
-            median(lp),
-            median(sp),
+        if std::env::var_os("LAYER_BENCH_PERCENTILES").is_some() {
+            for (name, v) in ["raw", "layer", "sanitize"].iter().zip(&lat) {
+                let mut v = v.clone();
+                v.sort();
+                let q = |p: f64| v[((v.len() - 1) as f64 * p) as usize].as_secs_f64() * 1e6;
+                println!(
+                    "{name:>8}: p10 {:.1}  p25 {:.1}  p50 {:.1}  p75 {:.1}  p90 {:.1}  p99 {:.1} us",
+                    q(0.10),
+                    q(0.25),
+                    q(0.5),
+                    q(0.75),
+                    q(0.9),
+                    q(0.99)
+                );
+            }
+        }
+        let [r, l, z] = lat.map(summarize);
+        // Concurrent: short bursts in pairs, order alternating; the median of
+        // the per-pair ratios.
+        let (mut rc, mut lc, mut ratios) = (vec![], vec![], vec![]);
+        for pair in 0..PAIRS {
+            let (a, b) = if pair % 2 == 0 {
+                let a = concurrent(raw.clone(), PAIR_CALLS_PER_TASK).await;
+                (a, concurrent(wrapped.clone(), PAIR_CALLS_PER_TASK).await)
+            } else {
+                let b = concurrent(wrapped.clone(), PAIR_CALLS_PER_TASK).await;
+                (concurrent(raw.clone(), PAIR_CALLS_PER_TASK).await, b)
+            };
+            rc.push(a);
+            lc.push(b);
+            ratios.push(b / a);
+        }
+        println!(
+            "unary Config over loopback; {SEQ_CALLS} sequential calls per arm, interleaved call by call"
+        );
+        println!(
+            "sequential: raw {:>8.0} calls/s  layer {:>8.0} calls/s  ratio {:.3}   (raw+sanitize {:>8.0} calls/s, ratio {:.3})",
+            r.0,
+            l.0,
+            l.0 / r.0,
+            z.0,
+            z.0 / r.0
+        );
+        println!(
+            "p50 latency: raw {:>7.1} us  layer {:>7.1} us  added {:+.1} %   (raw+sanitize {:>7.1} us, {:+.1} %)",
+            r.1,
+            l.1,
+            (l.1 / r.1 - 1.0) * 100.0,
+            z.1,
+            (z.1 / r.1 - 1.0) * 100.0
+        );
+        println!(
+            "concurrent ({TASKS} tasks x {PAIR_CALLS_PER_TASK} calls, {PAIRS} pairs): raw {:>8.0} calls/s  layer {:>8.0} calls/s  median pair ratio {:.3}",
             median(rc),
             median(lc),
-        );
-        println!("unary Config over loopback, medians of {ROUNDS} rotating rounds");
-        println!(
-            "sequential ({SEQ_CALLS} calls): raw {rs:>9.0} calls/s  layer {ls:>9.0} calls/s  ratio {:.3}   (raw+sanitize {ss:>9.0} calls/s, ratio {:.3})",
-            ls / rs,
-            ss / rs
-        );
-        println!(
-            "p50 latency:                raw {rp:>9.1} us       layer {lp:>9.1} us       added {:+.1} %   (raw+sanitize {sp:>9.1} us, {:+.1} %)",
-            (lp / rp - 1.0) * 100.0,
-            (sp / rp - 1.0) * 100.0
-        );
-        println!(
-            "concurrent ({TASKS}x{CALLS_PER_TASK}):      raw {rc:>9.0} calls/s  layer {lc:>9.0} calls/s  ratio {:.3}",
-            lc / rc
+            median(ratios)
         );
     });
 }

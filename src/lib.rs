@@ -46,6 +46,7 @@ pub mod proto {
 }
 
 pub mod deadlines;
+mod headers;
 pub mod layer;
 pub mod policy;
 pub mod reattach;

@@ -38,7 +38,7 @@ use tower_service::Service;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-const DETAILS: &str = "grpc-status-details-bin";
+use crate::headers::{GRPC_MESSAGE, GRPC_STATUS, GRPC_STATUS_DETAILS as DETAILS};
 
 /// The base64 engine gRPC uses for binary metadata: standard alphabet, padding optional.
 pub(crate) const GRPC_BASE64: GeneralPurpose = GeneralPurpose::new(
@@ -58,20 +58,20 @@ pub fn sanitize_status_headers(headers: &mut HeaderMap) -> bool {
         return false;
     }
     let original = headers
-        .get("grpc-status")
+        .get(GRPC_STATUS)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("none")
         .to_owned();
     headers.remove(DETAILS);
-    headers.insert("grpc-status", HeaderValue::from_static("13"));
+    headers.insert(GRPC_STATUS, HeaderValue::from_static("13"));
     let message = format!(
         "malformed grpc-status-details-bin from server (not base64); original grpc-status {}",
         original.escape_default()
     );
     match HeaderValue::from_str(&message) {
-        Ok(v) => headers.insert("grpc-message", v),
+        Ok(v) => headers.insert(GRPC_MESSAGE, v),
         Err(_) => headers.insert(
-            "grpc-message",
+            GRPC_MESSAGE,
             HeaderValue::from_static("malformed grpc-status-details-bin from server (not base64)"),
         ),
     };

@@ -10,6 +10,36 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use tonic::Status;
 
+/// Buffered data frames, in order. A gRPC unary body is almost always one
+/// frame, kept inline: buffering, replaying and cloning it allocate nothing.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Chunks {
+    first: Option<Bytes>,
+    rest: VecDeque<Bytes>,
+}
+
+impl Chunks {
+    pub(crate) fn push(&mut self, d: Bytes) {
+        if self.first.is_none() && self.rest.is_empty() {
+            self.first = Some(d);
+        } else {
+            self.rest.push_back(d);
+        }
+    }
+
+    fn pop_front(&mut self) -> Option<Bytes> {
+        self.first.take().or_else(|| self.rest.pop_front())
+    }
+
+    fn is_empty(&self) -> bool {
+        self.first.is_none() && self.rest.is_empty()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Bytes> {
+        self.first.iter().chain(self.rest.iter())
+    }
+}
+
 /// A body replayed from memory: buffered data, then either the unread rest
 /// of the original body, or buffered trailers, or an error.
 ///
@@ -18,7 +48,7 @@ use tonic::Status;
 /// stream's first frames followed by the rest), so no byte is ever lost.
 #[derive(Debug, Default)]
 pub(crate) struct BufferedBody {
-    data: VecDeque<Bytes>,
+    data: Chunks,
     rest: Option<tonic::body::Body>,
     trailers: Option<HeaderMap>,
     error: Option<Status>,
@@ -26,13 +56,13 @@ pub(crate) struct BufferedBody {
 
 impl BufferedBody {
     pub(crate) fn new(
-        data: impl Into<VecDeque<Bytes>>,
+        data: Chunks,
         rest: Option<tonic::body::Body>,
         trailers: Option<HeaderMap>,
         error: Option<Status>,
     ) -> Self {
         BufferedBody {
-            data: data.into(),
+            data,
             rest,
             trailers,
             error,
@@ -103,7 +133,7 @@ impl Body for BufferedBody {
 /// A request body held in memory so that every attempt can resend it.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ReplayBody {
-    chunks: Vec<Bytes>,
+    chunks: Chunks,
     trailers: Option<HeaderMap>,
 }
 
@@ -127,7 +157,7 @@ pub(crate) enum Buffered {
 /// Read `body` into memory, up to `cap` bytes of data. Bodies that cannot
 /// be replayed come back whole (no byte lost) for a single attempt.
 pub(crate) async fn buffer_request(mut body: tonic::body::Body, cap: usize) -> Buffered {
-    let mut chunks = Vec::new();
+    let mut chunks = Chunks::default();
     let mut len = 0usize;
     loop {
         match body.frame().await {
@@ -169,11 +199,11 @@ pub(crate) async fn buffer_request(mut body: tonic::body::Body, cap: usize) -> B
 /// Whether the buffered gRPC framing holds more than one message: the
 /// length-prefix of the first message says where it ends; any byte beyond
 /// that belongs to a second message. Chunks may split the 5-byte prefix.
-pub(crate) fn more_than_one_message(chunks: &VecDeque<Bytes>) -> bool {
+pub(crate) fn more_than_one_message(chunks: &Chunks) -> bool {
     let mut prefix = [0u8; 5];
     let mut have = 0usize;
     let mut total = 0usize;
-    for c in chunks {
+    for c in chunks.iter() {
         total += c.len();
         for &b in c.iter().take(5 - have) {
             prefix[have] = b;
@@ -192,6 +222,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn chunks_keep_order_across_pops_and_pushes() {
+        let b = |x: &'static [u8]| Bytes::from_static(x);
+        let mut q = Chunks::default();
+        assert!(q.is_empty());
+        q.push(b(b"a"));
+        q.push(b(b"b"));
+        assert_eq!(q.pop_front(), Some(b(b"a")));
+        q.push(b(b"c"));
+        let copy = q.clone();
+        assert_eq!(q.pop_front(), Some(b(b"b")));
+        assert_eq!(q.pop_front(), Some(b(b"c")));
+        assert_eq!(q.pop_front(), None);
+        assert!(q.is_empty());
+        assert_eq!(copy.iter().collect::<Vec<_>>(), [&b(b"b"), &b(b"c")]);
+    }
+
+    #[test]
     fn framing() {
         let one = |n: u8| {
             let mut v = vec![0, 0, 0, 0, n];
@@ -199,12 +246,12 @@ mod tests {
             v
         };
         let a = one(3);
-        let mut q = VecDeque::new();
-        q.push_back(Bytes::copy_from_slice(&a[..2]));
+        let mut q = Chunks::default();
+        q.push(Bytes::copy_from_slice(&a[..2]));
         assert!(!more_than_one_message(&q));
-        q.push_back(Bytes::copy_from_slice(&a[2..]));
+        q.push(Bytes::copy_from_slice(&a[2..]));
         assert!(!more_than_one_message(&q));
-        q.push_back(Bytes::from_static(&[0]));
+        q.push(Bytes::from_static(&[0]));
         assert!(more_than_one_message(&q));
     }
 }

@@ -1,6 +1,5 @@
 //! [`RetryService`]: the per-call retry loop.
 
-use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -15,7 +14,7 @@ use tower::ServiceExt;
 use tower_service::Service;
 use tracing::Instrument;
 
-use super::body::{Buffered, BufferedBody, buffer_request, more_than_one_message};
+use super::body::{Buffered, BufferedBody, Chunks, buffer_request, more_than_one_message};
 use super::future::{BoxError, ResponseFuture};
 use super::layer::{ResponseKind, Shared};
 use super::stats::{Counter, RetryStats};
@@ -23,9 +22,10 @@ use crate::policy::{FailureKind, GiveUpReason, RetryDecision, RetryReason, class
 use crate::retrying::AttemptError;
 use crate::sanitize::{sanitize_response, sanitize_status_headers, sanitized_body};
 
-const PREVIOUS_ATTEMPTS: &str = "grpc-previous-rpc-attempts";
-const PUSHBACK: &str = "grpc-retry-pushback-ms";
-const GRPC_TIMEOUT: &str = "grpc-timeout";
+use crate::headers::{
+    GRPC_PREVIOUS_RPC_ATTEMPTS as PREVIOUS_ATTEMPTS, GRPC_RETRY_PUSHBACK_MS as PUSHBACK,
+    GRPC_TIMEOUT, grpc_status_is_ok,
+};
 
 /// Retries gRPC calls on an inner HTTP service (a tonic `Channel`).
 ///
@@ -189,7 +189,7 @@ fn code_from_http(status: StatusCode) -> Code {
 
 fn rebuild(
     parts: http::response::Parts,
-    data: VecDeque<Bytes>,
+    data: Chunks,
     rest: Option<Body>,
     trailers: Option<HeaderMap>,
 ) -> Response<Body> {
@@ -217,12 +217,16 @@ where
     // Pinned on the heap once (tonic's body box did this before), so a
     // committed stream can be handed on without another copy.
     let mut body = Box::pin(body);
-    // Trailers-only response.
-    if let Some(status) = Status::from_header_map(&parts.headers) {
+    // Trailers-only response. An OK one is passed on without building a
+    // Status (which copies every header into its metadata).
+    if let Some(ok) = grpc_status_is_ok(&parts.headers) {
+        let status = (!ok)
+            .then(|| Status::from_header_map(&parts.headers))
+            .flatten();
         let res = Response::from_parts(parts, sanitized_body(body));
-        if status.code() == Code::Ok {
+        let Some(status) = status.filter(|s| s.code() != Code::Ok) else {
             return Outcome::Done(res);
-        }
+        };
         let pushback = pushback(res.headers());
         return Outcome::Failed {
             status,
@@ -244,7 +248,7 @@ where
             deliver: Deliver::Response(Response::from_parts(parts, sanitized_body(body))),
         };
     }
-    let mut data = VecDeque::new();
+    let mut data = Chunks::default();
     let mut len = 0usize;
     loop {
         match body.frame().await {
@@ -263,7 +267,7 @@ where
             Some(Ok(frame)) => match frame.into_data() {
                 Ok(d) => {
                     len = len.saturating_add(d.len());
-                    data.push_back(d);
+                    data.push(d);
                     let commit = match kind {
                         ResponseKind::ServerStreaming => true,
                         ResponseKind::Unary => len > cap,
@@ -281,16 +285,21 @@ where
                 Err(frame) => {
                     if let Ok(mut trailers) = frame.into_trailers() {
                         sanitize_status_headers(&mut trailers);
-                        let status = Status::from_header_map(&trailers);
+                        // The common case, OK, needs no Status at all.
+                        let status = match grpc_status_is_ok(&trailers) {
+                            Some(false) => {
+                                Status::from_header_map(&trailers).filter(|s| s.code() != Code::Ok)
+                            }
+                            _ => None,
+                        };
+                        let Some(status) = status else {
+                            return Outcome::Done(rebuild(parts, data, None, Some(trailers)));
+                        };
                         let pb = pushback(&trailers).or_else(|| pushback(&parts.headers));
-                        let res = rebuild(parts, data, None, Some(trailers));
-                        return match status {
-                            Some(status) if status.code() != Code::Ok => Outcome::Failed {
-                                status,
-                                pushback: pb,
-                                deliver: Deliver::Response(res),
-                            },
-                            _ => Outcome::Done(res),
+                        return Outcome::Failed {
+                            status,
+                            pushback: pb,
+                            deliver: Deliver::Response(rebuild(parts, data, None, Some(trailers))),
                         };
                     }
                 }
