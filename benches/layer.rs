@@ -2,8 +2,8 @@
 //! channel, on loopback, in one run. A plain `main` (harness = false).
 //!
 //! The design is paired, because this class of host drifts by more than the
-//! effect measured: sequential calls are interleaved call by call across the
-//! arms (raw, layer, raw + sanitize guard), and concurrent throughput is
+//! effect measured: sequential calls are interleaved in short blocks across
+//! the arms (raw, layer, raw + sanitize guard), and concurrent throughput is
 //! measured in short raw/layer bursts whose per-pair ratios are reported.
 
 use std::net::SocketAddr;
@@ -110,8 +110,10 @@ impl SparkConnectService for Echo {
     }
 }
 
-/// Sequential calls per arm, interleaved call by call across the three arms.
+/// Sequential calls per arm, interleaved in blocks across the three arms.
 const SEQ_CALLS: usize = 20_000;
+/// Calls per arm in one block of the sequential part.
+const BLOCK: usize = 250;
 const TASKS: usize = 32;
 /// Calls per task in one concurrent burst (the `LAYER_BENCH_ONLY` profiles).
 const CALLS_PER_TASK: usize = 250;
@@ -258,9 +260,17 @@ fn main() {
             println!("{arm}: {calls} calls in {:.2?}", start.elapsed());
             return;
         }
-        // Sequential: call i goes to arm order[i % 3], with the order of the
-        // three arms changing every three calls (all six permutations), so
-        // every arm samples the same moments of the host's noise.
+        // Sequential: blocks of `block` calls per arm, the order of the three
+        // arms changing every round (all six permutations), so every arm
+        // samples the same stretches of the host's noise. Blocks rather than
+        // single calls, so each arm runs with its own code and data in cache,
+        // as an application calling through one client does.
+        // (`LAYER_BENCH_BLOCK=1` interleaves call by call.)
+        let block: usize = std::env::var("LAYER_BENCH_BLOCK")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&b| b > 0)
+            .unwrap_or(BLOCK);
         const ORDERS: [[usize; 3]; 6] = [
             [0, 1, 2],
             [1, 2, 0],
@@ -270,14 +280,16 @@ fn main() {
             [1, 0, 2],
         ];
         let mut lat: [Vec<Duration>; 3] = Default::default();
-        for block in 0..SEQ_CALLS {
-            for arm in ORDERS[block % 6] {
-                let d = match arm {
-                    0 => one_call(&mut raw).await,
-                    1 => one_call(&mut wrapped).await,
-                    _ => one_call(&mut sanitized).await,
-                };
-                lat[arm].push(d);
+        for round in 0..SEQ_CALLS.div_ceil(block) {
+            for arm in ORDERS[round % 6] {
+                for _ in 0..block {
+                    let d = match arm {
+                        0 => one_call(&mut raw).await,
+                        1 => one_call(&mut wrapped).await,
+                        _ => one_call(&mut sanitized).await,
+                    };
+                    lat[arm].push(d);
+                }
             }
         }
         if std::env::var_os("LAYER_BENCH_PERCENTILES").is_some() {
@@ -313,7 +325,7 @@ fn main() {
             ratios.push(b / a);
         }
         println!(
-            "unary Config over loopback; {SEQ_CALLS} sequential calls per arm, interleaved call by call"
+            "unary Config over loopback; {SEQ_CALLS} sequential calls per arm, interleaved in blocks of {block}"
         );
         println!(
             "sequential: raw {:>8.0} calls/s  layer {:>8.0} calls/s  ratio {:.3}   (raw+sanitize {:>8.0} calls/s, ratio {:.3})",
