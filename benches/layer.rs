@@ -3,13 +3,14 @@
 //!
 //! The design is paired, because this class of host drifts by more than the
 //! effect measured: sequential calls are interleaved in short blocks across
-//! the arms (raw, layer, raw + sanitize guard), and concurrent throughput is
+//! the arms (raw, layer, raw + sanitize guard, layer passing `Config` through
+//! without replay), and concurrent throughput is
 //! measured in short raw/layer bursts whose per-pair ratios are reported.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use spark_connect_retry::layer::RetryLayer;
+use spark_connect_retry::layer::{MethodConfig, RetryLayer};
 use spark_connect_retry::proto::spark_connect_service_client::SparkConnectServiceClient;
 use spark_connect_retry::proto::spark_connect_service_server::{
     SparkConnectService, SparkConnectServiceServer,
@@ -226,6 +227,20 @@ fn main() {
         for _ in 0..1000 {
             sanitized.config(req()).await.expect("warm");
         }
+        // A fourth arm: the layer with `Config` passed through (no buffering,
+        // no retries): the layer's fixed cost per call without the replay.
+        let passthrough_layer = RetryLayer::spark_connect(Retrying::default()).method(
+            "/spark.connect.SparkConnectService/Config",
+            MethodConfig::passthrough(),
+        );
+        let mut passthrough = SparkConnectServiceClient::new(
+            ServiceBuilder::new()
+                .layer(passthrough_layer)
+                .service(channel(addr)),
+        );
+        for _ in 0..1000 {
+            passthrough.config(req()).await.expect("warm");
+        }
         // `LAYER_BENCH_ONLY=raw|layer|sanitize`: one arm, sequential calls only,
         // (or `raw-concurrent|layer-concurrent`)
         // for profilers and instruction counters (run it once per arm, compare).
@@ -253,7 +268,10 @@ fn main() {
                     "raw" => raw.config(req()).await.map(drop),
                     "layer" => wrapped.config(req()).await.map(drop),
                     "sanitize" => sanitized.config(req()).await.map(drop),
-                    other => panic!("LAYER_BENCH_ONLY={other}: expected raw, layer or sanitize"),
+                    "passthrough" => passthrough.config(req()).await.map(drop),
+                    other => panic!(
+                        "LAYER_BENCH_ONLY={other}: expected raw, layer, sanitize or passthrough"
+                    ),
                 }
                 .expect("call");
             }
@@ -271,29 +289,28 @@ fn main() {
             .and_then(|v| v.parse().ok())
             .filter(|&b| b > 0)
             .unwrap_or(BLOCK);
-        const ORDERS: [[usize; 3]; 6] = [
-            [0, 1, 2],
-            [1, 2, 0],
-            [2, 0, 1],
-            [0, 2, 1],
-            [2, 1, 0],
-            [1, 0, 2],
-        ];
-        let mut lat: [Vec<Duration>; 3] = Default::default();
+        let mut lat: [Vec<Duration>; 4] = Default::default();
         for round in 0..SEQ_CALLS.div_ceil(block) {
-            for arm in ORDERS[round % 6] {
+            // Rotate the order each round, and reverse it every other cycle.
+            let mut order = [0usize, 1, 2, 3];
+            order.rotate_left(round % 4);
+            if (round / 4) % 2 == 1 {
+                order.reverse();
+            }
+            for arm in order {
                 for _ in 0..block {
                     let d = match arm {
                         0 => one_call(&mut raw).await,
                         1 => one_call(&mut wrapped).await,
-                        _ => one_call(&mut sanitized).await,
+                        2 => one_call(&mut sanitized).await,
+                        _ => one_call(&mut passthrough).await,
                     };
                     lat[arm].push(d);
                 }
             }
         }
         if std::env::var_os("LAYER_BENCH_PERCENTILES").is_some() {
-            for (name, v) in ["raw", "layer", "sanitize"].iter().zip(&lat) {
+            for (name, v) in ["raw", "layer", "sanitize", "passthru"].iter().zip(&lat) {
                 let mut v = v.clone();
                 v.sort();
                 let q = |p: f64| v[((v.len() - 1) as f64 * p) as usize].as_secs_f64() * 1e6;
@@ -308,7 +325,7 @@ fn main() {
                 );
             }
         }
-        let [r, l, z] = lat.map(summarize);
+        let [r, l, z, t] = lat.map(summarize);
         // Concurrent: short bursts in pairs, order alternating; the median of
         // the per-pair ratios.
         let (mut rc, mut lc, mut ratios) = (vec![], vec![], vec![]);
@@ -342,6 +359,12 @@ fn main() {
             (l.1 / r.1 - 1.0) * 100.0,
             z.1,
             (z.1 / r.1 - 1.0) * 100.0
+        );
+        println!(
+            "layer with Config passed through (no replay): {:>8.0} calls/s, p50 {:>7.1} us, added {:+.1} %",
+            t.0,
+            t.1,
+            (t.1 / r.1 - 1.0) * 100.0
         );
         println!(
             "concurrent ({TASKS} tasks x {PAIR_CALLS_PER_TASK} calls, {PAIRS} pairs): raw {:>8.0} calls/s  layer {:>8.0} calls/s  median pair ratio {:.3}",
