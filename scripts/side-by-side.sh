@@ -10,7 +10,9 @@
 # Environment:
 #   SBS_SERVER_NAME  server name for scripts/spark-server.sh (default sbs; CI uses ci-*)
 #   SBS_PORT         server port (default 15010; CI uses 15002-15006)
-#   SBS_PAIRS        measured pairs per case, after one warm-up pair (default 5)
+#   SBS_PAIRS        measured pairs per case, after the warm-up pairs (default 5)
+#   SBS_WARMUP       warm-up pairs per case, not counted (default 3: the server's JIT
+#                    needs a few 10M-row queries before its times settle)
 #   SBS_CUTS         fault proxy schedule for cuts10m (default 20M,30M,30M,30M,30M:
 #                    one RST per connection at ~20/50/80/110/140 MiB into the stream)
 #   SBS_MAX_LOAD     wait (up to SBS_LOAD_WAIT s, default 300) for the 1-min load
@@ -28,6 +30,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 NAME="${SBS_SERVER_NAME:-sbs}"
 PORT="${SBS_PORT:-15010}"
 PAIRS="${SBS_PAIRS:-5}"
+WARMUP="${SBS_WARMUP:-3}"
 CUTS="${SBS_CUTS:-20M,30M,30M,30M,30M}"
 MAX_LOAD="${SBS_MAX_LOAD:-3}"
 LOAD_WAIT="${SBS_LOAD_WAIT:-300}"
@@ -158,10 +161,10 @@ print(json.dumps(d))' "$line" "$warmup" "$tag" "$PROXY_JSON" "$(load1)" | tee -a
 }
 
 for case in "${CASES[@]}"; do
-    log "case $case: 1 warm-up pair + $PAIRS pairs, alternating rust/pyspark"
-    for i in $(seq 0 "$PAIRS"); do
+    log "case $case: $WARMUP warm-up pairs + $PAIRS pairs, alternating rust/pyspark"
+    for i in $(seq $((1 - WARMUP)) "$PAIRS"); do
         warm=0
-        [ "$i" = 0 ] && warm=1
+        [ "$i" -le 0 ] && warm=1
         run_one rust "$case" "$case-$i-rust" "$warm"
         run_one pyspark "$case" "$case-$i-py" "$warm"
     done
@@ -175,7 +178,7 @@ LOAD_END="$(cat /proc/loadavg)"
     echo "python: $("$PY" --version 2>&1), pyspark $("$PY" -c 'import pyspark; print(pyspark.__version__)'), pyarrow $("$PY" -c 'import pyarrow; print(pyarrow.__version__)')"
     echo "load (1/5/15 min) at start: $LOAD_START; at end: $LOAD_END"
     echo "server: Spark Connect 4.3.0, local[2], driver memory $SPARK_CONNECT_DRIVER_MEMORY, observerRetryBufferSize=128m"
-    echo "cuts schedule: $CUTS; first_batch PySpark API: $FIRST_BATCH_API; pairs: $PAIRS"
+    echo "cuts schedule: $CUTS; first_batch PySpark API: $FIRST_BATCH_API; warm-up pairs: $WARMUP; pairs: $PAIRS"
     "$PY" - "$RESULTS" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
