@@ -75,11 +75,9 @@ where
         let clone = self.inner.clone();
         let ready = std::mem::replace(&mut self.inner, clone);
         let span = tracing::debug_span!("grpc_retry", method = %req.uri().path());
-        let fut = run(ready, self.shared.clone(), req).instrument(span);
-        if std::env::var_os("SIZES").is_some() {
-            eprintln!("SIZE {}", std::mem::size_of_val(&fut));
-        }
-        ResponseFuture::new(Box::pin(fut))
+        ResponseFuture::new(Box::pin(
+            run(ready, self.shared.clone(), req).instrument(span),
+        ))
     }
 }
 
