@@ -221,6 +221,9 @@ fn rebuild(
 /// at once, its trailers when read; a body handed on unread is wrapped in
 /// the sanitizing body. Same result as `sanitize_response` first, without
 /// boxing a buffered unary response twice.
+///
+/// Not an `async fn`, like [`attempt_once`]: the response is split before
+/// the block captures it, so it is not held twice.
 fn read_response<B>(
     res: Response<B>,
     kind: ResponseKind,
@@ -230,22 +233,7 @@ where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
 {
-    let (parts, body) = res.into_parts();
-    read_parts(parts, body, kind, cap)
-}
-
-// Not an `async fn` on purpose (see `attempt_once`).
-#[allow(clippy::manual_async_fn)]
-fn read_parts<B>(
-    mut parts: http::response::Parts,
-    body: B,
-    kind: ResponseKind,
-    cap: usize,
-) -> impl Future<Output = Outcome>
-where
-    B: http_body::Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
-{
+    let (mut parts, body) = res.into_parts();
     async move {
         sanitize_status_headers(&mut parts.headers);
         // Pinned on the heap once (tonic's body box did this before), so a
@@ -406,7 +394,7 @@ fn event(path: &str, attempt: u32, code: Code, wait: Option<Duration>, why: &'st
     );
 }
 
-/// What the loop does after a failed attempt.
+/// What the loop does after an attempt.
 enum Next {
     /// Stop and hand this to the caller.
     Return(Result<Response<Body>, BoxError>),
@@ -415,8 +403,8 @@ enum Next {
 }
 
 /// The per-call state the decisions need, kept apart from the async loop so
-/// that the loop's future stays small (it is allocated and moved on every
-/// call) and the decisions stay synchronous.
+/// that the decisions stay synchronous and the loop's future small (it is
+/// allocated and moved on every call).
 struct Call<'a> {
     shared: &'a Shared,
     path: &'a str,
@@ -483,12 +471,18 @@ impl Call<'_> {
         ))
     }
 
-    /// Decide what follows a failed (or timed-out) attempt.
-    fn after_failure(&mut self, outcome: Outcome, attempt: u32, budget: AttemptBudget) -> Next {
+    /// Decide what follows an attempt.
+    fn after_attempt(&mut self, outcome: Outcome, attempt: u32, budget: AttemptBudget) -> Next {
         let shared = self.shared;
         let stats = &shared.stats;
         let failed = match outcome {
-            Outcome::Done(res) => return Next::Return(Ok(res)),
+            Outcome::Done(res) => {
+                if let Some(t) = &shared.throttle {
+                    t.on_success();
+                }
+                event(self.path, attempt, Code::Ok, None, "done");
+                return Next::Return(Ok(res));
+            }
             Outcome::TimedOut => self.on_timeout(attempt, budget),
             // The channel enforces the grpc-timeout we set, too; whichever
             // timer fires first, it is the same deadline.
@@ -683,21 +677,14 @@ where
                 None => {
                     attempt_once(
                         &mut svc,
-                        attempt_request(&parts, attempt, None, &replay),
+                        attempt_request(&parts, attempt, budget.limit, &replay),
                         kind,
                         cap,
                     )
                     .await
                 }
             };
-            if let Outcome::Done(res) = outcome {
-                if let Some(t) = &shared.throttle {
-                    t.on_success();
-                }
-                event(call.path, attempt, Code::Ok, None, "done");
-                return Ok(res);
-            }
-            match call.after_failure(outcome, attempt, budget) {
+            match call.after_attempt(outcome, attempt, budget) {
                 Next::Return(r) => return r,
                 Next::Wait(wait) => shared.retrying.sleeper().sleep(wait).await,
             }
