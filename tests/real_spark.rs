@@ -101,15 +101,18 @@ async fn query_rows(
     Ok((check, stream.stats()))
 }
 
-/// Seeds 0..20, or `SPARK_CONNECT_TEST_SEEDS=a..b` to replay a range.
-fn seeds() -> std::ops::Range<u64> {
-    // The crate's debug events (segments, errors, waits) appear with a failure.
+/// The crate's debug events (segments, errors, waits), shown with a failure.
+fn debug_events_on_failure() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("spark_connect_retry=debug"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_test_writer()
         .try_init();
+}
+
+/// Seeds 0..20, or `SPARK_CONNECT_TEST_SEEDS=a..b` to replay a range.
+fn seeds() -> std::ops::Range<u64> {
     match std::env::var("SPARK_CONNECT_TEST_SEEDS") {
         Ok(v) => {
             let (a, b) = v.split_once("..").expect("SPARK_CONNECT_TEST_SEEDS=a..b");
@@ -121,11 +124,7 @@ fn seeds() -> std::ops::Range<u64> {
 
 /// The default policy, with jitter from a seed.
 fn session(url: &str) -> SparkSession {
-    SparkSession::builder()
-        .remote(url)
-        .retrying(Retrying::default().with_seed(11))
-        .build()
-        .unwrap()
+    session_with_idle(url, None)
 }
 
 /// For the cut tests: as [`session`], plus stall detection. A stream left
@@ -133,10 +132,14 @@ fn session(url: &str) -> SparkSession {
 /// instead of waiting for the server to end it (`senderMaxStreamDuration`,
 /// 2 min); `stalls` in the output counts how often that happened.
 fn cut_session(url: &str) -> SparkSession {
+    session_with_idle(url, Some(Duration::from_secs(30)))
+}
+
+fn session_with_idle(url: &str, idle: Option<Duration>) -> SparkSession {
     SparkSession::builder()
         .remote(url)
         .retrying(Retrying::default().with_seed(11))
-        .idle_timeout(Some(Duration::from_secs(30)))
+        .idle_timeout(idle)
         .build()
         .unwrap()
 }
@@ -175,6 +178,7 @@ async fn seeded_cut_schedules_through_the_proxy() {
     };
     let upstream = addr_of(&url);
     const N: i64 = 2_000_000;
+    debug_events_on_failure();
     for seed in seeds() {
         let schedule = CutSchedule::seeded(seed, 3, 200_000..=20_000_000);
         let mode = if seed % 4 == 3 {

@@ -134,16 +134,21 @@ impl Driver {
                 self.current = Some(resp.into_inner());
                 Action::Read
             }
-            Err(status) => {
-                tracing::debug!(
-                    operation_id = self.core.operation_id(),
-                    code = ?status.code(),
-                    message = status.message(),
-                    "reattachable execution: opening a segment failed"
-                );
-                self.core.on_event(Event::Error(status), &self.retrying)
-            }
+            Err(status) => self.failed(status, "opening"),
         }
+    }
+
+    /// A segment failed, while `during` (opening or reading) it.
+    fn failed(&mut self, status: Status, during: &'static str) -> Action {
+        self.current = None;
+        tracing::debug!(
+            operation_id = self.core.operation_id(),
+            during,
+            code = ?status.code(),
+            message = status.message(),
+            "reattachable execution: segment failed"
+        );
+        self.core.on_event(Event::Error(status), &self.retrying)
     }
 
     async fn read(&mut self) -> Action {
@@ -190,16 +195,7 @@ impl Driver {
                 );
                 Event::EndOfStream
             }
-            Err(status) => {
-                self.current = None;
-                tracing::debug!(
-                    operation_id = self.core.operation_id(),
-                    code = ?status.code(),
-                    message = status.message(),
-                    "reattachable execution: segment failed"
-                );
-                Event::Error(status)
-            }
+            Err(status) => return self.failed(status, "reading"),
         };
         self.core.on_event(event, &self.retrying)
     }
