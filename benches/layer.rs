@@ -182,7 +182,11 @@ where
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+fn env_usize(name: &str) -> Option<usize> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
 fn main() {
@@ -289,8 +293,10 @@ fn main() {
             .and_then(|v| v.parse().ok())
             .filter(|&b| b > 0)
             .unwrap_or(BLOCK);
+        let seq_calls = env_usize("LAYER_BENCH_SEQ").unwrap_or(SEQ_CALLS);
+        let pairs = env_usize("LAYER_BENCH_PAIRS").unwrap_or(PAIRS);
         let mut lat: [Vec<Duration>; 4] = Default::default();
-        for round in 0..SEQ_CALLS.div_ceil(block) {
+        for round in 0..seq_calls.div_ceil(block) {
             // Rotate the order each round, and reverse it every other cycle.
             let mut order = [0usize, 1, 2, 3];
             order.rotate_left(round % 4);
@@ -329,7 +335,7 @@ fn main() {
         // Concurrent: short bursts in pairs, order alternating; the median of
         // the per-pair ratios.
         let (mut rc, mut lc, mut ratios) = (vec![], vec![], vec![]);
-        for pair in 0..PAIRS {
+        for pair in 0..pairs {
             let (a, b) = if pair % 2 == 0 {
                 let a = concurrent(raw.clone(), PAIR_CALLS_PER_TASK).await;
                 (a, concurrent(wrapped.clone(), PAIR_CALLS_PER_TASK).await)
@@ -342,7 +348,7 @@ fn main() {
             ratios.push(b / a);
         }
         println!(
-            "unary Config over loopback; {SEQ_CALLS} sequential calls per arm, interleaved in blocks of {block}"
+            "unary Config over loopback; {seq_calls} sequential calls per arm, interleaved in blocks of {block}"
         );
         println!(
             "sequential: raw {:>8.0} calls/s  layer {:>8.0} calls/s  ratio {:.3}   (raw+sanitize {:>8.0} calls/s, ratio {:.3})",
@@ -367,7 +373,7 @@ fn main() {
             (t.1 / r.1 - 1.0) * 100.0
         );
         println!(
-            "concurrent ({TASKS} tasks x {PAIR_CALLS_PER_TASK} calls, {PAIRS} pairs): raw {:>8.0} calls/s  layer {:>8.0} calls/s  median pair ratio {:.3}",
+            "concurrent ({TASKS} tasks x {PAIR_CALLS_PER_TASK} calls, {pairs} pairs): raw {:>8.0} calls/s  layer {:>8.0} calls/s  median pair ratio {:.3}",
             median(rc),
             median(lc),
             median(ratios)
