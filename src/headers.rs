@@ -23,6 +23,41 @@ pub(crate) fn grpc_status_is_ok(headers: &HeaderMap) -> Option<bool> {
     headers.get(GRPC_STATUS).map(|v| v.as_bytes() == b"0")
 }
 
+/// The status headers of one header block, found in a single pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StatusScan {
+    /// As [`grpc_status_is_ok`].
+    pub(crate) ok: Option<bool>,
+    /// Whether `grpc-status-details-bin` is present (it may need sanitizing).
+    pub(crate) details: bool,
+}
+
+/// Find `grpc-status` and `grpc-status-details-bin` in `headers`. A
+/// response's header blocks are small (content type, date, status), and
+/// walking a few entries is cheaper than hashing custom names once per
+/// lookup; a large map is looked up instead.
+pub(crate) fn scan_status(headers: &HeaderMap) -> StatusScan {
+    if headers.len() > 8 {
+        return StatusScan {
+            ok: grpc_status_is_ok(headers),
+            details: headers.contains_key(GRPC_STATUS_DETAILS),
+        };
+    }
+    let mut scan = StatusScan {
+        ok: None,
+        details: false,
+    };
+    for (name, value) in headers {
+        if *name == GRPC_STATUS {
+            // The first value counts, as `HeaderMap::get` returns it.
+            scan.ok.get_or_insert(value.as_bytes() == b"0");
+        } else if *name == GRPC_STATUS_DETAILS {
+            scan.details = true;
+        }
+    }
+    scan
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -48,5 +83,37 @@ mod tests {
             }
         }
         assert_eq!(grpc_status_is_ok(&HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn scan_agrees_with_lookups_small_and_large() {
+        let blocks: [&[(&str, &str)]; 5] = [
+            &[],
+            &[("content-type", "application/grpc"), ("date", "x")],
+            &[("grpc-status", "0"), ("grpc-message", "")],
+            &[("grpc-status", "14"), ("grpc-status-details-bin", "@@")],
+            &[("grpc-status", "0"), ("grpc-status", "3")],
+        ];
+        for block in blocks {
+            for padding in [0usize, 12] {
+                let mut h = HeaderMap::new();
+                for i in 0..padding {
+                    h.insert(
+                        HeaderName::try_from(format!("x-pad-{i}")).unwrap(),
+                        HeaderValue::from_static("p"),
+                    );
+                }
+                for (k, v) in block {
+                    h.append(HeaderName::from_static(k), HeaderValue::from_static(v));
+                }
+                let scan = scan_status(&h);
+                assert_eq!(scan.ok, grpc_status_is_ok(&h), "{block:?} {padding}");
+                assert_eq!(
+                    scan.details,
+                    h.contains_key(GRPC_STATUS_DETAILS),
+                    "{block:?} {padding}"
+                );
+            }
+        }
     }
 }

@@ -7,7 +7,6 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
-use http_body_util::BodyExt;
 use tonic::Status;
 
 /// Buffered data frames, in order. A gRPC unary body is almost always one
@@ -154,45 +153,84 @@ pub(crate) enum Buffered {
     Failed(tonic::body::Body),
 }
 
-/// Read `body` into memory, up to `cap` bytes of data. Bodies that cannot
-/// be replayed come back whole (no byte lost) for a single attempt.
-pub(crate) async fn buffer_request(mut body: tonic::body::Body, cap: usize) -> Buffered {
-    let mut chunks = Chunks::default();
-    let mut len = 0usize;
-    loop {
-        match body.frame().await {
-            None => {
-                return Buffered::Replay(ReplayBody {
-                    chunks,
-                    trailers: None,
-                });
-            }
-            Some(Err(e)) => {
-                return Buffered::Failed(
-                    BufferedBody::new(chunks, None, None, Some(e)).into_tonic(),
-                );
-            }
-            Some(Ok(frame)) => match frame.into_data() {
+/// A request body being read into memory, up to `cap` bytes of data.
+/// Bodies that cannot be replayed come back whole (no byte lost) for a
+/// single attempt.
+///
+/// Poll-based so that [`RetryService::call`](super::RetryService) can try
+/// it at once: a tonic unary request body (one encoded message) is ready
+/// without waiting, and then the first attempt is sent from `call` itself.
+pub(crate) struct Buffering {
+    body: tonic::body::Body,
+    chunks: Chunks,
+    len: usize,
+    cap: usize,
+}
+
+impl Buffering {
+    pub(crate) fn new(body: tonic::body::Body, cap: usize) -> Self {
+        Buffering {
+            body,
+            chunks: Chunks::default(),
+            len: 0,
+            cap,
+        }
+    }
+
+    /// Read what is ready now, without a task to wake: `None` if the body
+    /// has to wait. Polling again later with a real waker is allowed (a
+    /// body keeps only the latest waker), so nothing is lost.
+    pub(crate) fn now(&mut self) -> Option<Buffered> {
+        match self.poll(&mut Context::from_waker(std::task::Waker::noop())) {
+            Poll::Ready(b) => Some(b),
+            Poll::Pending => None,
+        }
+    }
+
+    /// Read until the end, the cap, or an error.
+    pub(crate) async fn finish(mut self) -> Buffered {
+        std::future::poll_fn(|cx| self.poll(cx)).await
+    }
+
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Buffered> {
+        loop {
+            let frame = match std::task::ready!(Pin::new(&mut self.body).poll_frame(cx)) {
+                None => return Poll::Ready(self.replay(None)),
+                Some(Err(e)) => {
+                    let chunks = std::mem::take(&mut self.chunks);
+                    return Poll::Ready(Buffered::Failed(
+                        BufferedBody::new(chunks, None, None, Some(e)).into_tonic(),
+                    ));
+                }
+                Some(Ok(frame)) => frame,
+            };
+            match frame.into_data() {
                 Ok(d) => {
-                    len = len.saturating_add(d.len());
-                    chunks.push(d);
-                    if len > cap {
-                        return Buffered::TooLarge(
-                            BufferedBody::new(chunks, Some(body), None, None).into_tonic(),
-                        );
+                    self.len = self.len.saturating_add(d.len());
+                    self.chunks.push(d);
+                    if self.len > self.cap {
+                        let chunks = std::mem::take(&mut self.chunks);
+                        let rest = std::mem::take(&mut self.body);
+                        return Poll::Ready(Buffered::TooLarge(
+                            BufferedBody::new(chunks, Some(rest), None, None).into_tonic(),
+                        ));
                     }
                 }
                 Err(frame) => {
                     if let Ok(t) = frame.into_trailers() {
                         // Trailers end an HTTP body; nothing can follow them.
-                        return Buffered::Replay(ReplayBody {
-                            chunks,
-                            trailers: Some(t),
-                        });
+                        return Poll::Ready(self.replay(Some(t)));
                     }
                 }
-            },
+            }
         }
+    }
+
+    fn replay(&mut self, trailers: Option<HeaderMap>) -> Buffered {
+        Buffered::Replay(ReplayBody {
+            chunks: std::mem::take(&mut self.chunks),
+            trailers,
+        })
     }
 }
 

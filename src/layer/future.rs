@@ -1,11 +1,30 @@
 //! The response future of [`RetryService`](super::RetryService).
+//!
+//! Most calls succeed on their first attempt, so that path is a small
+//! hand-written state machine held inline by the caller's future: the first
+//! attempt is already in flight when [`RetryService::call`] returns, and
+//! its response is read here. Only a failed attempt moves the call into the
+//! boxed retry loop, which owns everything a retry needs.
+//!
+//! [`RetryService::call`]: super::RetryService
 
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
+use bytes::Bytes;
+use http::{Request, Response};
+use pin_project_lite::pin_project;
+use tonic::body::Body;
+use tower_service::Service;
+
+use super::attempt::{ReadResponse, transport_failure};
+use super::layer::Shared;
+use super::service::{Call, Next, Replayable, retry_loop};
 use crate::retrying::BoxFuture;
+use crate::sanitize::sanitize_response;
 
 /// The error type of [`RetryService`](super::RetryService): a boxed error,
 /// which tonic's generated clients turn into a [`tonic::Status`]. When the
@@ -13,29 +32,156 @@ use crate::retrying::BoxFuture;
 /// would have built itself (source chain included), so callers see no change.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// The future returned by [`RetryService`](super::RetryService); `Send`.
-pub struct ResponseFuture {
-    inner: BoxFuture<Result<http::Response<tonic::body::Body>, BoxError>>,
+/// What a call keeps in case its first attempt fails.
+pub(crate) struct Retry<S> {
+    pub(crate) shared: Arc<Shared>,
+    /// A clone of the inner service kept by the `RetryService`, cloned again
+    /// for retries only, so the success path clones no service.
+    pub(crate) spare: Arc<Mutex<S>>,
+    pub(crate) call: Replayable,
 }
 
-impl ResponseFuture {
-    pub(crate) fn new(
-        inner: BoxFuture<Result<http::Response<tonic::body::Body>, BoxError>>,
-    ) -> Self {
-        ResponseFuture { inner }
+pin_project! {
+    /// The future returned by [`RetryService`](super::RetryService); `Send`
+    /// when the inner service and its future are.
+    pub struct ResponseFuture<S, F> {
+        #[pin]
+        state: State<S, F>,
+        span: tracing::Span,
     }
 }
 
-impl fmt::Debug for ResponseFuture {
+pin_project! {
+    #[project = StateProj]
+    enum State<S, F> {
+        /// Not retried: the inner call, its response sanitized.
+        Passthrough { #[pin] fut: F },
+        /// The first attempt, sent from `call`.
+        First { #[pin] fut: F, retry: Option<Retry<S>> },
+        /// The first attempt's response, read until it can be judged.
+        Reading { read: ReadResponse, retry: Option<Retry<S>> },
+        /// Retries, or a call that needed waiting or a timer from the start.
+        Looping { fut: BoxFuture<Result<Response<Body>, BoxError>> },
+        /// Finished.
+        Done,
+    }
+}
+
+impl<S, F> ResponseFuture<S, F> {
+    pub(crate) fn passthrough(fut: F, span: tracing::Span) -> Self {
+        ResponseFuture {
+            state: State::Passthrough { fut },
+            span,
+        }
+    }
+
+    pub(crate) fn first(fut: F, retry: Retry<S>, span: tracing::Span) -> Self {
+        ResponseFuture {
+            state: State::First {
+                fut,
+                retry: Some(retry),
+            },
+            span,
+        }
+    }
+
+    pub(crate) fn looping(
+        fut: BoxFuture<Result<Response<Body>, BoxError>>,
+        span: tracing::Span,
+    ) -> Self {
+        ResponseFuture {
+            state: State::Looping { fut },
+            span,
+        }
+    }
+}
+
+impl<S, F> fmt::Debug for ResponseFuture<S, F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("ResponseFuture")
     }
 }
 
-impl Future for ResponseFuture {
-    type Output = Result<http::Response<tonic::body::Body>, BoxError>;
+impl<S, F, B> Future for ResponseFuture<S, F>
+where
+    S: Service<Request<Body>, Response = Response<B>, Future = F> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Into<BoxError>,
+    F: Future<Output = Result<Response<B>, S::Error>>,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    type Output = Result<Response<Body>, BoxError>;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.inner.as_mut().poll(cx)
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        let _entered = this.span.enter();
+        loop {
+            let (retry, outcome) = match this.state.as_mut().project() {
+                StateProj::Passthrough { fut } => {
+                    let res = std::task::ready!(fut.poll(cx));
+                    this.state.set(State::Done);
+                    return Poll::Ready(res.map(sanitize_response).map_err(Into::into));
+                }
+                StateProj::First { fut, retry } => {
+                    let res = std::task::ready!(fut.poll(cx));
+                    let Some(retry) = retry.take() else {
+                        unreachable_state()
+                    };
+                    match res {
+                        Ok(res) => {
+                            let (kind, cap) =
+                                (retry.call.method.kind(), retry.shared.max_response_buffer);
+                            this.state.set(State::Reading {
+                                read: ReadResponse::new(res, kind, cap),
+                                retry: Some(retry),
+                            });
+                            continue;
+                        }
+                        Err(e) => (Some(retry), transport_failure(e.into())),
+                    }
+                }
+                StateProj::Reading { read, retry } => {
+                    let outcome = std::task::ready!(Pin::new(read).poll(cx));
+                    (retry.take(), outcome)
+                }
+                StateProj::Looping { fut } => {
+                    let res = std::task::ready!(fut.as_mut().poll(cx));
+                    this.state.set(State::Done);
+                    return Poll::Ready(res);
+                }
+                StateProj::Done => unreachable_state(),
+            };
+            let Some(retry) = retry else {
+                unreachable_state()
+            };
+            // The first attempt is judged by the same decisions as every
+            // other attempt; a retry continues in the loop at attempt 1.
+            let mut call = Call::new(&retry.shared, &retry.call, None);
+            match call.after_attempt(outcome, 0, Default::default()) {
+                Next::Return(res) => {
+                    this.state.set(State::Done);
+                    return Poll::Ready(res);
+                }
+                Next::Wait(wait) => {
+                    let state = call.into_state();
+                    let svc = retry
+                        .spare
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .clone();
+                    let fut = retry_loop(svc, retry.shared, retry.call, state, 1, Some(wait));
+                    this.state.set(State::Looping { fut: Box::pin(fut) });
+                }
+            }
+        }
     }
+}
+
+/// A state that cannot be reached: polled after completion (which the
+/// `Future` contract allows to panic), or a first attempt without its retry
+/// context (never built).
+#[cold]
+fn unreachable_state() -> ! {
+    panic!("RetryService's ResponseFuture polled after completion")
 }

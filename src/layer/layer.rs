@@ -1,6 +1,7 @@
 //! [`RetryLayer`]: configuration, and the tower `Layer` impl.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -98,7 +99,7 @@ pub const SPARK_CONNECT_SERVICE: &str = "/spark.connect.SparkConnectService/";
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) retrying: Retrying,
-    pub(crate) methods: HashMap<String, MethodConfig>,
+    pub(crate) methods: HashMap<String, MethodConfig, PathHasher>,
     pub(crate) default_method: MethodConfig,
     pub(crate) max_request_buffer: usize,
     pub(crate) max_response_buffer: usize,
@@ -114,6 +115,38 @@ impl Shared {
             .get(path)
             .copied()
             .unwrap_or(self.default_method)
+    }
+}
+
+/// The method table's hasher, used once per call: a word-at-a-time
+/// multiply-rotate hash (the FxHash scheme). The keys are the application's
+/// own configuration, so SipHash's resistance to chosen collisions buys
+/// nothing here, and it cost more than the rest of the lookup.
+pub(crate) type PathHasher = BuildHasherDefault<WordHasher>;
+
+/// The hash state of [`PathHasher`].
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct WordHasher(u64);
+
+impl WordHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl Hasher for WordHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut words = bytes.chunks_exact(8);
+        for w in &mut words {
+            self.add(u64::from_le_bytes(w.try_into().unwrap_or_default()));
+        }
+        let mut last = [0u8; 8];
+        let tail = words.remainder();
+        last[..tail.len()].copy_from_slice(tail);
+        self.add(u64::from_le_bytes(last) ^ ((tail.len() as u64) << 59));
+    }
+    fn finish(&self) -> u64 {
+        self.0
     }
 }
 
@@ -136,7 +169,7 @@ impl RetryLayer {
         RetryLayer {
             shared: Arc::new(Shared {
                 retrying,
-                methods: HashMap::new(),
+                methods: HashMap::default(),
                 default_method: MethodConfig::default(),
                 max_request_buffer: DEFAULT_MAX_REQUEST_BUFFER,
                 max_response_buffer: DEFAULT_MAX_RESPONSE_BUFFER,
@@ -261,7 +294,7 @@ impl RetryLayer {
     }
 }
 
-impl<S> Layer<S> for RetryLayer {
+impl<S: Clone> Layer<S> for RetryLayer {
     type Service = RetryService<S>;
     fn layer(&self, inner: S) -> Self::Service {
         RetryService::new(inner, self.shared.clone())

@@ -111,6 +111,7 @@
 //! `not_replayable`, `throttled`, `deadline`, `pushback_stop`), plus
 //! [`RetryLayer::stats`]. Sleeping uses the `Retrying`'s injected sleeper.
 
+mod attempt;
 mod body;
 mod future;
 #[allow(clippy::module_inception)]

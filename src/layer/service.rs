@@ -1,33 +1,30 @@
 //! [`RetryService`]: the per-call retry loop.
 
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
-use http_body_util::BodyExt;
+use http::{HeaderMap, HeaderValue, Request, Response};
+use tonic::Code;
+use tonic::Status;
 use tonic::body::Body;
-use tonic::{Code, Status};
 use tower::ServiceExt;
 use tower_service::Service;
-use tracing::Instrument;
 
-use super::body::{Buffered, BufferedBody, Chunks, buffer_request, more_than_one_message};
-use super::future::{BoxError, ResponseFuture};
-use super::layer::{MethodConfig, ResponseKind, Shared};
+use super::attempt::{Deliver, Outcome, Pushback, ReadResponse, transport_failure};
+use super::body::{Buffered, Buffering, ReplayBody};
+use super::future::{BoxError, ResponseFuture, Retry};
+use super::layer::{MethodConfig, Shared};
 use super::stats::{Counter, RetryStats};
 use crate::policy::{
     FailureKind, GiveUpReason, RetryDecision, RetryReason, RetryState, classify_failure,
 };
 use crate::retrying::AttemptError;
-use crate::sanitize::{sanitize_response, sanitize_status_headers, sanitized_body};
+use crate::sanitize::sanitize_response;
 
-use crate::headers::{
-    GRPC_PREVIOUS_RPC_ATTEMPTS as PREVIOUS_ATTEMPTS, GRPC_RETRY_PUSHBACK_MS as PUSHBACK,
-    GRPC_TIMEOUT, grpc_status_is_ok,
-};
+use crate::headers::{GRPC_PREVIOUS_RPC_ATTEMPTS as PREVIOUS_ATTEMPTS, GRPC_TIMEOUT};
 
 /// Retries gRPC calls on an inner HTTP service (a tonic `Channel`).
 ///
@@ -36,13 +33,24 @@ use crate::headers::{
 #[derive(Debug, Clone)]
 pub struct RetryService<S> {
     inner: S,
+    /// A clone of `inner` made once, cloned again only for a retry: the
+    /// first attempt goes out on `inner`, which was polled ready.
+    spare: Arc<Mutex<S>>,
     shared: Arc<Shared>,
 }
 
-impl<S> RetryService<S> {
+impl<S: Clone> RetryService<S> {
     pub(crate) fn new(inner: S, shared: Arc<Shared>) -> Self {
-        RetryService { inner, shared }
+        let spare = Arc::new(Mutex::new(inner.clone()));
+        RetryService {
+            inner,
+            spare,
+            shared,
+        }
     }
+}
+
+impl<S> RetryService<S> {
     /// The wrapped service.
     pub fn get_ref(&self) -> &S {
         &self.inner
@@ -63,73 +71,131 @@ where
 {
     type Response = Response<Body>;
     type Error = BoxError;
-    type Future = ResponseFuture;
+    type Future = ResponseFuture<S, S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
     fn call(&mut self, req: Request<Body>) -> Self::Future {
-        // The service that was polled ready takes this call (tower's
-        // contract); a fresh clone stays behind for the next one.
+        let shared = &self.shared;
+        shared.stats.incr(Counter::Calls);
+        let span = tracing::debug_span!("grpc_retry", method = %req.uri().path());
+        let method = shared.method(req.uri().path());
+        if !method.is_retried() {
+            return ResponseFuture::passthrough(self.inner.call(req), span);
+        }
+        let (parts, body) = req.into_parts();
+        // A tonic unary request body (one encoded message) is ready at once.
+        let mut buffering = Buffering::new(body, shared.max_request_buffer);
+        let (parts, body) = match buffering.now() {
+            Some(buffered) => match replayable(shared, parts, buffered) {
+                Prepared::Replay(parts, body) => (parts, body),
+                Prepared::Once(once) => {
+                    return ResponseFuture::passthrough(self.inner.call(once), span);
+                }
+            },
+            None => {
+                let input = RequestBody::Pending(buffering);
+                return self.looping(parts, method, input, span);
+            }
+        };
+        let timed = shared.per_attempt_timeout.is_some()
+            || shared.default_deadline.is_some()
+            || parts.headers.contains_key(GRPC_TIMEOUT);
+        if timed {
+            return self.looping(parts, method, RequestBody::Buffered(body), span);
+        }
+        // The common case: the first attempt leaves now, on the service that
+        // was polled ready; nothing is boxed unless it fails.
+        let call = Replayable {
+            parts,
+            body,
+            method,
+            start: Duration::ZERO,
+            deadline: None,
+        };
+        let first = self
+            .inner
+            .call(attempt_request(&call.parts, 0, None, &call.body));
+        let retry = Retry {
+            shared: shared.clone(),
+            spare: self.spare.clone(),
+            call,
+        };
+        ResponseFuture::first(first, retry, span)
+    }
+}
+
+impl<S, B> RetryService<S>
+where
+    S: Service<Request<Body>, Response = Response<B>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Into<BoxError>,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    /// The general path: the whole call in the boxed loop, on the service
+    /// that was polled ready (a fresh clone stays for the next call).
+    fn looping(
+        &mut self,
+        parts: http::request::Parts,
+        method: MethodConfig,
+        body: RequestBody,
+        span: tracing::Span,
+    ) -> ResponseFuture<S, S::Future> {
         let clone = self.inner.clone();
         let ready = std::mem::replace(&mut self.inner, clone);
-        let span = tracing::debug_span!("grpc_retry", method = %req.uri().path());
-        ResponseFuture::new(Box::pin(
-            run(ready, self.shared.clone(), req).instrument(span),
-        ))
+        let fut = run(ready, self.shared.clone(), parts, method, body);
+        ResponseFuture::looping(Box::pin(fut), span)
     }
 }
 
-/// `grpc-retry-pushback-ms`, parsed per gRFC A6.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Pushback {
-    /// Retry after exactly this long.
-    After(Duration),
-    /// Negative or unparseable: do not retry.
-    Stop,
+/// A request body on its way into the general loop.
+enum RequestBody {
+    /// Read to the end already.
+    Buffered(ReplayBody),
+    /// Still being read.
+    Pending(Buffering),
 }
 
-fn pushback(headers: &HeaderMap) -> Option<Pushback> {
-    let v = headers.get(PUSHBACK)?;
-    let ms = v.to_str().ok().and_then(|s| s.trim().parse::<i64>().ok());
-    Some(match ms {
-        Some(ms) if ms >= 0 => Pushback::After(Duration::from_millis(ms as u64)),
-        _ => Pushback::Stop,
-    })
-}
-
-/// What to hand the caller if the loop stops after this attempt.
-enum Deliver {
-    /// The server's response, replayed from the buffer (tonic reads its status).
-    Response(Response<Body>),
-    /// A status for tonic to return as is (transport failures, deadlines).
-    Error(Status),
-}
-
-impl Deliver {
-    fn into_result(self) -> Result<Response<Body>, BoxError> {
-        match self {
-            Deliver::Response(r) => Ok(r),
-            Deliver::Error(s) => Err(Box::new(s)),
+/// A buffered body ready for replay (with the parts given back), or the
+/// request to send once, unretried: over the cap (counted), or with a body
+/// error the inner service sees exactly as without the layer.
+fn replayable(shared: &Shared, parts: http::request::Parts, buffered: Buffered) -> Prepared {
+    match buffered {
+        Buffered::Replay(body) => Prepared::Replay(parts, body),
+        Buffered::TooLarge(body) => {
+            shared.stats.incr(Counter::PassthroughTooLarge);
+            tracing::debug!(
+                method = parts.uri.path(),
+                cap = shared.max_request_buffer,
+                "request body over the replay cap: sent once, without retries"
+            );
+            Prepared::Once(Request::from_parts(parts, body))
         }
+        Buffered::Failed(body) => Prepared::Once(Request::from_parts(parts, body)),
     }
 }
 
-enum Outcome {
-    /// Success, or a committed response: delivered as is.
-    Done(Response<Body>),
-    /// A failed attempt.
-    Failed {
-        status: Status,
-        pushback: Option<Pushback>,
-        deliver: Deliver,
-    },
-    /// The layer's own timer fired.
-    TimedOut,
+/// See [`replayable`].
+enum Prepared {
+    Replay(http::request::Parts, ReplayBody),
+    Once(Request<Body>),
 }
 
-async fn call_once<S, B>(svc: &mut S, req: Request<Body>) -> Result<Response<Body>, BoxError>
+/// What a replayed call keeps between attempts.
+pub(crate) struct Replayable {
+    pub(crate) parts: http::request::Parts,
+    pub(crate) body: ReplayBody,
+    pub(crate) method: MethodConfig,
+    /// When the call started, for the deadline message.
+    pub(crate) start: Duration,
+    /// The overall deadline, on the retrying clock.
+    pub(crate) deadline: Option<Duration>,
+}
+
+async fn call_once<S, B>(mut svc: S, req: Request<Body>) -> Result<Response<Body>, BoxError>
 where
     S: Service<Request<Body>, Response = Response<B>>,
     S::Error: Into<BoxError>,
@@ -142,197 +208,27 @@ where
 }
 
 /// One attempt: send `req`, then judge the response.
-///
-/// This function and [`read_response`] return `async move` blocks instead of
-/// being `async fn`s: an `async fn` copies each argument into a second slot
-/// of its future, and these futures are allocated and moved on every call.
-// Not an `async fn` on purpose (see the doc comment).
-#[allow(clippy::manual_async_fn)]
-fn attempt_once<S, B>(
+async fn attempt_once<S, B>(
     svc: &mut S,
     req: Request<Body>,
-    kind: ResponseKind,
+    method: MethodConfig,
     cap: usize,
-) -> impl Future<Output = Outcome> + '_
+) -> Outcome
 where
     S: Service<Request<Body>, Response = Response<B>>,
     S::Error: Into<BoxError>,
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
 {
-    async move {
-        let ready = match svc.ready().await {
-            Ok(ready) => ready,
-            Err(e) => return transport_failure(e.into()),
-        };
-        let res = match ready.call(req).await {
-            Ok(res) => res,
-            Err(e) => return transport_failure(e.into()),
-        };
-        read_response(res, kind, cap).await
-    }
-}
-
-/// A failure before any response: the same conversion tonic's client
-/// applies, so the source chain (ConnectError, hyper, h2, io) survives for
-/// classify_failure.
-fn transport_failure(e: BoxError) -> Outcome {
-    let status = Status::from_error(e);
-    Outcome::Failed {
-        status: status.clone(),
-        pushback: None,
-        deliver: Deliver::Error(status),
-    }
-}
-
-/// The gRPC mapping of HTTP status codes, for responses without `grpc-status`
-/// (e.g. a proxy's 503), so the policy sees what tonic would report.
-fn code_from_http(status: StatusCode) -> Code {
-    match status {
-        StatusCode::BAD_REQUEST => Code::Internal,
-        StatusCode::UNAUTHORIZED => Code::Unauthenticated,
-        StatusCode::FORBIDDEN => Code::PermissionDenied,
-        StatusCode::NOT_FOUND => Code::Unimplemented,
-        StatusCode::TOO_MANY_REQUESTS
-        | StatusCode::BAD_GATEWAY
-        | StatusCode::SERVICE_UNAVAILABLE
-        | StatusCode::GATEWAY_TIMEOUT => Code::Unavailable,
-        _ => Code::Unknown,
-    }
-}
-
-fn rebuild(
-    parts: http::response::Parts,
-    data: Chunks,
-    rest: Option<Body>,
-    trailers: Option<HeaderMap>,
-) -> Response<Body> {
-    Response::from_parts(
-        parts,
-        BufferedBody::new(data, rest, trailers, None).into_tonic(),
-    )
-}
-
-/// Find the attempt's status without delivering anything to the caller:
-/// trailers-only headers, or the trailers after a buffered unary message.
-/// A response that cannot be judged before data must flow is committed.
-///
-/// The response is sanitized ([`sanitize_status_headers`]) here: its headers
-/// at once, its trailers when read; a body handed on unread is wrapped in
-/// the sanitizing body. Same result as `sanitize_response` first, without
-/// boxing a buffered unary response twice.
-///
-/// Not an `async fn`, like [`attempt_once`]: the response is split before
-/// the block captures it, so it is not held twice.
-fn read_response<B>(
-    res: Response<B>,
-    kind: ResponseKind,
-    cap: usize,
-) -> impl Future<Output = Outcome>
-where
-    B: http_body::Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
-{
-    let (mut parts, body) = res.into_parts();
-    async move {
-        sanitize_status_headers(&mut parts.headers);
-        // Pinned on the heap once (tonic's body box did this before), so a
-        // committed stream can be handed on without another copy.
-        let mut body = Box::pin(body);
-        // Trailers-only response. An OK one is passed on without building a
-        // Status (which copies every header into its metadata).
-        if let Some(ok) = grpc_status_is_ok(&parts.headers) {
-            let status = (!ok)
-                .then(|| Status::from_header_map(&parts.headers))
-                .flatten();
-            let res = Response::from_parts(parts, sanitized_body(body));
-            let Some(status) = status.filter(|s| s.code() != Code::Ok) else {
-                return Outcome::Done(res);
-            };
-            let pushback = pushback(res.headers());
-            return Outcome::Failed {
-                status,
-                pushback,
-                deliver: Deliver::Response(res),
-            };
-        }
-        if parts.status != StatusCode::OK {
-            let status = Status::new(
-                code_from_http(parts.status),
-                format!(
-                    "grpc-status header missing, mapped from HTTP status code {}",
-                    parts.status.as_u16()
-                ),
-            );
-            return Outcome::Failed {
-                status,
-                pushback: None,
-                deliver: Deliver::Response(Response::from_parts(parts, sanitized_body(body))),
-            };
-        }
-        let mut data = Chunks::default();
-        let mut len = 0usize;
-        loop {
-            match body.frame().await {
-                // No trailers: tonic reports the missing status itself (Ambiguous).
-                None => return Outcome::Done(rebuild(parts, data, None, None)),
-                // Nothing was delivered yet, so the failure is the attempt's.
-                // (The conversion tonic's body applies to a body error.)
-                Some(Err(e)) => {
-                    let e = Status::from_error(e.into());
-                    return Outcome::Failed {
-                        status: e.clone(),
-                        pushback: None,
-                        deliver: Deliver::Error(e),
-                    };
-                }
-                Some(Ok(frame)) => match frame.into_data() {
-                    Ok(d) => {
-                        len = len.saturating_add(d.len());
-                        data.push(d);
-                        let commit = match kind {
-                            ResponseKind::ServerStreaming => true,
-                            ResponseKind::Unary => len > cap,
-                            ResponseKind::Auto => len > cap || more_than_one_message(&data),
-                        };
-                        if commit {
-                            return Outcome::Done(rebuild(
-                                parts,
-                                data,
-                                Some(sanitized_body(body)),
-                                None,
-                            ));
-                        }
-                    }
-                    Err(frame) => {
-                        if let Ok(mut trailers) = frame.into_trailers() {
-                            sanitize_status_headers(&mut trailers);
-                            // The common case, OK, needs no Status at all.
-                            let status = match grpc_status_is_ok(&trailers) {
-                                Some(false) => Status::from_header_map(&trailers)
-                                    .filter(|s| s.code() != Code::Ok),
-                                _ => None,
-                            };
-                            let Some(status) = status else {
-                                return Outcome::Done(rebuild(parts, data, None, Some(trailers)));
-                            };
-                            let pb = pushback(&trailers).or_else(|| pushback(&parts.headers));
-                            return Outcome::Failed {
-                                status,
-                                pushback: pb,
-                                deliver: Deliver::Response(rebuild(
-                                    parts,
-                                    data,
-                                    None,
-                                    Some(trailers),
-                                )),
-                            };
-                        }
-                    }
-                },
-            }
-        }
-    }
+    let ready = match svc.ready().await {
+        Ok(ready) => ready,
+        Err(e) => return transport_failure(e.into()),
+    };
+    let res = match ready.call(req).await {
+        Ok(res) => res,
+        Err(e) => return transport_failure(e.into()),
+    };
+    ReadResponse::new(res, method.kind(), cap).await
 }
 
 /// Parse a `grpc-timeout` header (`1*8DIGIT unit`); garbage is ignored.
@@ -395,7 +291,7 @@ fn event(path: &str, attempt: u32, code: Code, wait: Option<Duration>, why: &'st
 }
 
 /// What the loop does after an attempt.
-enum Next {
+pub(crate) enum Next {
     /// Stop and hand this to the caller.
     Return(Result<Response<Body>, BoxError>),
     /// Sleep this long, then try again.
@@ -403,9 +299,10 @@ enum Next {
 }
 
 /// The per-call state the decisions need, kept apart from the async loop so
-/// that the decisions stay synchronous and the loop's future small (it is
-/// allocated and moved on every call).
-struct Call<'a> {
+/// that the decisions stay synchronous: the first attempt, judged in the
+/// response future, and the later ones, in the loop, go through the same
+/// [`Call::after_attempt`].
+pub(crate) struct Call<'a> {
     shared: &'a Shared,
     path: &'a str,
     method: MethodConfig,
@@ -417,15 +314,33 @@ struct Call<'a> {
     state: Option<RetryState>,
 }
 
-/// The time limits of one attempt.
-#[derive(Clone, Copy)]
-struct AttemptBudget {
+/// The time limits of one attempt (none by default).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct AttemptBudget {
     /// The attempt's timeout: the overall time left, or the per-attempt
     /// timeout, whichever is shorter.
     limit: Option<Duration>,
     /// Whether a timeout would be this attempt's own (retryable) rather
     /// than the whole call's.
     attempt_bound: bool,
+}
+
+impl<'a> Call<'a> {
+    pub(crate) fn new(shared: &'a Shared, call: &'a Replayable, state: Option<RetryState>) -> Self {
+        Call {
+            shared,
+            path: call.parts.uri.path(),
+            method: call.method,
+            start: call.start,
+            deadline: call.deadline,
+            state,
+        }
+    }
+
+    /// The policies' budgets so far, to carry into the loop.
+    pub(crate) fn into_state(self) -> Option<RetryState> {
+        self.state
+    }
 }
 
 impl Call<'_> {
@@ -472,7 +387,12 @@ impl Call<'_> {
     }
 
     /// Decide what follows an attempt.
-    fn after_attempt(&mut self, outcome: Outcome, attempt: u32, budget: AttemptBudget) -> Next {
+    pub(crate) fn after_attempt(
+        &mut self,
+        outcome: Outcome,
+        attempt: u32,
+        budget: AttemptBudget,
+    ) -> Next {
         let shared = self.shared;
         let stats = &shared.stats;
         let failed = match outcome {
@@ -595,101 +515,90 @@ fn attempt_request(
     Request::from_parts(p, replay.body())
 }
 
-/// The whole call. A plain function returning an `async move` block (see
-/// [`attempt_once`]); the request is split before the block captures it.
-fn run<S, B>(
-    mut svc: S,
+/// The general path of a call: finish reading the request body, then the
+/// retry loop from the first attempt.
+async fn run<S, B>(
+    svc: S,
     shared: Arc<Shared>,
-    req: Request<Body>,
-) -> impl Future<Output = Result<Response<Body>, BoxError>>
+    parts: http::request::Parts,
+    method: MethodConfig,
+    body: RequestBody,
+) -> Result<Response<Body>, BoxError>
 where
-    S: Service<Request<Body>, Response = Response<B>> + Send,
+    S: Service<Request<Body>, Response = Response<B>> + Send + 'static,
+    S::Future: Send,
     S::Error: Into<BoxError>,
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
 {
-    let (parts, body) = req.into_parts();
-    // The single-attempt paths below box their futures: they are rare, and
-    // inline they set the size of every call's future (2.4 KiB instead of
-    // 1.4 KiB, `-Zprint-type-sizes`).
-    async move {
-        let stats = &shared.stats;
-        stats.incr(Counter::Calls);
-        let method = shared.method(parts.uri.path());
-        if !method.is_retried() {
-            stats.incr(Counter::Attempts);
-            return Box::pin(call_once(&mut svc, Request::from_parts(parts, body))).await;
+    let (parts, body) = match body {
+        RequestBody::Buffered(body) => (parts, body),
+        RequestBody::Pending(buffering) => {
+            match replayable(&shared, parts, buffering.finish().await) {
+                Prepared::Replay(parts, body) => (parts, body),
+                Prepared::Once(once) => return call_once(svc, once).await,
+            }
         }
-        let replay = match buffer_request(body, shared.max_request_buffer).await {
-            Buffered::Replay(r) => r,
-            Buffered::TooLarge(body) => {
-                stats.incr(Counter::PassthroughTooLarge);
-                stats.incr(Counter::Attempts);
-                tracing::debug!(
-                    method = parts.uri.path(),
-                    cap = shared.max_request_buffer,
-                    "request body over the replay cap: sent once, without retries"
-                );
-                return Box::pin(call_once(&mut svc, Request::from_parts(parts, body))).await;
-            }
-            // Let the inner service see the body error exactly as without the layer.
-            Buffered::Failed(body) => {
-                stats.incr(Counter::Attempts);
-                return Box::pin(call_once(&mut svc, Request::from_parts(parts, body))).await;
-            }
-        };
-        // The clock is read only when there is a deadline to keep.
-        let (start, deadline) = match parse_grpc_timeout(&parts.headers).or(shared.default_deadline)
-        {
-            Some(d) => {
-                let start = shared.retrying.clock().now();
-                (start, Some(start + d))
-            }
-            None => (Duration::ZERO, None),
-        };
-        let mut call = Call {
-            shared: &shared,
-            path: parts.uri.path(),
-            method,
-            start,
-            deadline,
-            state: None,
-        };
-        let (kind, cap) = (method.kind(), shared.max_response_buffer);
-        let mut attempt: u32 = 0;
-        loop {
-            let budget = call.budget();
-            stats.incr(Counter::Attempts);
-            // The request is built inside each arm: a local would keep its
-            // own slot in this future next to the awaited one.
-            let outcome = match budget.limit {
-                Some(b) => tokio::time::timeout(
-                    b,
-                    attempt_once(
-                        &mut svc,
-                        attempt_request(&parts, attempt, budget.limit, &replay),
-                        kind,
-                        cap,
-                    ),
-                )
+    };
+    // The clock is read only when there is a deadline to keep.
+    let (start, deadline) = match parse_grpc_timeout(&parts.headers).or(shared.default_deadline) {
+        Some(d) => {
+            let start = shared.retrying.clock().now();
+            (start, Some(start + d))
+        }
+        None => (Duration::ZERO, None),
+    };
+    let call = Replayable {
+        parts,
+        body,
+        method,
+        start,
+        deadline,
+    };
+    retry_loop(svc, shared, call, None, 0, None).await
+}
+
+/// The retry loop, from attempt `first` (after `wait`, if any): the whole
+/// call on the general path, or the retries after a first attempt sent
+/// from `call`.
+pub(crate) async fn retry_loop<S, B>(
+    mut svc: S,
+    shared: Arc<Shared>,
+    call: Replayable,
+    state: Option<RetryState>,
+    first: u32,
+    mut wait: Option<Duration>,
+) -> Result<Response<Body>, BoxError>
+where
+    S: Service<Request<Body>, Response = Response<B>> + Send + 'static,
+    S::Future: Send,
+    S::Error: Into<BoxError>,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let mut decide = Call::new(&shared, &call, state);
+    let cap = shared.max_response_buffer;
+    let mut attempt = first;
+    loop {
+        if let Some(w) = wait.take() {
+            shared.retrying.sleeper().sleep(w).await;
+        }
+        let budget = decide.budget();
+        if attempt > 0 {
+            shared.stats.incr(Counter::Reattempts);
+        }
+        let req = attempt_request(&call.parts, attempt, budget.limit, &call.body);
+        let outcome = match budget.limit {
+            Some(b) => tokio::time::timeout(b, attempt_once(&mut svc, req, call.method, cap))
                 .await
                 .unwrap_or(Outcome::TimedOut),
-                None => {
-                    attempt_once(
-                        &mut svc,
-                        attempt_request(&parts, attempt, budget.limit, &replay),
-                        kind,
-                        cap,
-                    )
-                    .await
-                }
-            };
-            match call.after_attempt(outcome, attempt, budget) {
-                Next::Return(r) => return r,
-                Next::Wait(wait) => shared.retrying.sleeper().sleep(wait).await,
-            }
-            attempt += 1;
+            None => attempt_once(&mut svc, req, call.method, cap).await,
+        };
+        match decide.after_attempt(outcome, attempt, budget) {
+            Next::Return(r) => return r,
+            Next::Wait(w) => wait = Some(w),
         }
+        attempt += 1;
     }
 }
 
@@ -720,20 +629,5 @@ mod tests {
             }
             assert_eq!(parse_grpc_timeout(&h), None, "{bad}");
         }
-    }
-
-    #[test]
-    fn pushback_parsing() {
-        let mut h = HeaderMap::new();
-        assert_eq!(pushback(&h), None);
-        h.insert(PUSHBACK, HeaderValue::from_static("250"));
-        assert_eq!(
-            pushback(&h),
-            Some(Pushback::After(Duration::from_millis(250)))
-        );
-        h.insert(PUSHBACK, HeaderValue::from_static("-1"));
-        assert_eq!(pushback(&h), Some(Pushback::Stop));
-        h.insert(PUSHBACK, HeaderValue::from_static("soon"));
-        assert_eq!(pushback(&h), Some(Pushback::Stop));
     }
 }

@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 #[derive(Debug, Default)]
 struct Counters {
     calls: AtomicU64,
-    attempts: AtomicU64,
+    /// Attempts after the first (a call's first attempt is counted by `calls`).
+    reattempts: AtomicU64,
     retries: AtomicU64,
     throttled: AtomicU64,
     exhausted: AtomicU64,
@@ -48,24 +49,26 @@ macro_rules! counter {
             )*
             /// All counters at once (each read separately, so not atomic as a whole).
             pub fn snapshot(&self) -> RetryStatsSnapshot {
-                RetryStatsSnapshot { $($name: self.$name()),* }
+                RetryStatsSnapshot { $($name: self.$name(),)* attempts: self.attempts() }
             }
         }
     };
 }
-counter!(
-    calls,
-    attempts,
-    retries,
-    throttled,
-    exhausted,
-    passthrough_too_large
-);
+counter!(calls, retries, throttled, exhausted, passthrough_too_large);
+
+impl RetryStats {
+    /// The `attempts` counter; see [`RetryStatsSnapshot`].
+    pub fn attempts(&self) -> u64 {
+        // Every call makes one first attempt, so only the later ones are
+        // counted apart: one atomic add per call instead of two.
+        self.calls() + self.inner.reattempts.load(Ordering::Relaxed)
+    }
+}
 
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Counter {
     Calls,
-    Attempts,
+    Reattempts,
     Retries,
     Throttled,
     Exhausted,
@@ -76,7 +79,7 @@ impl RetryStats {
     pub(crate) fn incr(&self, c: Counter) {
         let a = match c {
             Counter::Calls => &self.inner.calls,
-            Counter::Attempts => &self.inner.attempts,
+            Counter::Reattempts => &self.inner.reattempts,
             Counter::Retries => &self.inner.retries,
             Counter::Throttled => &self.inner.throttled,
             Counter::Exhausted => &self.inner.exhausted,
