@@ -35,6 +35,9 @@ struct Scripted {
     exec_calls: Arc<AtomicU32>,
     previous_attempts: Arc<Mutex<Vec<Option<String>>>>,
     timeouts: Arc<Mutex<Vec<Option<String>>>>,
+    /// The session ids of every AddArtifacts message, per call; the first
+    /// call fails UNAVAILABLE after reading its whole stream.
+    artifact_streams: Arc<Mutex<Vec<Vec<String>>>>,
     config: Arc<ConfigFn>,
     exec: Arc<ExecFn>,
 }
@@ -46,6 +49,7 @@ impl Scripted {
             exec_calls: Arc::default(),
             previous_attempts: Arc::default(),
             timeouts: Arc::default(),
+            artifact_streams: Arc::default(),
             config: Arc::new(config),
             exec: Arc::new(|_| vec![]),
         }
@@ -135,9 +139,25 @@ impl SparkConnectService for Scripted {
     }
     async fn add_artifacts(
         &self,
-        _: Request<tonic::Streaming<AddArtifactsRequest>>,
+        req: Request<tonic::Streaming<AddArtifactsRequest>>,
     ) -> Result<Response<AddArtifactsResponse>, Status> {
-        unimpl()
+        let mut stream = req.into_inner();
+        let mut ids = vec![];
+        while let Some(m) = stream.message().await? {
+            ids.push(m.session_id);
+        }
+        let call = {
+            let mut streams = self.artifact_streams.lock().unwrap();
+            streams.push(ids.clone());
+            streams.len()
+        };
+        if call == 1 {
+            return Err(Status::unavailable("restarting"));
+        }
+        Ok(Response::new(AddArtifactsResponse {
+            session_id: ids.join(","),
+            ..Default::default()
+        }))
     }
     async fn artifact_status(
         &self,
@@ -247,6 +267,43 @@ async fn unavailable_n_times_then_ok_with_attempt_headers() {
     );
     let s = stats.snapshot();
     assert_eq!((s.calls, s.attempts, s.retries, s.exhausted), (1, 4, 3, 0));
+}
+
+/// A client-streaming request whose body is not ready when the layer is
+/// called (its second message is sent by another task) takes the general
+/// path: read to the end, then replayed whole on the retry.
+#[tokio::test]
+async fn request_body_not_ready_at_call_is_buffered_and_replayed() {
+    let server = Scripted::new(unavailable_n(0));
+    let addr = serve(server.clone()).await;
+    let sleeper = RecordingSleeper::new();
+    let layer = RetryLayer::spark_connect(retrying(&sleeper));
+    let stats = layer.stats();
+    let mut c = client(addr, layer);
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let msg = |id: &str| AddArtifactsRequest {
+        session_id: id.to_owned(),
+        ..Default::default()
+    };
+    tx.send(msg("a")).await.unwrap();
+    // Runs only once this (current-thread) test task waits on the call, so
+    // the second message is not there when the layer first polls the body.
+    tokio::spawn(async move {
+        tx.send(msg("b")).await.unwrap();
+    });
+    let res = c
+        .add_artifacts(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(res.session_id, "a,b");
+    assert_eq!(
+        *server.artifact_streams.lock().unwrap(),
+        vec![vec!["a".to_owned(), "b".to_owned()]; 2]
+    );
+    assert_eq!(sleeper.sleeps_ms(), vec![50]);
+    let s = stats.snapshot();
+    assert_eq!((s.calls, s.attempts, s.retries), (1, 2, 1));
 }
 
 #[tokio::test]

@@ -46,20 +46,23 @@ pin_project! {
     /// when the inner service and its future are.
     pub struct ResponseFuture<S, F> {
         #[pin]
-        state: State<S, F>,
+        state: State<F>,
+        // Outside the state, so that moving from the first attempt to its
+        // response does not move it.
+        retry: Option<Retry<S>>,
         span: tracing::Span,
     }
 }
 
 pin_project! {
     #[project = StateProj]
-    enum State<S, F> {
+    enum State<F> {
         /// Not retried: the inner call, its response sanitized.
         Passthrough { #[pin] fut: F },
         /// The first attempt, sent from `call`.
-        First { #[pin] fut: F, retry: Option<Retry<S>> },
+        First { #[pin] fut: F },
         /// The first attempt's response, read until it can be judged.
-        Reading { read: ReadResponse, retry: Option<Retry<S>> },
+        Reading { read: ReadResponse },
         /// Retries, or a call that needed waiting or a timer from the start.
         Looping { fut: BoxFuture<Result<Response<Body>, BoxError>> },
         /// Finished.
@@ -71,16 +74,15 @@ impl<S, F> ResponseFuture<S, F> {
     pub(crate) fn passthrough(fut: F, span: tracing::Span) -> Self {
         ResponseFuture {
             state: State::Passthrough { fut },
+            retry: None,
             span,
         }
     }
 
     pub(crate) fn first(fut: F, retry: Retry<S>, span: tracing::Span) -> Self {
         ResponseFuture {
-            state: State::First {
-                fut,
-                retry: Some(retry),
-            },
+            state: State::First { fut },
+            retry: Some(retry),
             span,
         }
     }
@@ -91,6 +93,7 @@ impl<S, F> ResponseFuture<S, F> {
     ) -> Self {
         ResponseFuture {
             state: State::Looping { fut },
+            retry: None,
             span,
         }
     }
@@ -117,34 +120,26 @@ where
         let mut this = self.project();
         let _entered = this.span.enter();
         loop {
-            let (retry, outcome) = match this.state.as_mut().project() {
+            let outcome = match this.state.as_mut().project() {
                 StateProj::Passthrough { fut } => {
                     let res = std::task::ready!(fut.poll(cx));
                     this.state.set(State::Done);
                     return Poll::Ready(res.map(sanitize_response).map_err(Into::into));
                 }
-                StateProj::First { fut, retry } => {
-                    let res = std::task::ready!(fut.poll(cx));
-                    let Some(retry) = retry.take() else {
-                        unreachable_state()
-                    };
-                    match res {
-                        Ok(res) => {
-                            let (kind, cap) =
-                                (retry.call.method.kind(), retry.shared.max_response_buffer);
-                            this.state.set(State::Reading {
-                                read: ReadResponse::new(res, kind, cap),
-                                retry: Some(retry),
-                            });
-                            continue;
-                        }
-                        Err(e) => (Some(retry), transport_failure(e.into())),
+                StateProj::First { fut } => match std::task::ready!(fut.poll(cx)) {
+                    Ok(res) => {
+                        let Some(retry) = this.retry.as_ref() else {
+                            unreachable_state()
+                        };
+                        let (kind, cap) =
+                            (retry.call.method.kind(), retry.shared.max_response_buffer);
+                        let read = ReadResponse::new(res, kind, cap);
+                        this.state.set(State::Reading { read });
+                        continue;
                     }
-                }
-                StateProj::Reading { read, retry } => {
-                    let outcome = std::task::ready!(Pin::new(read).poll(cx));
-                    (retry.take(), outcome)
-                }
+                    Err(e) => transport_failure(e.into()),
+                },
+                StateProj::Reading { read } => std::task::ready!(Pin::new(read).poll(cx)),
                 StateProj::Looping { fut } => {
                     let res = std::task::ready!(fut.as_mut().poll(cx));
                     this.state.set(State::Done);
@@ -152,7 +147,7 @@ where
                 }
                 StateProj::Done => unreachable_state(),
             };
-            let Some(retry) = retry else {
+            let Some(retry) = this.retry.take() else {
                 unreachable_state()
             };
             // The first attempt is judged by the same decisions as every
