@@ -10,32 +10,39 @@ use http_body::{Body, Frame, SizeHint};
 use tonic::Status;
 
 /// Buffered data frames, in order. A gRPC unary body is almost always one
-/// frame, kept inline: buffering, replaying and cloning it allocate nothing.
+/// frame, kept inline: buffering, replaying, cloning and dropping it touch
+/// no queue at all (the queue of later frames exists only once needed).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Chunks {
     first: Option<Bytes>,
-    rest: VecDeque<Bytes>,
+    rest: Option<Box<VecDeque<Bytes>>>,
 }
 
 impl Chunks {
     pub(crate) fn push(&mut self, d: Bytes) {
-        if self.first.is_none() && self.rest.is_empty() {
-            self.first = Some(d);
-        } else {
-            self.rest.push_back(d);
+        match &mut self.rest {
+            Some(rest) => rest.push_back(d),
+            None if self.first.is_none() => self.first = Some(d),
+            None => self.rest = Some(Box::new(VecDeque::from([d]))),
         }
     }
 
     fn pop_front(&mut self) -> Option<Bytes> {
-        self.first.take().or_else(|| self.rest.pop_front())
+        // Once `first` is taken, later frames come from the queue; a push
+        // after that goes to the queue too, so the order holds.
+        self.first
+            .take()
+            .or_else(|| self.rest.as_mut().and_then(|r| r.pop_front()))
     }
 
     fn is_empty(&self) -> bool {
-        self.first.is_none() && self.rest.is_empty()
+        self.first.is_none() && self.rest.as_ref().is_none_or(|r| r.is_empty())
     }
 
     fn iter(&self) -> impl Iterator<Item = &Bytes> {
-        self.first.iter().chain(self.rest.iter())
+        self.first
+            .iter()
+            .chain(self.rest.iter().flat_map(|r| r.iter()))
     }
 }
 
