@@ -15,7 +15,7 @@ use tonic::Status;
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Chunks {
     first: Option<Bytes>,
-    rest: Option<Box<VecDeque<Bytes>>>,
+    rest: Option<VecDeque<Bytes>>,
 }
 
 impl Chunks {
@@ -23,7 +23,7 @@ impl Chunks {
         match &mut self.rest {
             Some(rest) => rest.push_back(d),
             None if self.first.is_none() => self.first = Some(d),
-            None => self.rest = Some(Box::new(VecDeque::from([d]))),
+            None => self.rest = Some(VecDeque::from([d])),
         }
     }
 
