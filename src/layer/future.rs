@@ -165,7 +165,7 @@ where
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner)
                         .clone();
-                    let fut = retry_loop(svc, retry.shared, retry.call, state, 1, Some(wait));
+                    let fut = retry_loop(svc, retry.shared, retry.call, None, state, 1, Some(wait));
                     this.state.set(State::Looping { fut: Box::pin(fut) });
                 }
             }

@@ -114,6 +114,7 @@
 mod attempt;
 mod body;
 mod future;
+mod head;
 #[allow(clippy::module_inception)]
 mod layer;
 mod service;

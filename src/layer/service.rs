@@ -16,6 +16,7 @@ use tower_service::Service;
 use super::attempt::{Deliver, Outcome, Pushback, ReadResponse, transport_failure};
 use super::body::{Buffered, Buffering, ReplayBody};
 use super::future::{BoxError, ResponseFuture, Retry};
+use super::head::RetainedHead;
 use super::layer::{MethodConfig, Shared};
 use super::stats::{Counter, RetryStats};
 use crate::policy::{
@@ -108,16 +109,15 @@ where
         }
         // The common case: the first attempt leaves now, on the service that
         // was polled ready; nothing is boxed unless it fails.
+        // The first attempt takes the original head; a retry rebuilds it.
         let call = Replayable {
-            parts,
+            head: RetainedHead::of(&parts),
             body,
             method,
             start: Duration::ZERO,
             deadline: None,
         };
-        let first = self
-            .inner
-            .call(attempt_request(&call.parts, 0, None, &call.body));
+        let first = self.inner.call(attempt_request(parts, 0, None, &call.body));
         let retry = Retry {
             shared: shared.clone(),
             spare: self.spare.clone(),
@@ -186,7 +186,7 @@ enum Prepared {
 
 /// What a replayed call keeps between attempts.
 pub(crate) struct Replayable {
-    pub(crate) parts: http::request::Parts,
+    pub(crate) head: RetainedHead,
     pub(crate) body: ReplayBody,
     pub(crate) method: MethodConfig,
     /// When the call started, for the deadline message.
@@ -329,7 +329,7 @@ impl<'a> Call<'a> {
     pub(crate) fn new(shared: &'a Shared, call: &'a Replayable, state: Option<RetryState>) -> Self {
         Call {
             shared,
-            path: call.parts.uri.path(),
+            path: call.head.path(),
             method: call.method,
             start: call.start,
             deadline: call.deadline,
@@ -496,15 +496,14 @@ impl Call<'_> {
     }
 }
 
-/// The request of attempt `attempt`: the call's parts, the retry and
+/// The request of attempt `attempt`: the call's head, the retry and
 /// deadline headers, and the replayed body.
 fn attempt_request(
-    parts: &http::request::Parts,
+    mut p: http::request::Parts,
     attempt: u32,
     limit: Option<Duration>,
-    replay: &super::body::ReplayBody,
+    replay: &ReplayBody,
 ) -> Request<Body> {
-    let mut p = parts.clone();
     if attempt > 0 {
         p.headers
             .insert(PREVIOUS_ATTEMPTS, HeaderValue::from(attempt));
@@ -549,22 +548,24 @@ where
         None => (Duration::ZERO, None),
     };
     let call = Replayable {
-        parts,
+        head: RetainedHead::of(&parts),
         body,
         method,
         start,
         deadline,
     };
-    retry_loop(svc, shared, call, None, 0, None).await
+    retry_loop(svc, shared, call, Some(parts), None, 0, None).await
 }
 
 /// The retry loop, from attempt `first` (after `wait`, if any): the whole
 /// call on the general path, or the retries after a first attempt sent
-/// from `call`.
+/// from `call`. `original` is the request's own head, for the loop's
+/// first attempt; later ones rebuild it from `call.head`.
 pub(crate) async fn retry_loop<S, B>(
     mut svc: S,
     shared: Arc<Shared>,
     call: Replayable,
+    mut original: Option<http::request::Parts>,
     state: Option<RetryState>,
     first: u32,
     mut wait: Option<Duration>,
@@ -587,7 +588,8 @@ where
         if attempt > 0 {
             shared.stats.incr(Counter::Reattempts);
         }
-        let req = attempt_request(&call.parts, attempt, budget.limit, &call.body);
+        let parts = original.take().unwrap_or_else(|| call.head.to_parts());
+        let req = attempt_request(parts, attempt, budget.limit, &call.body);
         let outcome = match budget.limit {
             Some(b) => tokio::time::timeout(b, attempt_once(&mut svc, req, call.method, cap))
                 .await
