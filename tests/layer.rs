@@ -306,6 +306,61 @@ async fn request_body_not_ready_at_call_is_buffered_and_replayed() {
     assert_eq!((s.calls, s.attempts, s.retries), (1, 2, 1));
 }
 
+/// Every attempt carries the request's metadata and extensions, as a layer
+/// between the retry layer and the channel sees them: tonic's `GrpcMethod`
+/// alone (kept inline by the layer), or with another extension (cloned).
+#[tokio::test]
+async fn retries_carry_headers_and_extensions() {
+    #[derive(Debug, Clone, PartialEq)]
+    struct Tag(u32);
+    type Seen = (Option<(String, String)>, Option<Tag>, Option<String>);
+    for tagged in [false, true] {
+        let server = Scripted::new(unavailable_n(2));
+        let addr = serve(server.clone()).await;
+        let sleeper = RecordingSleeper::new();
+        let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+        let record = seen.clone();
+        let svc = ServiceBuilder::new()
+            .map_request(move |mut req: http::Request<tonic::body::Body>| {
+                if tagged {
+                    req.extensions_mut().insert(Tag(7));
+                }
+                req
+            })
+            .layer(RetryLayer::spark_connect(retrying(&sleeper)))
+            .map_request(move |req: http::Request<tonic::body::Body>| {
+                let m = req
+                    .extensions()
+                    .get::<tonic::GrpcMethod<'static>>()
+                    .map(|m| (m.service().to_owned(), m.method().to_owned()));
+                let tag = req.extensions().get::<Tag>().cloned();
+                let k = req
+                    .headers()
+                    .get("x-k")
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned);
+                record.lock().unwrap().push((m, tag, k));
+                req
+            })
+            .service(channel(addr));
+        let mut c = SparkConnectServiceClient::new(svc);
+        let mut req = Request::new(config_req("s"));
+        req.metadata_mut()
+            .insert("x-k", MetadataValue::from_static("v"));
+        c.config(req).await.unwrap();
+        let want = (
+            Some((
+                "spark.connect.SparkConnectService".to_owned(),
+                "Config".to_owned(),
+            )),
+            tagged.then_some(Tag(7)),
+            Some("v".to_owned()),
+        );
+        assert_eq!(*seen.lock().unwrap(), vec![want; 3], "tagged: {tagged}");
+        assert_eq!(server.config_calls(), 3);
+    }
+}
+
 #[tokio::test]
 async fn budget_exhausted_returns_last_status() {
     let server = Scripted::new(unavailable_n(u32::MAX));
