@@ -178,6 +178,13 @@ pin_project_lite::pin_project! {
     }
 }
 
+impl<B> SanitizedBody<B> {
+    /// Wrap `inner`.
+    pub(crate) fn new(inner: B) -> Self {
+        SanitizedBody { inner }
+    }
+}
+
 impl<B> Body for SanitizedBody<B>
 where
     B: Body<Data = Bytes>,

@@ -10,7 +10,7 @@ use http_body::Body as _;
 use tonic::body::Body;
 use tonic::{Code, Status};
 
-use super::body::{BufferedBody, Chunks, more_than_one_message};
+use super::body::{BufferedBody, Chunks, RetryBody, more_than_one_message};
 use super::future::BoxError;
 use super::layer::ResponseKind;
 use crate::headers::{GRPC_RETRY_PUSHBACK_MS as PUSHBACK, scan_status};
@@ -35,15 +35,18 @@ pub(crate) fn pushback(headers: &HeaderMap) -> Option<Pushback> {
 }
 
 /// What to hand the caller if the loop stops after this attempt.
+// The response is the common variant; boxing it would add back the
+// allocation an inline `RetryBody` saves.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Deliver {
     /// The server's response, replayed from the buffer (tonic reads its status).
-    Response(Response<Body>),
+    Response(Response<RetryBody>),
     /// A status for tonic to return as is (transport failures, deadlines).
     Error(Status),
 }
 
 impl Deliver {
-    pub(crate) fn into_result(self) -> Result<Response<Body>, BoxError> {
+    pub(crate) fn into_result(self) -> Result<Response<RetryBody>, BoxError> {
         match self {
             Deliver::Response(r) => Ok(r),
             Deliver::Error(s) => Err(Box::new(s)),
@@ -53,7 +56,7 @@ impl Deliver {
 
 pub(crate) enum Outcome {
     /// Success, or a committed response: delivered as is.
-    Done(Response<Body>),
+    Done(Response<RetryBody>),
     /// A failed attempt.
     Failed {
         status: Status,
@@ -97,10 +100,10 @@ fn rebuild(
     data: Chunks,
     rest: Option<Body>,
     trailers: Option<HeaderMap>,
-) -> Response<Body> {
+) -> Response<RetryBody> {
     Response::from_parts(
         parts,
-        BufferedBody::new(data, rest, trailers, None).into_tonic(),
+        RetryBody::buffered(BufferedBody::new(data, rest, trailers, None)),
     )
 }
 
@@ -155,7 +158,7 @@ impl ReadResponse {
             let status = (!ok)
                 .then(|| Status::from_header_map(&parts.headers))
                 .flatten();
-            let res = Response::from_parts(parts, sanitized_body(body));
+            let res = Response::from_parts(parts, RetryBody::passed(body));
             let Some(status) = status.filter(|s| s.code() != Code::Ok) else {
                 return ReadResponse::Judged(Some(Outcome::Done(res)));
             };
@@ -177,7 +180,7 @@ impl ReadResponse {
             return ReadResponse::Judged(Some(Outcome::Failed {
                 status,
                 pushback: None,
-                deliver: Deliver::Response(Response::from_parts(parts, sanitized_body(body))),
+                deliver: Deliver::Response(Response::from_parts(parts, RetryBody::passed(body))),
             }));
         }
         ReadResponse::Reading {

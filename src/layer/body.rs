@@ -9,6 +9,9 @@ use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 use tonic::Status;
 
+use super::future::BoxError;
+use crate::sanitize::{SanitizedBody, sanitize_status_headers};
+
 /// Buffered data frames, in order. A gRPC unary body is almost always one
 /// frame, kept inline: buffering, replaying, cloning and dropping it touch
 /// no queue at all (the queue of later frames exists only once needed).
@@ -132,6 +135,101 @@ impl Body for BufferedBody {
                 h.set_lower(buffered);
                 h
             }
+        }
+    }
+}
+
+/// The response body of [`RetryService`](super::RetryService).
+///
+/// Either a response replayed from the layer's buffer (a unary message and
+/// its trailers, or a committed stream's first frames and then the rest),
+/// or the server's body passed on as it arrives. Both check trailers the
+/// way [`SanitizeLayer`](crate::sanitize::SanitizeLayer) does.
+///
+/// Not boxed: tonic's decoder boxes a response body once anyway, so an
+/// inline body saves the layer an allocation on every call. Turn it into a
+/// [`tonic::body::Body`] with `From` where one is needed.
+pub struct RetryBody {
+    kind: RetryBodyKind,
+}
+
+impl std::fmt::Debug for RetryBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self.kind {
+            RetryBodyKind::Buffered(_) => "RetryBody::Buffered",
+            RetryBodyKind::Passed(_) => "RetryBody::Passed",
+        })
+    }
+}
+
+enum RetryBodyKind {
+    Buffered(BufferedBody),
+    Passed(SanitizedBody<tonic::body::Body>),
+}
+
+impl RetryBody {
+    pub(crate) fn buffered(body: BufferedBody) -> Self {
+        RetryBody {
+            kind: RetryBodyKind::Buffered(body),
+        }
+    }
+
+    /// The server's body, its trailers sanitized as they arrive. A tonic
+    /// `Body` (a `Channel`'s) is taken as is; another is boxed once.
+    pub(crate) fn passed<B>(body: B) -> Self
+    where
+        B: Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        RetryBody {
+            kind: RetryBodyKind::Passed(SanitizedBody::new(tonic::body::Body::new(body))),
+        }
+    }
+
+    /// A whole response passed on: headers sanitized now, trailers as they
+    /// arrive.
+    pub(crate) fn passed_response<B>(res: http::Response<B>) -> http::Response<Self>
+    where
+        B: Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        let (mut parts, body) = res.into_parts();
+        sanitize_status_headers(&mut parts.headers);
+        http::Response::from_parts(parts, RetryBody::passed(body))
+    }
+}
+
+impl From<RetryBody> for tonic::body::Body {
+    fn from(body: RetryBody) -> Self {
+        tonic::body::Body::new(body)
+    }
+}
+
+impl Body for RetryBody {
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        match &mut self.kind {
+            RetryBodyKind::Buffered(b) => Pin::new(b).poll_frame(cx),
+            RetryBodyKind::Passed(b) => Pin::new(b).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.kind {
+            RetryBodyKind::Buffered(b) => b.is_end_stream(),
+            RetryBodyKind::Passed(b) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.kind {
+            RetryBodyKind::Buffered(b) => b.size_hint(),
+            RetryBodyKind::Passed(b) => b.size_hint(),
         }
     }
 }

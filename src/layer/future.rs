@@ -21,10 +21,10 @@ use tonic::body::Body;
 use tower_service::Service;
 
 use super::attempt::{ReadResponse, transport_failure};
+use super::body::RetryBody;
 use super::layer::Shared;
 use super::service::{Call, Next, Replayable, retry_loop};
 use crate::retrying::BoxFuture;
-use crate::sanitize::sanitize_response;
 
 /// The error type of [`RetryService`](super::RetryService): a boxed error,
 /// which tonic's generated clients turn into a [`tonic::Status`]. When the
@@ -64,7 +64,7 @@ pin_project! {
         /// The first attempt's response, read until it can be judged.
         Reading { read: ReadResponse },
         /// Retries, or a call that needed waiting or a timer from the start.
-        Looping { fut: BoxFuture<Result<Response<Body>, BoxError>> },
+        Looping { fut: BoxFuture<Result<Response<RetryBody>, BoxError>> },
         /// Finished.
         Done,
     }
@@ -88,7 +88,7 @@ impl<S, F> ResponseFuture<S, F> {
     }
 
     pub(crate) fn looping(
-        fut: BoxFuture<Result<Response<Body>, BoxError>>,
+        fut: BoxFuture<Result<Response<RetryBody>, BoxError>>,
         span: tracing::Span,
     ) -> Self {
         ResponseFuture {
@@ -114,7 +114,7 @@ where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
 {
-    type Output = Result<Response<Body>, BoxError>;
+    type Output = Result<Response<RetryBody>, BoxError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
@@ -124,7 +124,7 @@ where
                 StateProj::Passthrough { fut } => {
                     let res = std::task::ready!(fut.poll(cx));
                     this.state.set(State::Done);
-                    return Poll::Ready(res.map(sanitize_response).map_err(Into::into));
+                    return Poll::Ready(res.map(RetryBody::passed_response).map_err(Into::into));
                 }
                 StateProj::First { fut } => match std::task::ready!(fut.poll(cx)) {
                     Ok(res) => {

@@ -121,6 +121,7 @@ mod service;
 mod stats;
 mod throttle;
 
+pub use body::RetryBody;
 pub use future::{BoxError, ResponseFuture};
 pub use layer::{
     DEFAULT_MAX_REQUEST_BUFFER, DEFAULT_MAX_RESPONSE_BUFFER, MethodConfig, ResponseKind,

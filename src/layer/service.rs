@@ -14,7 +14,7 @@ use tower::ServiceExt;
 use tower_service::Service;
 
 use super::attempt::{Deliver, Outcome, Pushback, ReadResponse, transport_failure};
-use super::body::{Buffered, Buffering, ReplayBody};
+use super::body::{Buffered, Buffering, ReplayBody, RetryBody};
 use super::future::{BoxError, ResponseFuture, Retry};
 use super::head::RetainedHead;
 use super::layer::{MethodConfig, Shared};
@@ -23,7 +23,6 @@ use crate::policy::{
     FailureKind, GiveUpReason, RetryDecision, RetryReason, RetryState, classify_failure,
 };
 use crate::retrying::AttemptError;
-use crate::sanitize::sanitize_response;
 
 use crate::headers::{GRPC_PREVIOUS_RPC_ATTEMPTS as PREVIOUS_ATTEMPTS, GRPC_TIMEOUT};
 
@@ -70,7 +69,7 @@ where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
 {
-    type Response = Response<Body>;
+    type Response = Response<RetryBody>;
     type Error = BoxError;
     type Future = ResponseFuture<S, S::Future>;
 
@@ -195,7 +194,7 @@ pub(crate) struct Replayable {
     pub(crate) deadline: Option<Duration>,
 }
 
-async fn call_once<S, B>(mut svc: S, req: Request<Body>) -> Result<Response<Body>, BoxError>
+async fn call_once<S, B>(mut svc: S, req: Request<Body>) -> Result<Response<RetryBody>, BoxError>
 where
     S: Service<Request<Body>, Response = Response<B>>,
     S::Error: Into<BoxError>,
@@ -204,7 +203,7 @@ where
 {
     let svc = svc.ready().await.map_err(Into::into)?;
     let res = svc.call(req).await.map_err(Into::into)?;
-    Ok(sanitize_response(res))
+    Ok(RetryBody::passed_response(res))
 }
 
 /// One attempt: send `req`, then judge the response.
@@ -291,9 +290,12 @@ fn event(path: &str, attempt: u32, code: Code, wait: Option<Duration>, why: &'st
 }
 
 /// What the loop does after an attempt.
+// The response is the common variant; boxing it would add back the
+// allocation an inline `RetryBody` saves.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Next {
     /// Stop and hand this to the caller.
-    Return(Result<Response<Body>, BoxError>),
+    Return(Result<Response<RetryBody>, BoxError>),
     /// Sleep this long, then try again.
     Wait(Duration),
 }
@@ -522,7 +524,7 @@ async fn run<S, B>(
     parts: http::request::Parts,
     method: MethodConfig,
     body: RequestBody,
-) -> Result<Response<Body>, BoxError>
+) -> Result<Response<RetryBody>, BoxError>
 where
     S: Service<Request<Body>, Response = Response<B>> + Send + 'static,
     S::Future: Send,
@@ -569,7 +571,7 @@ pub(crate) async fn retry_loop<S, B>(
     state: Option<RetryState>,
     first: u32,
     mut wait: Option<Duration>,
-) -> Result<Response<Body>, BoxError>
+) -> Result<Response<RetryBody>, BoxError>
 where
     S: Service<Request<Body>, Response = Response<B>> + Send + 'static,
     S::Future: Send,
