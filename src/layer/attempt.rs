@@ -131,9 +131,13 @@ fn status_ok(headers: &mut HeaderMap) -> Option<bool> {
 ///
 /// A hand-written future (no `async` block), so that the retry service's
 /// response future can hold it inline for the first attempt.
+// The large variant is the common one, held inline on purpose.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum ReadResponse {
-    /// Judged from the headers alone; taken on the first poll.
-    Judged(Option<Outcome>),
+    /// Judged from the headers alone (a trailers-only or non-200 response,
+    /// which is rare); taken on the first poll. Boxed, so that the common
+    /// state sets the size of every call's future.
+    Judged(Option<Box<Outcome>>),
     /// Reading the body up to its trailers.
     Reading {
         parts: Option<http::response::Parts>,
@@ -160,14 +164,14 @@ impl ReadResponse {
                 .flatten();
             let res = Response::from_parts(parts, RetryBody::passed(body));
             let Some(status) = status.filter(|s| s.code() != Code::Ok) else {
-                return ReadResponse::Judged(Some(Outcome::Done(res)));
+                return ReadResponse::Judged(Some(Box::new(Outcome::Done(res))));
             };
             let pushback = pushback(res.headers());
-            return ReadResponse::Judged(Some(Outcome::Failed {
+            return ReadResponse::Judged(Some(Box::new(Outcome::Failed {
                 status,
                 pushback,
                 deliver: Deliver::Response(res),
-            }));
+            })));
         }
         if parts.status != StatusCode::OK {
             let status = Status::new(
@@ -177,11 +181,11 @@ impl ReadResponse {
                     parts.status.as_u16()
                 ),
             );
-            return ReadResponse::Judged(Some(Outcome::Failed {
+            return ReadResponse::Judged(Some(Box::new(Outcome::Failed {
                 status,
                 pushback: None,
                 deliver: Deliver::Response(Response::from_parts(parts, RetryBody::passed(body))),
-            }));
+            })));
         }
         ReadResponse::Reading {
             parts: Some(parts),
@@ -203,11 +207,10 @@ impl Future for ReadResponse {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
         let (parts, body, data, len, kind, cap) = match &mut *self {
             ReadResponse::Judged(outcome) => {
-                return Poll::Ready(
-                    outcome
-                        .take()
-                        .expect("ReadResponse polled after completion"),
-                );
+                let outcome = outcome
+                    .take()
+                    .expect("ReadResponse polled after completion");
+                return Poll::Ready(*outcome);
             }
             ReadResponse::Reading {
                 parts,

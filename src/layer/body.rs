@@ -238,13 +238,19 @@ impl Body for RetryBody {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ReplayBody {
     chunks: Chunks,
-    trailers: Option<HeaderMap>,
+    trailers: Option<Box<HeaderMap>>,
 }
 
 impl ReplayBody {
     /// A fresh body for one attempt: cloning `Bytes` only bumps refcounts.
     pub(crate) fn body(&self) -> tonic::body::Body {
-        BufferedBody::new(self.chunks.clone(), None, self.trailers.clone(), None).into_tonic()
+        BufferedBody::new(
+            self.chunks.clone(),
+            None,
+            self.trailers.as_deref().cloned(),
+            None,
+        )
+        .into_tonic()
     }
 }
 
@@ -334,7 +340,9 @@ impl Buffering {
     fn replay(&mut self, trailers: Option<HeaderMap>) -> Buffered {
         Buffered::Replay(ReplayBody {
             chunks: std::mem::take(&mut self.chunks),
-            trailers,
+            // Boxed: request trailers are rare (tonic sends none), and the
+            // replay body sits in every call's response future.
+            trailers: trailers.map(Box::new),
         })
     }
 }

@@ -49,7 +49,7 @@ pin_project! {
         state: State<F>,
         // Outside the state, so that moving from the first attempt to its
         // response does not move it.
-        retry: Option<Retry<S>>,
+        retry: Option<Box<Retry<S>>>,
         span: tracing::Span,
     }
 }
@@ -82,7 +82,7 @@ impl<S, F> ResponseFuture<S, F> {
     pub(crate) fn first(fut: F, retry: Retry<S>, span: tracing::Span) -> Self {
         ResponseFuture {
             state: State::First { fut },
-            retry: Some(retry),
+            retry: Some(Box::new(retry)),
             span,
         }
     }
