@@ -340,6 +340,20 @@ fn main() {
                 );
             }
         }
+        // Throughput as the median over rounds of the paired per-block
+        // ratio (raw block time / arm block time): blocks of one round run
+        // back to back, so the pair shares the host's state, and a stall in
+        // one block cannot move the median the way it moves a mean.
+        let paired = |arm: usize| {
+            let blocks = |a: usize| lat[a].chunks(block).map(|c| c.iter().sum::<Duration>());
+            median(
+                blocks(0)
+                    .zip(blocks(arm))
+                    .map(|(raw, other)| raw.as_secs_f64() / other.as_secs_f64())
+                    .collect(),
+            )
+        };
+        let (paired_layer, paired_sanitize) = (paired(1), paired(2));
         let [r, l, z, t] = lat.map(summarize);
         // Concurrent: short bursts in pairs, order alternating; the median of
         // the per-pair ratios.
@@ -366,6 +380,9 @@ fn main() {
             l.0 / r.0,
             z.0,
             z.0 / r.0
+        );
+        println!(
+            "sequential, median of per-round paired ratios: layer {paired_layer:.3}   (raw+sanitize {paired_sanitize:.3})"
         );
         println!(
             "p50 latency: raw {:>7.1} us  layer {:>7.1} us  added {:+.1} %   (raw+sanitize {:>7.1} us, {:+.1} %)",
