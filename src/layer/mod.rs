@@ -103,6 +103,27 @@
 //! * Throttling ([`RetryLayer::throttle`]): gRFC A6's token bucket, shared
 //!   by every clone; a throttled retry fails fast with the last status.
 //!
+//! # Cost on the success path
+//!
+//! Most calls succeed at once, so that path is kept short:
+//!
+//! * The first attempt is sent from `RetryService::call` itself, on the
+//!   service that was polled ready, when the request body is ready at once
+//!   (a tonic unary request is) and no timer is needed. Its response is read
+//!   by a small hand-written future held inline by the caller's future
+//!   (264 bytes); the boxed retry loop is made only after a failure, or from
+//!   the start for a call with a deadline or a body that has to wait.
+//! * The first attempt takes the request's own head. What a retry needs of
+//!   it is kept without allocating for a tonic request (up to four headers
+//!   and tonic's `GrpcMethod` extension); other heads are cloned.
+//! * The response body is a [`RetryBody`], not boxed: tonic's decoder boxes
+//!   it once, as it does a `Channel`'s.
+//! * A retry clones the inner service from a spare kept by the
+//!   `RetryService`; the success path clones none.
+//!
+//! `benches/layer.rs` measures the layer against the raw channel; the
+//! README has the figures.
+//!
 //! # Observability
 //!
 //! A `grpc_retry` debug span per call (field `method`) with one `grpc attempt`
