@@ -11,7 +11,7 @@ use tonic::body::Body;
 use tonic::{Code, Status};
 
 use super::body::{BufferedBody, Chunks, RetryBody, more_than_one_message};
-use super::future::BoxError;
+use super::future::{BoxError, polled_after_completion};
 use super::layer::ResponseKind;
 use crate::headers::{GRPC_RETRY_PUSHBACK_MS as PUSHBACK, scan_status};
 use crate::sanitize::{sanitize_status_headers, sanitized_body};
@@ -207,9 +207,7 @@ impl Future for ReadResponse {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
         let (parts, body, data, len, kind, cap) = match &mut *self {
             ReadResponse::Judged(outcome) => {
-                let outcome = outcome
-                    .take()
-                    .expect("ReadResponse polled after completion");
+                let outcome = outcome.take().unwrap_or_else(|| polled_after_completion());
                 return Poll::Ready(*outcome);
             }
             ReadResponse::Reading {
@@ -225,7 +223,7 @@ impl Future for ReadResponse {
             let frame = match std::task::ready!(Pin::new(&mut *body).poll_frame(cx)) {
                 // No trailers: tonic reports the missing status itself (Ambiguous).
                 None => {
-                    let parts = parts.take().expect("ReadResponse polled after completion");
+                    let parts = parts.take().unwrap_or_else(|| polled_after_completion());
                     return Poll::Ready(Outcome::Done(rebuild(
                         parts,
                         std::mem::take(data),
@@ -255,7 +253,7 @@ impl Future for ReadResponse {
                         ResponseKind::Auto => *len > cap || more_than_one_message(data),
                     };
                     if commit {
-                        let parts = parts.take().expect("ReadResponse polled after completion");
+                        let parts = parts.take().unwrap_or_else(|| polled_after_completion());
                         let rest = sanitized_body(std::mem::take(body));
                         return Poll::Ready(Outcome::Done(rebuild(
                             parts,
@@ -269,7 +267,7 @@ impl Future for ReadResponse {
                     let Ok(mut trailers) = frame.into_trailers() else {
                         continue;
                     };
-                    let parts = parts.take().expect("ReadResponse polled after completion");
+                    let parts = parts.take().unwrap_or_else(|| polled_after_completion());
                     let data = std::mem::take(data);
                     // The common case, OK, needs no Status at all.
                     let status = match status_ok(&mut trailers) {

@@ -129,7 +129,7 @@ where
                 StateProj::First { fut } => match std::task::ready!(fut.poll(cx)) {
                     Ok(res) => {
                         let Some(retry) = this.retry.as_ref() else {
-                            unreachable_state()
+                            polled_after_completion()
                         };
                         let (kind, cap) =
                             (retry.call.method.kind(), retry.shared.max_response_buffer);
@@ -145,10 +145,10 @@ where
                     this.state.set(State::Done);
                     return Poll::Ready(res);
                 }
-                StateProj::Done => unreachable_state(),
+                StateProj::Done => polled_after_completion(),
             };
             let Some(retry) = this.retry.take() else {
-                unreachable_state()
+                polled_after_completion()
             };
             // The first attempt is judged by the same decisions as every
             // other attempt; a retry continues in the loop at attempt 1.
@@ -173,10 +173,10 @@ where
     }
 }
 
-/// A state that cannot be reached: polled after completion (which the
-/// `Future` contract allows to panic), or a first attempt without its retry
-/// context (never built).
+/// The layer's futures polled after completion, which the `Future` contract
+/// allows to panic (also the one way a first attempt could be without its
+/// retry context, which is taken when the attempt is judged).
 #[cold]
-fn unreachable_state() -> ! {
+pub(crate) fn polled_after_completion() -> ! {
     panic!("RetryService's ResponseFuture polled after completion")
 }

@@ -39,8 +39,10 @@ enum Headers {
 
 #[derive(Debug)]
 enum Ext {
+    /// No extension at all.
+    Empty,
     /// tonic's method extension alone: what every generated client sets.
-    Grpc(Option<GrpcMethod<'static>>),
+    Grpc(GrpcMethod<'static>),
     /// Anything else, cloned.
     Other(Extensions),
 }
@@ -60,11 +62,9 @@ impl RetainedHead {
             Headers::Map(parts.headers.clone())
         };
         let ext = &parts.extensions;
-        let extensions = match ext.len() {
-            0 => Ext::Grpc(None),
-            1 if ext.get::<GrpcMethod<'static>>().is_some() => {
-                Ext::Grpc(ext.get::<GrpcMethod<'static>>().cloned())
-            }
+        let extensions = match (ext.len(), ext.get::<GrpcMethod<'static>>()) {
+            (0, _) => Ext::Empty,
+            (1, Some(m)) => Ext::Grpc(m.clone()),
             _ => Ext::Other(ext.clone()),
         };
         RetainedHead {
@@ -98,8 +98,8 @@ impl RetainedHead {
             Headers::Map(map) => map.clone(),
         };
         parts.extensions = match &self.extensions {
-            Ext::Grpc(None) => Extensions::new(),
-            Ext::Grpc(Some(m)) => {
+            Ext::Empty => Extensions::new(),
+            Ext::Grpc(m) => {
                 let mut e = Extensions::new();
                 e.insert(m.clone());
                 e
