@@ -58,6 +58,15 @@ pub(crate) fn scan_status(headers: &HeaderMap) -> StatusScan {
     scan
 }
 
+/// Whether `headers` holds `name`: a walk over a small map (a request's
+/// head from tonic has a handful of entries), a lookup in a large one.
+pub(crate) fn contains(headers: &HeaderMap, name: &HeaderName) -> bool {
+    if headers.len() > 8 {
+        return headers.contains_key(name);
+    }
+    headers.keys().any(|k| k == name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,8 +96,9 @@ mod tests {
 
     #[test]
     fn scan_agrees_with_lookups_small_and_large() {
-        let blocks: [&[(&str, &str)]; 5] = [
+        let blocks: [&[(&str, &str)]; 6] = [
             &[],
+            &[("te", "trailers"), ("grpc-timeout", "5S")],
             &[("content-type", "application/grpc"), ("date", "x")],
             &[("grpc-status", "0"), ("grpc-message", "")],
             &[("grpc-status", "14"), ("grpc-status-details-bin", "@@")],
@@ -113,6 +123,13 @@ mod tests {
                     h.contains_key(GRPC_STATUS_DETAILS),
                     "{block:?} {padding}"
                 );
+                for name in [&GRPC_STATUS, &GRPC_STATUS_DETAILS, &GRPC_TIMEOUT] {
+                    assert_eq!(
+                        contains(&h, name),
+                        h.contains_key(name),
+                        "{name} in {block:?} {padding}"
+                    );
+                }
             }
         }
     }

@@ -156,36 +156,12 @@ impl ReadResponse {
         B::Error: Into<BoxError>,
     {
         let (mut parts, body) = res.into_parts();
-        // Trailers-only response. An OK one is passed on without building a
-        // Status (which copies every header into its metadata).
+        // Trailers-only response.
         if let Some(ok) = status_ok(&mut parts.headers) {
-            let status = (!ok)
-                .then(|| Status::from_header_map(&parts.headers))
-                .flatten();
-            let res = Response::from_parts(parts, RetryBody::passed(body));
-            let Some(status) = status.filter(|s| s.code() != Code::Ok) else {
-                return ReadResponse::Judged(Some(Box::new(Outcome::Done(res))));
-            };
-            let pushback = pushback(res.headers());
-            return ReadResponse::Judged(Some(Box::new(Outcome::Failed {
-                status,
-                pushback,
-                deliver: Deliver::Response(res),
-            })));
+            return judged_from_headers(parts, body, ok);
         }
         if parts.status != StatusCode::OK {
-            let status = Status::new(
-                code_from_http(parts.status),
-                format!(
-                    "grpc-status header missing, mapped from HTTP status code {}",
-                    parts.status.as_u16()
-                ),
-            );
-            return ReadResponse::Judged(Some(Box::new(Outcome::Failed {
-                status,
-                pushback: None,
-                deliver: Deliver::Response(Response::from_parts(parts, RetryBody::passed(body))),
-            })));
+            return not_grpc(parts, body);
         }
         ReadResponse::Reading {
             parts: Some(parts),
@@ -199,6 +175,89 @@ impl ReadResponse {
             cap,
         }
     }
+}
+
+/// A trailers-only response: judged from its headers. An OK one is passed
+/// on without building a Status (which copies every header into its
+/// metadata).
+#[cold]
+#[inline(never)]
+fn judged_from_headers<B>(parts: http::response::Parts, body: B, ok: bool) -> ReadResponse
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let status = (!ok)
+        .then(|| Status::from_header_map(&parts.headers))
+        .flatten();
+    let res = Response::from_parts(parts, RetryBody::passed(body));
+    let Some(status) = status.filter(|s| s.code() != Code::Ok) else {
+        return ReadResponse::Judged(Some(Box::new(Outcome::Done(res))));
+    };
+    let pushback = pushback(res.headers());
+    ReadResponse::Judged(Some(Box::new(Outcome::Failed {
+        status,
+        pushback,
+        deliver: Deliver::Response(res),
+    })))
+}
+
+/// A non-200 response without `grpc-status` (a proxy's error page).
+#[cold]
+#[inline(never)]
+fn not_grpc<B>(parts: http::response::Parts, body: B) -> ReadResponse
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let status = Status::new(
+        code_from_http(parts.status),
+        format!(
+            "grpc-status header missing, mapped from HTTP status code {}",
+            parts.status.as_u16()
+        ),
+    );
+    ReadResponse::Judged(Some(Box::new(Outcome::Failed {
+        status,
+        pushback: None,
+        deliver: Deliver::Response(Response::from_parts(parts, RetryBody::passed(body))),
+    })))
+}
+
+/// A body error before anything was delivered: the attempt's failure (the
+/// conversion tonic's body applies to a body error).
+#[cold]
+#[inline(never)]
+fn body_failed(e: BoxError) -> Outcome {
+    let e = Status::from_error(e);
+    Outcome::Failed {
+        status: e.clone(),
+        pushback: None,
+        deliver: Deliver::Error(e),
+    }
+}
+
+/// Trailers whose `grpc-status` is not OK: a failed attempt, unless tonic
+/// would read them as OK after all.
+#[cold]
+#[inline(never)]
+fn failed_trailers(parts: http::response::Parts, data: Chunks, trailers: HeaderMap) -> Outcome {
+    let Some(status) = Status::from_header_map(&trailers).filter(|s| s.code() != Code::Ok) else {
+        return Outcome::Done(rebuild(parts, data, None, Some(trailers)));
+    };
+    let pb = pushback(&trailers).or_else(|| pushback(&parts.headers));
+    Outcome::Failed {
+        status,
+        pushback: pb,
+        deliver: Deliver::Response(rebuild(parts, data, None, Some(trailers))),
+    }
+}
+
+/// A response that cannot be judged before data must flow: committed, its
+/// buffered start replayed before the unread rest.
+#[inline(never)]
+fn committed(parts: http::response::Parts, data: Chunks, body: Body) -> Outcome {
+    Outcome::Done(rebuild(parts, data, Some(sanitized_body(body)), None))
 }
 
 impl Future for ReadResponse {
@@ -232,15 +291,7 @@ impl Future for ReadResponse {
                     )));
                 }
                 // Nothing was delivered yet, so the failure is the attempt's.
-                // (The conversion tonic's body applies to a body error.)
-                Some(Err(e)) => {
-                    let e = Status::from_error(e.into());
-                    return Poll::Ready(Outcome::Failed {
-                        status: e.clone(),
-                        pushback: None,
-                        deliver: Deliver::Error(e),
-                    });
-                }
+                Some(Err(e)) => return Poll::Ready(body_failed(e.into())),
                 Some(Ok(frame)) => frame,
             };
             match frame.into_data() {
@@ -254,13 +305,8 @@ impl Future for ReadResponse {
                     };
                     if commit {
                         let parts = parts.take().unwrap_or_else(|| polled_after_completion());
-                        let rest = sanitized_body(std::mem::take(body));
-                        return Poll::Ready(Outcome::Done(rebuild(
-                            parts,
-                            std::mem::take(data),
-                            Some(rest),
-                            None,
-                        )));
+                        let (data, body) = (std::mem::take(data), std::mem::take(body));
+                        return Poll::Ready(committed(parts, data, body));
                     }
                 }
                 Err(frame) => {
@@ -270,26 +316,10 @@ impl Future for ReadResponse {
                     let parts = parts.take().unwrap_or_else(|| polled_after_completion());
                     let data = std::mem::take(data);
                     // The common case, OK, needs no Status at all.
-                    let status = match status_ok(&mut trailers) {
-                        Some(false) => {
-                            Status::from_header_map(&trailers).filter(|s| s.code() != Code::Ok)
-                        }
-                        _ => None,
-                    };
-                    let Some(status) = status else {
-                        return Poll::Ready(Outcome::Done(rebuild(
-                            parts,
-                            data,
-                            None,
-                            Some(trailers),
-                        )));
-                    };
-                    let pb = pushback(&trailers).or_else(|| pushback(&parts.headers));
-                    return Poll::Ready(Outcome::Failed {
-                        status,
-                        pushback: pb,
-                        deliver: Deliver::Response(rebuild(parts, data, None, Some(trailers))),
-                    });
+                    if status_ok(&mut trailers) == Some(false) {
+                        return Poll::Ready(failed_trailers(parts, data, trailers));
+                    }
+                    return Poll::Ready(Outcome::Done(rebuild(parts, data, None, Some(trailers))));
                 }
             }
         }

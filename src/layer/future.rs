@@ -20,7 +20,7 @@ use pin_project_lite::pin_project;
 use tonic::body::Body;
 use tower_service::Service;
 
-use super::attempt::{ReadResponse, transport_failure};
+use super::attempt::{Outcome, ReadResponse, transport_failure};
 use super::body::RetryBody;
 use super::layer::Shared;
 use super::service::{Call, Next, Replayable, retry_loop};
@@ -120,7 +120,7 @@ where
         let mut this = self.project();
         let _entered = this.span.enter();
         loop {
-            let outcome = match this.state.as_mut().project() {
+            let failed = match this.state.as_mut().project() {
                 StateProj::Passthrough { fut } => {
                     let res = std::task::ready!(fut.poll(cx));
                     this.state.set(State::Done);
@@ -139,7 +139,19 @@ where
                     }
                     Err(e) => transport_failure(e.into()),
                 },
-                StateProj::Reading { read } => std::task::ready!(Pin::new(read).poll(cx)),
+                StateProj::Reading { read } => match std::task::ready!(Pin::new(read).poll(cx)) {
+                    // The common case: the first attempt's response ends the
+                    // call, with the same bookkeeping as in `after_attempt`.
+                    Outcome::Done(res) => {
+                        let Some(retry) = this.retry.take() else {
+                            polled_after_completion()
+                        };
+                        retry.shared.record_done(retry.call.head.path(), 0);
+                        this.state.set(State::Done);
+                        return Poll::Ready(Ok(res));
+                    }
+                    failed => failed,
+                },
                 StateProj::Looping { fut } => {
                     let res = std::task::ready!(fut.as_mut().poll(cx));
                     this.state.set(State::Done);
@@ -150,25 +162,56 @@ where
             let Some(retry) = this.retry.take() else {
                 polled_after_completion()
             };
-            // The first attempt is judged by the same decisions as every
-            // other attempt; a retry continues in the loop at attempt 1.
-            let mut call = Call::new(&retry.shared, &retry.call, None);
-            match call.after_attempt(outcome, 0, Default::default()) {
-                Next::Return(res) => {
+            match after_first_failure(retry, failed) {
+                Ok(fut) => this.state.set(State::Looping { fut }),
+                Err(res) => {
                     this.state.set(State::Done);
                     return Poll::Ready(res);
                 }
-                Next::Wait(wait) => {
-                    let state = call.into_state();
-                    let svc = retry
-                        .spare
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .clone();
-                    let fut = retry_loop(svc, retry.shared, retry.call, None, state, 1, Some(wait));
-                    this.state.set(State::Looping { fut: Box::pin(fut) });
-                }
             }
+        }
+    }
+}
+
+/// The first attempt failed: judged by the same decisions as every other
+/// attempt, either the call ends here (`Err`: its result) or it continues
+/// in the boxed retry loop at attempt 1 (`Ok`). Out of line and cold, so
+/// that the success path of `poll` stays small.
+#[cold]
+#[inline(never)]
+// `Err` carries the call's result (a response, inline as everywhere else).
+#[allow(clippy::type_complexity, clippy::result_large_err)]
+fn after_first_failure<S, B>(
+    retry: Box<Retry<S>>,
+    outcome: Outcome,
+) -> Result<BoxFuture<Result<Response<RetryBody>, BoxError>>, Result<Response<RetryBody>, BoxError>>
+where
+    S: Service<Request<Body>, Response = Response<B>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Into<BoxError>,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let mut call = Call::new(&retry.shared, &retry.call, None);
+    match call.after_attempt(outcome, 0, Default::default()) {
+        Next::Return(res) => Err(res),
+        Next::Wait(wait) => {
+            let state = call.into_state();
+            let svc = retry
+                .spare
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone();
+            let Retry { shared, call, .. } = *retry;
+            Ok(Box::pin(retry_loop(
+                svc,
+                shared,
+                call,
+                None,
+                state,
+                1,
+                Some(wait),
+            )))
         }
     }
 }

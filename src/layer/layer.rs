@@ -116,6 +116,15 @@ impl Shared {
             .copied()
             .unwrap_or(self.default_method)
     }
+
+    /// The bookkeeping of an attempt that ends the call with the server's
+    /// response: a success for the token bucket (A6), and the attempt's event.
+    pub(crate) fn record_done(&self, path: &str, attempt: u32) {
+        if let Some(t) = &self.throttle {
+            t.on_success();
+        }
+        crate::layer::service::event(path, attempt, tonic::Code::Ok, None, "done");
+    }
 }
 
 /// The method table's hasher, used once per call: a word-at-a-time

@@ -83,26 +83,21 @@ where
         let span = tracing::debug_span!("grpc_retry", method = %req.uri().path());
         let method = shared.method(req.uri().path());
         if !method.is_retried() {
-            return ResponseFuture::passthrough(self.inner.call(req), span);
+            return self.passthrough(req, span);
         }
         let (parts, body) = req.into_parts();
         // A tonic unary request body (one encoded message) is ready at once.
         let mut buffering = Buffering::new(body, shared.max_request_buffer);
-        let (parts, body) = match buffering.now() {
-            Some(buffered) => match replayable(shared, parts, buffered) {
-                Prepared::Replay(parts, body) => (parts, body),
-                Prepared::Once(once) => {
-                    return ResponseFuture::passthrough(self.inner.call(once), span);
-                }
-            },
-            None => {
-                let input = RequestBody::Pending(buffering);
-                return self.looping(parts, method, input, span);
-            }
+        let Some(buffered) = buffering.now() else {
+            return self.looping(parts, method, RequestBody::Pending(buffering), span);
+        };
+        let body = match buffered {
+            Buffered::Replay(body) => body,
+            other => return self.unreplayable(parts, method, other, span),
         };
         let timed = shared.per_attempt_timeout.is_some()
             || shared.default_deadline.is_some()
-            || parts.headers.contains_key(GRPC_TIMEOUT);
+            || crate::headers::contains(&parts.headers, &GRPC_TIMEOUT);
         if timed {
             return self.looping(parts, method, RequestBody::Buffered(body), span);
         }
@@ -134,8 +129,37 @@ where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
 {
+    /// A method not retried: the inner call, its response sanitized.
+    #[inline(never)]
+    fn passthrough(
+        &mut self,
+        req: Request<Body>,
+        span: tracing::Span,
+    ) -> ResponseFuture<S, S::Future> {
+        ResponseFuture::passthrough(self.inner.call(req), span)
+    }
+
+    /// A request body that cannot be replayed (over the cap, or failed).
+    #[cold]
+    #[inline(never)]
+    fn unreplayable(
+        &mut self,
+        parts: http::request::Parts,
+        method: MethodConfig,
+        buffered: Buffered,
+        span: tracing::Span,
+    ) -> ResponseFuture<S, S::Future> {
+        match replayable(&self.shared, parts, buffered) {
+            Prepared::Replay(parts, body) => {
+                self.looping(parts, method, RequestBody::Buffered(body), span)
+            }
+            Prepared::Once(once) => self.passthrough(once, span),
+        }
+    }
+
     /// The general path: the whole call in the boxed loop, on the service
     /// that was polled ready (a fresh clone stays for the next call).
+    #[inline(never)]
     fn looping(
         &mut self,
         parts: http::request::Parts,
@@ -278,7 +302,13 @@ fn rejected_before_work(status: &Status, kind: FailureKind, pushback: Option<Pus
                 && crate::status::retry_info(status).is_some()))
 }
 
-fn event(path: &str, attempt: u32, code: Code, wait: Option<Duration>, why: &'static str) {
+pub(crate) fn event(
+    path: &str,
+    attempt: u32,
+    code: Code,
+    wait: Option<Duration>,
+    why: &'static str,
+) {
     tracing::debug!(
         method = path,
         attempt,
@@ -399,10 +429,7 @@ impl Call<'_> {
         let stats = &shared.stats;
         let failed = match outcome {
             Outcome::Done(res) => {
-                if let Some(t) = &shared.throttle {
-                    t.on_success();
-                }
-                event(self.path, attempt, Code::Ok, None, "done");
+                shared.record_done(self.path, attempt);
                 return Next::Return(Ok(res));
             }
             Outcome::TimedOut => self.on_timeout(attempt, budget),
