@@ -47,12 +47,16 @@ pub(crate) fn scan_status(headers: &HeaderMap) -> StatusScan {
         ok: None,
         details: false,
     };
+    // Compared as strings: a `HeaderName` constant is a fresh value at each
+    // use, built and dropped per comparison.
     for (name, value) in headers {
-        if *name == GRPC_STATUS {
+        match name.as_str() {
             // The first value counts, as `HeaderMap::get` returns it.
-            scan.ok.get_or_insert(value.as_bytes() == b"0");
-        } else if *name == GRPC_STATUS_DETAILS {
-            scan.details = true;
+            "grpc-status" => {
+                scan.ok.get_or_insert(value.as_bytes() == b"0");
+            }
+            "grpc-status-details-bin" => scan.details = true,
+            _ => {}
         }
     }
     scan

@@ -146,7 +146,7 @@ where
                         let Some(retry) = this.retry.take() else {
                             polled_after_completion()
                         };
-                        retry.shared.record_done(retry.call.head.path(), 0);
+                        retry.shared.record_done(|| retry.call.head.path(), 0);
                         this.state.set(State::Done);
                         return Poll::Ready(Ok(res));
                     }

@@ -62,9 +62,12 @@ impl RetainedHead {
             Headers::Map(parts.headers.clone())
         };
         let ext = &parts.extensions;
-        let extensions = match (ext.len(), ext.get::<GrpcMethod<'static>>()) {
-            (0, _) => Ext::Empty,
-            (1, Some(m)) => Ext::Grpc(m.clone()),
+        let extensions = match ext.len() {
+            0 => Ext::Empty,
+            1 => match ext.get::<GrpcMethod<'static>>() {
+                Some(m) => Ext::Grpc(m.clone()),
+                None => Ext::Other(ext.clone()),
+            },
             _ => Ext::Other(ext.clone()),
         };
         RetainedHead {

@@ -119,11 +119,14 @@ impl Shared {
 
     /// The bookkeeping of an attempt that ends the call with the server's
     /// response: a success for the token bucket (A6), and the attempt's event.
-    pub(crate) fn record_done(&self, path: &str, attempt: u32) {
+    pub(crate) fn record_done<'p>(&self, path: impl FnOnce() -> &'p str, attempt: u32) {
         if let Some(t) = &self.throttle {
             t.on_success();
         }
-        crate::layer::service::event(path, attempt, tonic::Code::Ok, None, "done");
+        // The path is found only for a subscriber that wants the event.
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            crate::layer::service::event(path(), attempt, tonic::Code::Ok, None, "done");
+        }
     }
 }
 

@@ -429,7 +429,7 @@ impl Call<'_> {
         let stats = &shared.stats;
         let failed = match outcome {
             Outcome::Done(res) => {
-                shared.record_done(self.path, attempt);
+                shared.record_done(|| self.path, attempt);
                 return Next::Return(Ok(res));
             }
             Outcome::TimedOut => self.on_timeout(attempt, budget),
