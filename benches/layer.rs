@@ -111,6 +111,16 @@ impl SparkConnectService for Echo {
     }
 }
 
+/// Processes per bench run (`LAYER_BENCH_PROCESSES`): each process has its
+/// own memory layout (ASLR), and the layout moves the layer's added p50 by
+/// about a point from one process to the next (the same binary with ASLR off
+/// repeats within 0.2 points), so one process is one sample.
+const PROCESSES: usize = 8;
+/// Concurrent pairs per process when several processes run.
+const PAIRS_PER_PROCESS: usize = 5;
+/// Set in the children of a multi-process run.
+const CHILD: &str = "LAYER_BENCH_CHILD";
+
 /// Sequential calls per arm, interleaved in blocks across the three arms.
 const SEQ_CALLS: usize = 20_000;
 /// Calls per arm in one block of the sequential part.
@@ -189,7 +199,98 @@ fn env_usize(name: &str) -> Option<usize> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
+/// Run the bench in `n` child processes, one after another, and summarize
+/// the per-process figures: mean, standard deviation, median and range.
+fn parent(n: usize) {
+    let exe = std::env::current_exe().expect("current exe");
+    let mut samples: Vec<Vec<(String, f64)>> = vec![];
+    let mut pair_ratios = vec![];
+    for i in 0..n {
+        let out = std::process::Command::new(&exe)
+            .args(std::env::args_os().skip(1))
+            .env(CHILD, "1")
+            .output()
+            .expect("run a bench process");
+        assert!(out.status.success(), "bench process {i} failed: {out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text
+            .lines()
+            .find_map(|l| l.strip_prefix("#sample "))
+            .expect("a #sample line");
+        let mut fields = vec![];
+        for kv in line.split(' ') {
+            let (k, v) = kv.split_once('=').expect("key=value");
+            if k == "pairs" {
+                pair_ratios.extend(v.split(',').filter_map(|x| x.parse::<f64>().ok()));
+            } else {
+                fields.push((k.to_string(), v.parse::<f64>().expect("number")));
+            }
+        }
+        let get = |k: &str| fields.iter().find(|f| f.0 == k).map_or(f64::NAN, |f| f.1);
+        println!(
+            "process {}/{n}: raw p50 {:.1} us; layer p50 {:+.1} %, throughput {:.3}; raw+sanitize p50 {:+.1} %, {:.3}; passed through p50 {:+.1} %",
+            i + 1,
+            get("raw_p50_us"),
+            get("layer_p50"),
+            get("layer_paired"),
+            get("sanitize_p50"),
+            get("sanitize_paired"),
+            get("passthru_p50"),
+        );
+        samples.push(fields);
+    }
+    let column = |k: &str| -> Vec<f64> {
+        samples
+            .iter()
+            .filter_map(|f| f.iter().find(|x| x.0 == k).map(|x| x.1))
+            .collect()
+    };
+    let describe = |v: Vec<f64>, unit: &str, prec: usize| {
+        let m = v.iter().sum::<f64>() / v.len() as f64;
+        let sd = (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len() as f64 - 1.0).max(1.0))
+            .sqrt();
+        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        format!(
+            "mean {m:.prec$}{unit} (sd {sd:.prec$}, se {:.prec$}), median {:.prec$}{unit}, range {lo:.prec$} .. {hi:.prec$}",
+            sd / (v.len() as f64).sqrt(),
+            median(v.clone())
+        )
+    };
+    println!("unary Config over loopback; {n} processes (one memory layout each)");
+    println!(
+        "layer p50 added:               {}",
+        describe(column("layer_p50"), " %", 2)
+    );
+    println!(
+        "layer sequential throughput:   {}",
+        describe(column("layer_paired"), "", 3)
+    );
+    println!(
+        "raw+sanitize p50 added:        {}",
+        describe(column("sanitize_p50"), " %", 2)
+    );
+    println!(
+        "raw+sanitize throughput:       {}",
+        describe(column("sanitize_paired"), "", 3)
+    );
+    println!(
+        "layer passed through p50 added: {}",
+        describe(column("passthru_p50"), " %", 2)
+    );
+    println!(
+        "concurrent ({TASKS} tasks), {} pairs over all processes: median layer/raw ratio {:.3}",
+        pair_ratios.len(),
+        median(pair_ratios)
+    );
+}
+
 fn main() {
+    let processes = env_usize("LAYER_BENCH_PROCESSES").unwrap_or(PROCESSES);
+    let child = std::env::var_os(CHILD).is_some();
+    if processes > 1 && !child && std::env::var_os("LAYER_BENCH_ONLY").is_none() {
+        return parent(processes);
+    }
     // `LAYER_BENCH_RT=current`: one thread for client and server, which
     // takes cross-thread wake-ups out of the comparison.
     let rt = match std::env::var("LAYER_BENCH_RT").as_deref() {
@@ -199,7 +300,7 @@ fn main() {
     .enable_all()
     .build()
     .expect("runtime");
-    let bench = async {
+    let bench = async move {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -303,7 +404,8 @@ fn main() {
             .filter(|&b| b > 0)
             .unwrap_or(BLOCK);
         let seq_calls = env_usize("LAYER_BENCH_SEQ").unwrap_or(SEQ_CALLS);
-        let pairs = env_usize("LAYER_BENCH_PAIRS").unwrap_or(PAIRS);
+        let pairs =
+            env_usize("LAYER_BENCH_PAIRS").unwrap_or(if child { PAIRS_PER_PROCESS } else { PAIRS });
         let mut lat: [Vec<Duration>; 4] = Default::default();
         for round in 0..seq_calls.div_ceil(block) {
             // Rotate the order each round, and reverse it every other cycle.
@@ -402,7 +504,23 @@ fn main() {
             "concurrent ({TASKS} tasks x {PAIR_CALLS_PER_TASK} calls, {pairs} pairs): raw {:>8.0} calls/s  layer {:>8.0} calls/s  median pair ratio {:.3}",
             median(rc),
             median(lc),
-            median(ratios)
+            median(ratios.clone())
+        );
+        // For the parent of a multi-process run.
+        let pct = |x: f64| (x / r.1 - 1.0) * 100.0;
+        println!(
+            "#sample raw_p50_us={:.2} layer_p50={:.3} layer_paired={:.4} sanitize_p50={:.3} sanitize_paired={:.4} passthru_p50={:.3} pairs={}",
+            r.1,
+            pct(l.1),
+            paired_layer,
+            pct(z.1),
+            paired_sanitize,
+            pct(t.1),
+            ratios
+                .iter()
+                .map(|x| format!("{x:.4}"))
+                .collect::<Vec<_>>()
+                .join(",")
         );
     };
     // The callers run as a task on the runtime's workers, as application
