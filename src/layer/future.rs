@@ -11,7 +11,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, PoisonError};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -22,8 +22,7 @@ use tower_service::Service;
 
 use super::attempt::{Outcome, ReadResponse, transport_failure};
 use super::body::RetryBody;
-use super::layer::Shared;
-use super::service::{Call, Next, Replayable, retry_loop};
+use super::service::{Call, Next, Replayable, ServiceContext, retry_loop};
 use crate::retrying::BoxFuture;
 
 /// The error type of [`RetryService`](super::RetryService): a boxed error,
@@ -34,10 +33,9 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// What a call keeps in case its first attempt fails.
 pub(crate) struct Retry<S> {
-    pub(crate) shared: Arc<Shared>,
-    /// A clone of the inner service kept by the `RetryService`, cloned again
+    /// The layer's configuration and a spare inner service, cloned again
     /// for retries only, so the success path clones no service.
-    pub(crate) spare: Arc<Mutex<S>>,
+    pub(crate) context: Arc<ServiceContext<S>>,
     pub(crate) call: Replayable,
 }
 
@@ -131,8 +129,10 @@ where
                         let Some(retry) = this.retry.as_ref() else {
                             polled_after_completion()
                         };
-                        let (kind, cap) =
-                            (retry.call.method.kind(), retry.shared.max_response_buffer);
+                        let (kind, cap) = (
+                            retry.call.method.kind(),
+                            retry.context.shared.max_response_buffer,
+                        );
                         let read = ReadResponse::new(res, kind, cap);
                         this.state.set(State::Reading { read });
                         continue;
@@ -146,7 +146,10 @@ where
                         let Some(retry) = this.retry.take() else {
                             polled_after_completion()
                         };
-                        retry.shared.record_done(|| retry.call.head.path(), 0);
+                        retry
+                            .context
+                            .shared
+                            .record_done(|| retry.call.head.path(), 0);
                         this.state.set(State::Done);
                         return Poll::Ready(Ok(res));
                     }
@@ -192,17 +195,18 @@ where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
 {
-    let mut call = Call::new(&retry.shared, &retry.call, None);
-    match call.after_attempt(outcome, 0, Default::default()) {
+    let Retry { context, call } = *retry;
+    let mut decide = Call::new(&context.shared, &call, None);
+    match decide.after_attempt(outcome, 0, Default::default()) {
         Next::Return(res) => Err(res),
         Next::Wait(wait) => {
-            let state = call.into_state();
-            let svc = retry
+            let state = decide.into_state();
+            let svc = context
                 .spare
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .clone();
-            let Retry { shared, call, .. } = *retry;
+            let shared = context.shared.clone();
             Ok(Box::pin(retry_loop(
                 svc,
                 shared,

@@ -33,18 +33,29 @@ use crate::headers::{GRPC_PREVIOUS_RPC_ATTEMPTS as PREVIOUS_ATTEMPTS, GRPC_TIMEO
 #[derive(Debug, Clone)]
 pub struct RetryService<S> {
     inner: S,
-    /// A clone of `inner` made once, cloned again only for a retry: the
-    /// first attempt goes out on `inner`, which was polled ready.
-    spare: Arc<Mutex<S>>,
+    /// Kept by every call in case it retries: one reference count per call.
+    context: Arc<ServiceContext<S>>,
     shared: Arc<Shared>,
+}
+
+/// What a call keeps of its service for retries.
+#[derive(Debug)]
+pub(crate) struct ServiceContext<S> {
+    pub(crate) shared: Arc<Shared>,
+    /// A clone of the inner service made once, cloned again only for a
+    /// retry: the first attempt goes out on the service polled ready.
+    pub(crate) spare: Mutex<S>,
 }
 
 impl<S: Clone> RetryService<S> {
     pub(crate) fn new(inner: S, shared: Arc<Shared>) -> Self {
-        let spare = Arc::new(Mutex::new(inner.clone()));
+        let context = Arc::new(ServiceContext {
+            shared: shared.clone(),
+            spare: Mutex::new(inner.clone()),
+        });
         RetryService {
             inner,
-            spare,
+            context,
             shared,
         }
     }
@@ -113,8 +124,7 @@ where
         };
         let first = self.inner.call(attempt_request(parts, 0, None, &call.body));
         let retry = Retry {
-            shared: shared.clone(),
-            spare: self.spare.clone(),
+            context: self.context.clone(),
             call,
         };
         ResponseFuture::first(first, retry, span)
