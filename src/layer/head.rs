@@ -47,35 +47,56 @@ enum Ext {
     Other(Extensions),
 }
 
+impl Headers {
+    fn of(map: &HeaderMap) -> Self {
+        if map.len() > INLINE_HEADERS {
+            return Headers::cloned(map);
+        }
+        let mut slots: [Option<(HeaderName, HeaderValue)>; INLINE_HEADERS] = Default::default();
+        for (slot, (name, value)) in slots.iter_mut().zip(map) {
+            *slot = Some((name.clone(), value.clone()));
+        }
+        Headers::Inline(slots)
+    }
+
+    // The rare shapes are out of line, so that the common copy stays small.
+    #[cold]
+    #[inline(never)]
+    fn cloned(map: &HeaderMap) -> Self {
+        Headers::Map(map.clone())
+    }
+}
+
+impl Ext {
+    fn of(ext: &Extensions) -> Self {
+        match ext.len() {
+            0 => Ext::Empty,
+            1 => match ext.get::<GrpcMethod<'static>>() {
+                Some(m) => Ext::Grpc(m.clone()),
+                None => Ext::cloned(ext),
+            },
+            _ => Ext::cloned(ext),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn cloned(ext: &Extensions) -> Self {
+        Ext::Other(ext.clone())
+    }
+}
+
 impl RetainedHead {
     /// Keep what a retry needs of `parts`. Allocates nothing for a tonic
     /// request with at most four headers and no extension but its
     /// [`GrpcMethod`].
     pub(crate) fn of(parts: &http::request::Parts) -> Self {
-        let headers = if parts.headers.len() <= INLINE_HEADERS {
-            let mut slots: [Option<(HeaderName, HeaderValue)>; INLINE_HEADERS] = Default::default();
-            for (slot, (name, value)) in slots.iter_mut().zip(&parts.headers) {
-                *slot = Some((name.clone(), value.clone()));
-            }
-            Headers::Inline(slots)
-        } else {
-            Headers::Map(parts.headers.clone())
-        };
-        let ext = &parts.extensions;
-        let extensions = match ext.len() {
-            0 => Ext::Empty,
-            1 => match ext.get::<GrpcMethod<'static>>() {
-                Some(m) => Ext::Grpc(m.clone()),
-                None => Ext::Other(ext.clone()),
-            },
-            _ => Ext::Other(ext.clone()),
-        };
         RetainedHead {
             method: parts.method.clone(),
             uri: parts.uri.clone(),
             version: parts.version,
-            headers,
-            extensions,
+            headers: Headers::of(&parts.headers),
+            extensions: Ext::of(&parts.extensions),
         }
     }
 
