@@ -258,26 +258,19 @@ fn parent(n: usize) {
         )
     };
     println!("unary Config over loopback; {n} processes (one memory layout each)");
-    println!(
-        "layer p50 added:               {}",
-        describe(column("layer_p50"), " %", 2)
-    );
-    println!(
-        "layer sequential throughput:   {}",
-        describe(column("layer_paired"), "", 3)
-    );
-    println!(
-        "raw+sanitize p50 added:        {}",
-        describe(column("sanitize_p50"), " %", 2)
-    );
-    println!(
-        "raw+sanitize throughput:       {}",
-        describe(column("sanitize_paired"), "", 3)
-    );
-    println!(
-        "layer passed through p50 added: {}",
-        describe(column("passthru_p50"), " %", 2)
-    );
+    for (label, key, unit, prec) in [
+        ("layer p50 added", "layer_p50", " %", 2),
+        ("layer sequential throughput", "layer_paired", "", 3),
+        ("raw+sanitize p50 added", "sanitize_p50", " %", 2),
+        ("raw+sanitize throughput", "sanitize_paired", "", 3),
+        ("layer passed through p50 added", "passthru_p50", " %", 2),
+    ] {
+        println!(
+            "{:<32}{}",
+            format!("{label}:"),
+            describe(column(key), unit, prec)
+        );
+    }
     println!(
         "concurrent ({TASKS} tasks), {} pairs over all processes: median layer/raw ratio {:.3}",
         pair_ratios.len(),
