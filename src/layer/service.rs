@@ -35,6 +35,7 @@ pub struct RetryService<S> {
     inner: S,
     /// Kept by every call in case it retries: one reference count per call.
     context: Arc<ServiceContext<S>>,
+    /// The same as `context.shared`, one pointer nearer for every call.
     shared: Arc<Shared>,
 }
 
