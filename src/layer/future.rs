@@ -22,7 +22,7 @@ use tower_service::Service;
 
 use super::attempt::{Outcome, ReadResponse, transport_failure};
 use super::body::RetryBody;
-use super::service::{Call, Next, Replayable, ServiceContext, retry_loop};
+use super::service::{Call, InnerService, Next, Replayable, ServiceContext, retry_loop};
 use crate::retrying::BoxFuture;
 
 /// The error type of [`RetryService`](super::RetryService): a boxed error,
@@ -184,16 +184,10 @@ where
 #[inline(never)]
 // `Err` carries the call's result (a response, inline as everywhere else).
 #[allow(clippy::type_complexity, clippy::result_large_err)]
-fn after_first_failure<S, B>(
+fn after_first_failure<S: InnerService + Clone>(
     retry: Box<Retry<S>>,
     outcome: Outcome,
 ) -> Result<BoxFuture<Result<Response<RetryBody>, BoxError>>, Result<Response<RetryBody>, BoxError>>
-where
-    S: Service<Request<Body>, Response = Response<B>> + Clone + Send + 'static,
-    S::Future: Send,
-    S::Error: Into<BoxError>,
-    B: http_body::Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
 {
     let Retry { context, call } = *retry;
     let mut decide = Call::new(&context.shared, &call, None);

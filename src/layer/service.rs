@@ -35,8 +35,6 @@ pub struct RetryService<S> {
     inner: S,
     /// Kept by every call in case it retries: one reference count per call.
     context: Arc<ServiceContext<S>>,
-    /// The same as `context.shared`, one pointer nearer for every call.
-    shared: Arc<Shared>,
 }
 
 /// What a call keeps of its service for retries.
@@ -51,15 +49,36 @@ pub(crate) struct ServiceContext<S> {
 impl<S: Clone> RetryService<S> {
     pub(crate) fn new(inner: S, shared: Arc<Shared>) -> Self {
         let context = Arc::new(ServiceContext {
-            shared: shared.clone(),
+            shared,
             spare: Mutex::new(inner.clone()),
         });
-        RetryService {
-            inner,
-            context,
-            shared,
-        }
+        RetryService { inner, context }
     }
+}
+
+/// The services the layer drives, with the bounds its private parts need
+/// named once: an HTTP service over tonic bodies whose errors convert into
+/// [`BoxError`], and whose response body yields `Bytes` and errors that
+/// convert too. The public impls spell the same bounds out (a private trait
+/// cannot appear in them); every such service is one of these.
+pub(crate) trait InnerService:
+    Service<Request<Body>, Response = Response<Self::ResBody>, Error: Into<BoxError>, Future: Send>
+    + Send
+    + 'static
+{
+    /// The response body.
+    type ResBody: http_body::Body<Data = Bytes, Error: Into<BoxError>> + Send + 'static;
+}
+
+impl<S, B> InnerService for S
+where
+    S: Service<Request<Body>, Response = Response<B>> + Send + 'static,
+    S::Future: Send,
+    S::Error: Into<BoxError>,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    type ResBody = B;
 }
 
 impl<S> RetryService<S> {
@@ -69,7 +88,7 @@ impl<S> RetryService<S> {
     }
     /// The counters shared with the layer.
     pub fn stats(&self) -> RetryStats {
-        self.shared.stats.clone()
+        self.context.shared.stats.clone()
     }
 }
 
@@ -90,7 +109,7 @@ where
     }
 
     fn call(&mut self, req: Request<Body>) -> Self::Future {
-        let shared = &self.shared;
+        let shared = &self.context.shared;
         shared.stats.incr(Counter::Calls);
         let span = tracing::debug_span!("grpc_retry", method = %req.uri().path());
         let method = shared.method(req.uri().path());
@@ -132,14 +151,9 @@ where
     }
 }
 
-impl<S, B> RetryService<S>
-where
-    S: Service<Request<Body>, Response = Response<B>> + Clone + Send + 'static,
-    S::Future: Send,
-    S::Error: Into<BoxError>,
-    B: http_body::Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
-{
+// Only private methods here, so the private bound leaks nothing.
+#[allow(private_bounds)]
+impl<S: InnerService + Clone> RetryService<S> {
     /// A method not retried: the inner call, its response sanitized.
     #[inline(never)]
     fn passthrough(
@@ -160,7 +174,7 @@ where
         buffered: Buffered,
         span: tracing::Span,
     ) -> ResponseFuture<S, S::Future> {
-        match replayable(&self.shared, parts, buffered) {
+        match replayable(&self.context.shared, parts, buffered) {
             Prepared::Replay(parts, body) => {
                 self.looping(parts, method, RequestBody::Buffered(body), span)
             }
@@ -180,7 +194,7 @@ where
     ) -> ResponseFuture<S, S::Future> {
         let clone = self.inner.clone();
         let ready = std::mem::replace(&mut self.inner, clone);
-        let fut = run(ready, self.shared.clone(), parts, method, body);
+        let fut = run(ready, self.context.shared.clone(), parts, method, body);
         ResponseFuture::looping(Box::pin(fut), span)
     }
 }
@@ -229,31 +243,22 @@ pub(crate) struct Replayable {
     pub(crate) deadline: Option<Duration>,
 }
 
-async fn call_once<S, B>(mut svc: S, req: Request<Body>) -> Result<Response<RetryBody>, BoxError>
-where
-    S: Service<Request<Body>, Response = Response<B>>,
-    S::Error: Into<BoxError>,
-    B: http_body::Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
-{
+async fn call_once<S: InnerService>(
+    mut svc: S,
+    req: Request<Body>,
+) -> Result<Response<RetryBody>, BoxError> {
     let svc = svc.ready().await.map_err(Into::into)?;
     let res = svc.call(req).await.map_err(Into::into)?;
     Ok(RetryBody::passed_response(res))
 }
 
 /// One attempt: send `req`, then judge the response.
-async fn attempt_once<S, B>(
+async fn attempt_once<S: InnerService>(
     svc: &mut S,
     req: Request<Body>,
     method: MethodConfig,
     cap: usize,
-) -> Outcome
-where
-    S: Service<Request<Body>, Response = Response<B>>,
-    S::Error: Into<BoxError>,
-    B: http_body::Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
-{
+) -> Outcome {
     let ready = match svc.ready().await {
         Ok(ready) => ready,
         Err(e) => return transport_failure(e.into()),
@@ -556,20 +561,13 @@ fn attempt_request(
 
 /// The general path of a call: finish reading the request body, then the
 /// retry loop from the first attempt.
-async fn run<S, B>(
+async fn run<S: InnerService>(
     svc: S,
     shared: Arc<Shared>,
     parts: http::request::Parts,
     method: MethodConfig,
     body: RequestBody,
-) -> Result<Response<RetryBody>, BoxError>
-where
-    S: Service<Request<Body>, Response = Response<B>> + Send + 'static,
-    S::Future: Send,
-    S::Error: Into<BoxError>,
-    B: http_body::Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
-{
+) -> Result<Response<RetryBody>, BoxError> {
     let (parts, body) = match body {
         RequestBody::Buffered(body) => (parts, body),
         RequestBody::Pending(buffering) => {
@@ -601,7 +599,7 @@ where
 /// call on the general path, or the retries after a first attempt sent
 /// from `call`. `original` is the request's own head, for the loop's
 /// first attempt; later ones rebuild it from `call.head`.
-pub(crate) async fn retry_loop<S, B>(
+pub(crate) async fn retry_loop<S: InnerService>(
     mut svc: S,
     shared: Arc<Shared>,
     call: Replayable,
@@ -609,14 +607,7 @@ pub(crate) async fn retry_loop<S, B>(
     state: Option<RetryState>,
     first: u32,
     mut wait: Option<Duration>,
-) -> Result<Response<RetryBody>, BoxError>
-where
-    S: Service<Request<Body>, Response = Response<B>> + Send + 'static,
-    S::Future: Send,
-    S::Error: Into<BoxError>,
-    B: http_body::Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
-{
+) -> Result<Response<RetryBody>, BoxError> {
     let mut decide = Call::new(&shared, &call, state);
     let cap = shared.max_response_buffer;
     let mut attempt = first;
