@@ -146,19 +146,20 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let res = std::task::ready!(self.project().inner.poll(cx))?;
-        Poll::Ready(Ok(sanitize_response(res)))
+        Poll::Ready(Ok(sanitize_response(res, sanitized_body)))
     }
 }
 
-/// Sanitize one response: its headers now, its trailers as they arrive.
-pub(crate) fn sanitize_response<B>(res: http::Response<B>) -> http::Response<tonic::body::Body>
-where
-    B: Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
-{
+/// Sanitize one response: its headers now, its trailers as they arrive in
+/// the body `wrap` builds (one that sanitizes them: [`sanitized_body`] here,
+/// the retry layer's own body there).
+pub(crate) fn sanitize_response<B, T>(
+    res: http::Response<B>,
+    wrap: impl FnOnce(B) -> T,
+) -> http::Response<T> {
     let (mut parts, body) = res.into_parts();
     sanitize_status_headers(&mut parts.headers);
-    http::Response::from_parts(parts, sanitized_body(body))
+    http::Response::from_parts(parts, wrap(body))
 }
 
 /// A body whose trailers will be sanitized as they arrive, as a tonic body.

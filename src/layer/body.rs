@@ -10,7 +10,7 @@ use http_body::{Body, Frame, SizeHint};
 use tonic::Status;
 
 use super::future::BoxError;
-use crate::sanitize::{SanitizedBody, sanitize_status_headers};
+use crate::sanitize::SanitizedBody;
 
 /// Buffered data frames, in order. A gRPC unary body is almost always one
 /// frame, kept inline: buffering, replaying, cloning and dropping it touch
@@ -187,18 +187,6 @@ impl RetryBody {
         RetryBody {
             kind: RetryBodyKind::Passed(SanitizedBody::new(tonic::body::Body::new(body))),
         }
-    }
-
-    /// A whole response passed on: headers sanitized now, trailers as they
-    /// arrive.
-    pub(crate) fn passed_response<B>(res: http::Response<B>) -> http::Response<Self>
-    where
-        B: Body<Data = Bytes> + Send + 'static,
-        B::Error: Into<BoxError>,
-    {
-        let (mut parts, body) = res.into_parts();
-        sanitize_status_headers(&mut parts.headers);
-        http::Response::from_parts(parts, RetryBody::passed(body))
     }
 }
 

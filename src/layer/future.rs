@@ -24,6 +24,7 @@ use super::attempt::{Outcome, ReadResponse, transport_failure};
 use super::body::RetryBody;
 use super::service::{Call, InnerService, Next, Replayable, ServiceContext, retry_loop};
 use crate::retrying::BoxFuture;
+use crate::sanitize::sanitize_response;
 
 /// The error type of [`RetryService`](super::RetryService): a boxed error,
 /// which tonic's generated clients turn into a [`tonic::Status`]. When the
@@ -122,7 +123,10 @@ where
                 StateProj::Passthrough { fut } => {
                     let res = std::task::ready!(fut.poll(cx));
                     this.state.set(State::Done);
-                    return Poll::Ready(res.map(RetryBody::passed_response).map_err(Into::into));
+                    return Poll::Ready(
+                        res.map(|r| sanitize_response(r, RetryBody::passed))
+                            .map_err(Into::into),
+                    );
                 }
                 StateProj::First { fut } => match std::task::ready!(fut.poll(cx)) {
                     Ok(res) => {

@@ -111,8 +111,9 @@
 //!   service that was polled ready, when the request body is ready at once
 //!   (a tonic unary request is) and no timer is needed. Its response is read
 //!   by a small hand-written future held inline by the caller's future
-//!   (264 bytes); the boxed retry loop is made only after a failure, or from
-//!   the start for a call with a deadline or a body that has to wait.
+//!   (264 bytes over a tonic `Channel`); the boxed retry loop is made only
+//!   after a failure, or from the start for a call with a deadline or a
+//!   body that has to wait.
 //! * The first attempt takes the request's own head. What a retry needs of
 //!   it is kept without allocating for a tonic request (up to four headers
 //!   and tonic's `GrpcMethod` extension); other heads are cloned.

@@ -23,6 +23,7 @@ use crate::policy::{
     FailureKind, GiveUpReason, RetryDecision, RetryReason, RetryState, classify_failure,
 };
 use crate::retrying::AttemptError;
+use crate::sanitize::sanitize_response;
 
 use crate::headers::{GRPC_PREVIOUS_RPC_ATTEMPTS as PREVIOUS_ATTEMPTS, GRPC_TIMEOUT};
 
@@ -249,7 +250,7 @@ async fn call_once<S: InnerService>(
 ) -> Result<Response<RetryBody>, BoxError> {
     let svc = svc.ready().await.map_err(Into::into)?;
     let res = svc.call(req).await.map_err(Into::into)?;
-    Ok(RetryBody::passed_response(res))
+    Ok(sanitize_response(res, RetryBody::passed))
 }
 
 /// One attempt: send `req`, then judge the response.
