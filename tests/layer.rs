@@ -1,5 +1,7 @@
 //! The retry layer against a real tonic server on loopback.
 
+mod support;
+
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -210,6 +212,9 @@ impl SparkConnectService for Scripted {
 }
 
 async fn serve_on(listener: TcpListener, svc: Scripted) {
+    // Every test starts a server before any layer code runs: the global
+    // subscriber is in place before any of the crate's callsites is reached.
+    support::init();
     tokio::spawn(
         Server::builder()
             .add_service(SparkConnectServiceServer::new(svc))
@@ -249,75 +254,18 @@ fn config_req(session: &str) -> ConfigRequest {
     }
 }
 
-thread_local! {
-    /// The layer's events on this thread, while a test captures them.
-    static CAPTURED: std::cell::RefCell<Option<Vec<String>>> = const { std::cell::RefCell::new(None) };
-}
-
-/// Records the fields of the layer's events into [`CAPTURED`].
-struct Capture;
-
-struct Fields<'a>(&'a mut Vec<String>);
-
-impl tracing::field::Visit for Fields<'_> {
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        if field.name() != "message" {
-            self.0.push(format!("{}={value:?}", field.name()));
-        }
-    }
-    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
-        self.0.push(format!("{}={value}", field.name()));
-    }
-}
-
-impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Capture {
-    fn on_event(&self, e: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
-        if !e
-            .metadata()
-            .target()
-            .starts_with("spark_connect_retry::layer")
-        {
-            return;
-        }
-        CAPTURED.with(|c| {
-            if let Some(events) = c.borrow_mut().as_mut() {
-                let mut fields = vec![];
-                e.record(&mut Fields(&mut fields));
-                events.push(fields.join(" "));
-            }
-        });
-    }
-}
-
-/// One global subscriber for this test binary: the layer's debug output for
-/// failing tests, and the capture. (A per-test scoped subscriber misses
-/// events when other tests register the same callsites concurrently.)
-fn tracing_init() {
-    use tracing_subscriber::Layer as _;
-    use tracing_subscriber::layer::SubscriberExt;
-    use tracing_subscriber::util::SubscriberInitExt;
-    static INIT: std::sync::Once = std::sync::Once::new();
-    INIT.call_once(|| {
-        let fmt = tracing_subscriber::fmt::layer()
-            .with_test_writer()
-            .with_filter(tracing_subscriber::EnvFilter::new(
-                "spark_connect_retry=debug",
-            ));
-        tracing_subscriber::registry()
-            .with(fmt)
-            .with(Capture)
-            .init();
-    });
-}
-
-/// The layer's events while `fut` runs on this thread (a current-thread
-/// test runtime runs the layer's futures here).
+/// The layer's events while `fut` runs on this thread, as `name=value` fields
+/// (a current-thread test runtime runs the layer's futures here).
 async fn captured<T, E: std::fmt::Debug>(
     fut: impl std::future::Future<Output = Result<T, E>>,
 ) -> Vec<String> {
-    CAPTURED.with(|c| *c.borrow_mut() = Some(vec![]));
-    fut.await.expect("call");
-    CAPTURED.with(|c| c.borrow_mut().take().unwrap_or_default())
+    let (out, events) = support::capture(fut).await;
+    out.expect("call");
+    events
+        .into_iter()
+        .filter(|e| e.target.starts_with("spark_connect_retry::layer"))
+        .map(|e| e.fields.join(" "))
+        .collect()
 }
 
 #[tokio::test]
@@ -346,7 +294,6 @@ async fn unavailable_n_times_then_ok_with_attempt_headers() {
 /// one's by the loop).
 #[tokio::test]
 async fn one_event_per_attempt() {
-    tracing_init();
     for failures in [0, 2] {
         let server = Scripted::new(unavailable_n(failures));
         let addr = serve(server).await;
@@ -900,7 +847,6 @@ async fn auto_kind_detects_unary_and_spark_preset_keeps_execute_plan_safe() {
 
 #[tokio::test]
 async fn unimplemented_is_not_retried_and_tracing_runs() {
-    tracing_init();
     let server = Scripted::new(unavailable_n(1));
     let addr = serve(server).await;
     let sleeper = RecordingSleeper::new();

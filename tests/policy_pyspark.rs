@@ -503,43 +503,6 @@ async fn retry_now_works_with_no_policies() {
 }
 
 #[tokio::test]
-async fn give_up_warns_once() {
-    // The warning goes through tracing; count it with a subscriber.
-    use std::sync::Mutex;
-    use tracing_subscriber::layer::SubscriberExt;
-
-    #[derive(Clone, Default)]
-    struct Count(Arc<Mutex<Vec<String>>>);
-    struct Visitor<'a>(&'a mut String);
-    impl tracing::field::Visit for Visitor<'_> {
-        fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-            if field.name() == "message" {
-                self.0.push_str(&format!("{value:?}"));
-            }
-        }
-    }
-    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Count {
-        fn on_event(&self, e: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
-            if *e.metadata().level() == tracing::Level::WARN {
-                let mut s = String::new();
-                e.record(&mut Visitor(&mut s));
-                self.0.lock().unwrap().push(s);
-            }
-        }
-    }
-    let count = Count::default();
-    let subscriber = tracing_subscriber::registry().with(count.clone());
-    let _guard = tracing::subscriber::set_default(subscriber);
-    let (_, _, sleeps) = script(Retrying::default(), vec![Status::unavailable("down"); 100]).await;
-    assert_eq!(sleeps.len(), 15);
-    let warnings = count.0.lock().unwrap().clone();
-    assert_eq!(
-        warnings,
-        vec!["[RETRIES_EXCEEDED] The maximum number of retries has been exceeded.".to_owned()]
-    );
-}
-
-#[tokio::test]
 async fn test_policy_sleeps_between_10_and_20_ms() {
     let (r, attempts, sleeps) = script(
         Retrying::new(vec![test_policy()]),
