@@ -364,14 +364,15 @@ fn quote_key(key: &str) -> String {
 /// use spark_connect_retry::session::conn_string::ConnectionString;
 ///
 /// let cs = ConnectionString::parse_with_env(
-///     "sc://spark.example.com/;token=abc;x-tenant=blue",
+///     "sc://spark.example.com/;token=my-secret-token;x-tenant=blue",
 ///     |_| None, // no environment
 /// )?;
 /// assert_eq!(cs.host(), "spark.example.com");
 /// assert_eq!(cs.port(), 15002);
 /// assert!(cs.use_tls()); // a token to a non-localhost host implies TLS
 /// assert_eq!(cs.metadata().get("x-tenant").unwrap(), "blue");
-/// assert!(!format!("{cs:?}").contains("abc"));
+/// // (a token of hex digits could match the session id's UUID by chance)
+/// assert!(!format!("{cs:?}").contains("my-secret-token"));
 /// # Ok::<(), spark_connect_retry::session::conn_string::ConnectionStringError>(())
 /// ```
 #[derive(Clone)]
