@@ -36,9 +36,8 @@ use http_body::{Body, Frame};
 use tower_layer::Layer;
 use tower_service::Service;
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
 use crate::headers::{GRPC_MESSAGE, GRPC_STATUS, GRPC_STATUS_DETAILS as DETAILS};
+use crate::transport::BoxError;
 
 /// The base64 engine gRPC uses for binary metadata: standard alphabet, padding optional.
 pub(crate) const GRPC_BASE64: GeneralPurpose = GeneralPurpose::new(

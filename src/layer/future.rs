@@ -30,7 +30,7 @@ use crate::sanitize::sanitize_response;
 /// which tonic's generated clients turn into a [`tonic::Status`]. When the
 /// layer gives up on a transport failure the box holds the `Status` tonic
 /// would have built itself (source chain included), so callers see no change.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub use crate::transport::BoxError;
 
 /// What a call keeps in case its first attempt fails.
 pub(crate) struct Retry<S> {

@@ -21,6 +21,7 @@ use crate::proto::{
 use crate::retrying::{AttemptError, Retrying};
 
 use super::ReattachError;
+use super::ids::{SessionIdMismatch, check_session_ids, is_canonical_uuid};
 
 /// `INVALID_HANDLE.OPERATION_NOT_FOUND`: the server has no such execution.
 pub const OPERATION_NOT_FOUND: &str = "INVALID_HANDLE.OPERATION_NOT_FOUND";
@@ -227,25 +228,21 @@ impl ReattachCore {
     }
 
     fn on_response(&mut self, resp: Box<ExecutePlanResponse>) -> Action {
-        if resp.session_id != self.initial.session_id {
-            let err = ReattachError::SessionMismatch {
-                expected: self.initial.session_id.clone(),
-                got: resp.session_id.clone(),
+        if let Err(mismatch) = check_session_ids(
+            &self.initial.session_id,
+            &mut self.server_side_session_id,
+            &resp.session_id,
+            &resp.server_side_session_id,
+        ) {
+            let err = match mismatch {
+                SessionIdMismatch::Session { expected, got } => {
+                    ReattachError::SessionMismatch { expected, got }
+                }
+                SessionIdMismatch::ServerSide { expected, got } => {
+                    ReattachError::ServerSideSessionChanged { expected, got }
+                }
             };
             return Action::Fail(err, self.release_all());
-        }
-        if !resp.server_side_session_id.is_empty() {
-            match &self.server_side_session_id {
-                Some(seen) if *seen != resp.server_side_session_id => {
-                    let err = ReattachError::ServerSideSessionChanged {
-                        expected: seen.clone(),
-                        got: resp.server_side_session_id.clone(),
-                    };
-                    return Action::Fail(err, self.release_all());
-                }
-                Some(_) => {}
-                None => self.server_side_session_id = Some(resp.server_side_session_id.clone()),
-            }
         }
         self.counters.responses += 1;
         self.last_returned = Some(resp.response_id.clone());
@@ -375,13 +372,4 @@ impl ReattachCore {
             }),
         }
     }
-}
-
-/// `8-4-4-4-12` lower- or upper-case hex.
-pub(crate) fn is_canonical_uuid(s: &str) -> bool {
-    s.len() == 36
-        && s.char_indices().all(|(i, c)| match i {
-            8 | 13 | 18 | 23 => c == '-',
-            _ => c.is_ascii_hexdigit(),
-        })
 }

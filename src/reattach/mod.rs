@@ -26,6 +26,7 @@
 //! driver [`ReattachableExecution`] only performs its actions.
 
 pub mod core;
+pub(crate) mod ids;
 mod release;
 mod stream;
 

@@ -93,6 +93,8 @@ use tonic::metadata::{
 };
 use uuid::Uuid;
 
+use crate::reattach::ids::is_canonical_uuid;
+
 /// Default Spark Connect port.
 pub const DEFAULT_PORT: u16 = 15002;
 
@@ -772,15 +774,7 @@ fn parse_max_size(value: &str) -> Result<usize, ConnectionStringError> {
 /// Accepts only the canonical hyphenated 8-4-4-4-12 form.
 fn parse_uuid(value: &str) -> Result<Uuid, ConnectionStringError> {
     let err = || invalid_value("session_id", "must be a UUID in 8-4-4-4-12 hex form");
-    let b = value.as_bytes();
-    if b.len() != 36 {
-        return Err(err());
-    }
-    let canonical = b.iter().enumerate().all(|(i, &c)| match i {
-        8 | 13 | 18 | 23 => c == b'-',
-        _ => c.is_ascii_hexdigit(),
-    });
-    if !canonical {
+    if !is_canonical_uuid(value) {
         return Err(err());
     }
     Uuid::parse_str(value).map_err(|_| err())

@@ -1,0 +1,307 @@
+//! [`FaultProxyBuilder`] and [`FaultProxy`]: configure, start and stop a
+//! proxy, and read what it did.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::accept::{Shared, accept_loop, ticker};
+use super::stats::ProxyStats;
+use super::{AddrRole, CutMode, CutReason, CutSchedule, Direction, FaultProxyError};
+
+/// Byte-cut plan for one direction.
+#[derive(Debug, Clone)]
+pub(super) enum BytePlan {
+    /// Every proxied connection is cut at this offset.
+    Every(u64),
+    /// Connection `i` is cut at `offsets[i]`.
+    Schedule(Vec<u64>),
+}
+
+impl BytePlan {
+    pub(super) fn limit_for(&self, proxied_index: u64) -> Option<u64> {
+        match self {
+            BytePlan::Every(n) => Some(*n),
+            BytePlan::Schedule(v) => usize::try_from(proxied_index)
+                .ok()
+                .and_then(|i| v.get(i).copied()),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub(super) struct Config {
+    /// Indexed by [`dir_index`].
+    pub(super) byte_cuts: [Option<BytePlan>; 2],
+    pub(super) cut_every: Option<Duration>,
+    pub(super) cut_after: Option<Duration>,
+    pub(super) refuse_first: u64,
+    pub(super) mode: CutMode,
+    pub(super) latency: Duration,
+    pub(super) max_cuts: Option<u64>,
+    pub(super) lose_first_request: Option<u64>,
+}
+
+pub(super) fn dir_index(d: Direction) -> usize {
+    match d {
+        Direction::ClientToServer => 0,
+        Direction::ServerToClient => 1,
+    }
+}
+
+/// Builder for a [`FaultProxy`]; created by [`FaultProxy::builder`].
+///
+/// With no fault configured the proxy forwards everything cleanly. Faults
+/// combine: e.g. a byte cut and a lifetime cut both apply, whichever comes
+/// first, and all cuts together are bounded by [`max_cuts`](Self::max_cuts).
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until start() is called"]
+pub struct FaultProxyBuilder {
+    upstream: SocketAddr,
+    listen: SocketAddr,
+    config: Config,
+}
+
+impl FaultProxyBuilder {
+    /// Listen on this address instead of `127.0.0.1:0` (an ephemeral port).
+    /// Must be a loopback address.
+    pub fn listen_addr(mut self, addr: SocketAddr) -> Self {
+        self.listen = addr;
+        self
+    }
+
+    /// Cut every proxied connection once exactly `bytes` bytes have been
+    /// forwarded in `direction` (`0` cuts as soon as the connection is set
+    /// up). Replaces an earlier byte plan for the same direction; the two
+    /// directions can each have one.
+    pub fn cut_after_bytes(mut self, direction: Direction, bytes: u64) -> Self {
+        self.config.byte_cuts[dir_index(direction)] = Some(BytePlan::Every(bytes));
+        self
+    }
+
+    /// Cut the `i`-th proxied connection after `schedule.offsets()[i]` bytes
+    /// in `direction`; later connections are forwarded cleanly. Replaces an
+    /// earlier byte plan for the same direction.
+    pub fn cut_schedule(mut self, direction: Direction, schedule: CutSchedule) -> Self {
+        self.config.byte_cuts[dir_index(direction)] = Some(BytePlan::Schedule(schedule.offsets));
+        self
+    }
+
+    /// Every `period`, cut all live connections (the first tick is one
+    /// `period` after start).
+    pub fn cut_every(mut self, period: Duration) -> Self {
+        self.config.cut_every = Some(period);
+        self
+    }
+
+    /// Cut each connection once it has been open for `lifetime`.
+    pub fn cut_after(mut self, lifetime: Duration) -> Self {
+        self.config.cut_after = Some(lifetime);
+        self
+    }
+
+    /// Refuse the first `count` connections.
+    ///
+    /// A refused connection is accepted and immediately closed with an RST
+    /// (`SO_LINGER` 0), without connecting upstream. The kernel completes the
+    /// TCP handshake before `accept`, so the client's `connect` succeeds and
+    /// its first read or write fails with `ConnectionReset` (or a broken
+    /// pipe); a gRPC client reports a transport error / UNAVAILABLE. This was
+    /// chosen over not listening at all (`ConnectionRefused`) because closing
+    /// the port would let another process take it between attempts.
+    pub fn refuse_first(mut self, count: u64) -> Self {
+        self.config.refuse_first = count;
+        self
+    }
+
+    /// How cuts close the sockets (default [`CutMode::Reset`]). Applies to
+    /// both the client and the upstream socket of a cut connection.
+    pub fn cut_mode(mut self, mode: CutMode) -> Self {
+        self.config.mode = mode;
+        self
+    }
+
+    /// Delay every chunk (up to 64 KiB, as read) by `delay` before forwarding
+    /// it, in both directions. Uses tokio's clock, so a test can run it under
+    /// `tokio::time::pause`.
+    pub fn latency(mut self, delay: Duration) -> Self {
+        self.config.latency = delay;
+        self
+    }
+
+    /// At most `cuts` cuts in total (all reasons together); once they are
+    /// spent the proxy forwards cleanly. Refusals and the lost first request
+    /// are not cuts.
+    pub fn max_cuts(mut self, cuts: u64) -> Self {
+        self.config.max_cuts = Some(cuts);
+        self
+    }
+
+    /// Lose the first request: on the first connection that is not refused,
+    /// read the client's bytes without connecting upstream or forwarding
+    /// anything, and reset the client (RST) once it has written at least
+    /// `min_bytes` bytes (or at its end of stream).
+    ///
+    /// This simulates a request (e.g. an `ExecutePlan`) that the server
+    /// never read. An HTTP/2 client writes its 24-byte preface, SETTINGS
+    /// and the request without waiting for the server, so pick `min_bytes`
+    /// past the preface to be sure the request itself was written. The
+    /// connection waits for as long as the client writes less than that.
+    pub fn lose_first_request(mut self, min_bytes: u64) -> Self {
+        self.config.lose_first_request = Some(min_bytes);
+        self
+    }
+
+    /// Bind the listening socket and start proxying on the current tokio
+    /// runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`FaultProxyError::NotLoopback`] when either address is not loopback,
+    /// [`FaultProxyError::Bind`] when binding fails.
+    pub async fn start(self) -> Result<FaultProxy, FaultProxyError> {
+        for (role, addr) in [
+            (AddrRole::Listen, self.listen),
+            (AddrRole::Upstream, self.upstream),
+        ] {
+            if !addr.ip().to_canonical().is_loopback() {
+                return Err(FaultProxyError::NotLoopback { role, addr });
+            }
+        }
+        let listener = TcpListener::bind(self.listen)
+            .await
+            .map_err(FaultProxyError::Bind)?;
+        let local_addr = listener.local_addr().map_err(FaultProxyError::Bind)?;
+
+        let (cut_tx, _) = watch::channel((0u64, CutReason::Manual));
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            config: self.config,
+            upstream: self.upstream,
+            stats: ProxyStats::default(),
+            cut_tx,
+        });
+
+        if let Some(period) = shared.config.cut_every {
+            tokio::spawn(ticker(shared.clone(), period, shutdown_rx.clone()));
+        }
+        let accept = tokio::spawn(accept_loop(listener, shared.clone(), shutdown_rx));
+        Ok(FaultProxy {
+            local_addr,
+            shared,
+            shutdown_tx,
+            accept: Some(accept),
+        })
+    }
+}
+
+/// A running fault-injecting TCP proxy on loopback; see the [module docs](super).
+///
+/// Dropping it stops accepting and closes the live connections (as does
+/// [`shutdown`](Self::shutdown), which also waits for the listener to close).
+#[derive(Debug)]
+pub struct FaultProxy {
+    local_addr: SocketAddr,
+    shared: Arc<Shared>,
+    shutdown_tx: watch::Sender<bool>,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl FaultProxy {
+    /// Start configuring a proxy to `upstream` (a loopback address).
+    pub fn builder(upstream: SocketAddr) -> FaultProxyBuilder {
+        FaultProxyBuilder {
+            upstream,
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            config: Config::default(),
+        }
+    }
+
+    /// Start configuring a proxy to the server of a Spark Connect connection
+    /// string such as `sc://127.0.0.1:15002/;token=t` (what the
+    /// `SPARK_CONNECT_TEST_REMOTE*` variables hold). The host must be a
+    /// loopback IP or `localhost` (taken as `127.0.0.1`); the port defaults to
+    /// 15002 like Spark's. Parameters after `/` or `;` are ignored: point the
+    /// client at [`remote`](Self::remote) with its own parameters.
+    ///
+    /// # Errors
+    ///
+    /// [`FaultProxyError::InvalidRemote`] when no `host:port` can be read, or
+    /// [`FaultProxyError::NotLoopback`] for a non-loopback IP. A host name
+    /// other than `localhost` is refused rather than resolved.
+    pub fn builder_for_remote(remote: &str) -> Result<FaultProxyBuilder, FaultProxyError> {
+        let invalid = || FaultProxyError::InvalidRemote(remote.to_owned());
+        let rest = remote.strip_prefix("sc://").ok_or_else(invalid)?;
+        let authority = rest.split(['/', ';']).next().unwrap_or_default();
+        // A ':' after any IPv6 brackets means an explicit port.
+        let has_port = authority
+            .rsplit_once(']')
+            .map_or(authority, |(_, after)| after)
+            .contains(':');
+        let authority = if has_port {
+            authority.to_owned()
+        } else {
+            format!("{authority}:15002")
+        };
+        let authority = match authority.strip_prefix("localhost:") {
+            Some(port) => format!("127.0.0.1:{port}"),
+            None => authority,
+        };
+        let addr: SocketAddr = authority.parse().map_err(|_| invalid())?;
+        if !addr.ip().to_canonical().is_loopback() {
+            return Err(FaultProxyError::NotLoopback {
+                role: AddrRole::Upstream,
+                addr,
+            });
+        }
+        Ok(Self::builder(addr))
+    }
+
+    /// The address clients connect to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The address the proxy forwards to.
+    pub fn upstream_addr(&self) -> SocketAddr {
+        self.shared.upstream
+    }
+
+    /// A Spark Connect connection string for the proxy, `sc://IP:PORT`.
+    pub fn remote(&self) -> String {
+        format!("sc://{}", self.local_addr)
+    }
+
+    /// A cheap, cloneable handle on what the proxy did so far.
+    pub fn stats(&self) -> ProxyStats {
+        self.shared.stats.clone()
+    }
+
+    /// Cut all live connections now, as the [`cut_every`] timer does; each
+    /// cut counts toward [`max_cuts`] and is recorded with [`CutReason::Manual`].
+    ///
+    /// [`cut_every`]: FaultProxyBuilder::cut_every
+    /// [`max_cuts`]: FaultProxyBuilder::max_cuts
+    pub fn cut_all(&self) {
+        self.shared.request_cut_all(CutReason::Manual);
+    }
+
+    /// Stop accepting, close all live connections and wait for the listener
+    /// to be closed.
+    pub async fn shutdown(mut self) {
+        let _ = self.shutdown_tx.send(true);
+        if let Some(accept) = self.accept.take() {
+            let _ = accept.await;
+        }
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        let _ = self.shutdown_tx.send(true);
+    }
+}

@@ -1,0 +1,224 @@
+//! The gRPC service: per-call bookkeeping (call counters, the metadata log,
+//! auth, the fault script) and the dispatch of each RPC to its handler in
+//! `executions` or `session_rpcs`. RPCs the server does not implement answer
+//! `UNIMPLEMENTED`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tonic::{Request, Response, Status, Streaming};
+
+use super::handle::RecordedCall;
+use super::sender::ExecStream;
+use super::state::Shared;
+use crate::proto::{self, spark_connect_service_server::SparkConnectService};
+use crate::testing::conn::KillSwitch;
+use crate::testing::faults::{Action, Fault, Rpc, lock};
+
+#[derive(Debug, Clone)]
+pub(super) struct Service {
+    pub(super) shared: Arc<Shared>,
+}
+
+pub(super) fn kill_switch<T>(req: &Request<T>) -> Option<KillSwitch> {
+    req.extensions().get::<KillSwitch>().cloned()
+}
+
+impl Service {
+    /// Counts and records the call, checks auth, and takes a fault. Faults
+    /// that act before the request is processed are applied here.
+    pub(super) async fn begin<T>(
+        &self,
+        rpc: Rpc,
+        counter: &AtomicU64,
+        req: &Request<T>,
+        session_id: &str,
+        op_id: &str,
+    ) -> Result<Option<Fault>, Status> {
+        let shared = &self.shared;
+        counter.fetch_add(1, Ordering::SeqCst);
+        lock(&shared.log).calls.push(RecordedCall {
+            rpc,
+            metadata: req.metadata().clone(),
+        });
+        if let Some(token) = &shared.settings.required_token {
+            match req.metadata().get("authorization").map(|v| v.to_str()) {
+                None => return Err(Status::unauthenticated("No authentication token provided")),
+                Some(Ok(v)) if v.strip_prefix("Bearer ") == Some(token.as_str()) => {}
+                Some(_) => return Err(Status::unauthenticated("Invalid authentication token")),
+            }
+        }
+        let Some(mut fault) = shared.faults.take(rpc) else {
+            return Ok(None);
+        };
+        match (&fault.action, fault.after) {
+            (Action::LoseRequest, _) => {
+                if let Some(k) = kill_switch(req) {
+                    k.kill();
+                }
+                // Never reaches the client: the connection is already dead.
+                Err(Status::unavailable("request lost by fault injection"))
+            }
+            (Action::Fail(_) | Action::BadStatusDetails, None) => Err(fault
+                .status_for(session_id, op_id)
+                .unwrap_or_else(|| Status::internal("fault"))),
+            (Action::Stall(duration), None) if !rpc.is_stream() => {
+                self.stall(*duration).await;
+                Ok(None)
+            }
+            (_, None) if rpc.is_stream() => {
+                fault.after = Some(0);
+                Ok(Some(fault))
+            }
+            _ => Ok(Some(fault)),
+        }
+    }
+
+    async fn stall(&self, duration: Option<Duration>) {
+        let mut stopping = self.shared.stopping.subscribe();
+        match duration {
+            Some(d) => {
+                tokio::select! { _ = tokio::time::sleep(d) => {}, _ = stopping.changed() => {} }
+            }
+            None => {
+                let _ = stopping.changed().await;
+            }
+        }
+    }
+
+    /// Applies a fault that acts after a unary request was processed.
+    pub(super) async fn finish<R>(
+        &self,
+        fault: Option<Fault>,
+        kill: Option<KillSwitch>,
+        session_id: &str,
+        op_id: &str,
+        result: Result<R, Status>,
+    ) -> Result<Response<R>, Status> {
+        let Some(fault) = fault else {
+            return result.map(Response::new);
+        };
+        match &fault.action {
+            Action::Fail(_) | Action::BadStatusDetails => Err(fault
+                .status_for(session_id, op_id)
+                .unwrap_or_else(|| Status::internal("fault"))),
+            Action::Reset | Action::LoseRequest => {
+                if let Some(k) = kill {
+                    k.kill();
+                }
+                Err(Status::unavailable("connection reset by fault injection"))
+            }
+            Action::Stall(d) => {
+                self.stall(*d).await;
+                result.map(Response::new)
+            }
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl SparkConnectService for Service {
+    type ExecutePlanStream = ExecStream;
+    type ReattachExecuteStream = ExecStream;
+
+    async fn execute_plan(
+        &self,
+        request: Request<proto::ExecutePlanRequest>,
+    ) -> Result<Response<ExecStream>, Status> {
+        self.rpc_execute_plan(request).await
+    }
+
+    async fn reattach_execute(
+        &self,
+        request: Request<proto::ReattachExecuteRequest>,
+    ) -> Result<Response<ExecStream>, Status> {
+        self.rpc_reattach_execute(request).await
+    }
+
+    async fn release_execute(
+        &self,
+        request: Request<proto::ReleaseExecuteRequest>,
+    ) -> Result<Response<proto::ReleaseExecuteResponse>, Status> {
+        self.rpc_release_execute(request).await
+    }
+
+    async fn analyze_plan(
+        &self,
+        request: Request<proto::AnalyzePlanRequest>,
+    ) -> Result<Response<proto::AnalyzePlanResponse>, Status> {
+        self.rpc_analyze_plan(request).await
+    }
+
+    async fn config(
+        &self,
+        request: Request<proto::ConfigRequest>,
+    ) -> Result<Response<proto::ConfigResponse>, Status> {
+        self.rpc_config(request).await
+    }
+
+    async fn interrupt(
+        &self,
+        request: Request<proto::InterruptRequest>,
+    ) -> Result<Response<proto::InterruptResponse>, Status> {
+        self.rpc_interrupt(request).await
+    }
+
+    async fn release_session(
+        &self,
+        request: Request<proto::ReleaseSessionRequest>,
+    ) -> Result<Response<proto::ReleaseSessionResponse>, Status> {
+        self.rpc_release_session(request).await
+    }
+
+    async fn fetch_error_details(
+        &self,
+        request: Request<proto::FetchErrorDetailsRequest>,
+    ) -> Result<Response<proto::FetchErrorDetailsResponse>, Status> {
+        self.rpc_fetch_error_details(request).await
+    }
+
+    async fn add_artifacts(
+        &self,
+        request: Request<Streaming<proto::AddArtifactsRequest>>,
+    ) -> Result<Response<proto::AddArtifactsResponse>, Status> {
+        self.begin(Rpc::Other, &self.shared.counters.other, &request, "", "")
+            .await?;
+        Err(Status::unimplemented(
+            "AddArtifacts is not implemented by the test server",
+        ))
+    }
+
+    async fn artifact_status(
+        &self,
+        request: Request<proto::ArtifactStatusesRequest>,
+    ) -> Result<Response<proto::ArtifactStatusesResponse>, Status> {
+        self.begin(Rpc::Other, &self.shared.counters.other, &request, "", "")
+            .await?;
+        Err(Status::unimplemented(
+            "ArtifactStatus is not implemented by the test server",
+        ))
+    }
+
+    async fn clone_session(
+        &self,
+        request: Request<proto::CloneSessionRequest>,
+    ) -> Result<Response<proto::CloneSessionResponse>, Status> {
+        self.begin(Rpc::Other, &self.shared.counters.other, &request, "", "")
+            .await?;
+        Err(Status::unimplemented(
+            "CloneSession is not implemented by the test server",
+        ))
+    }
+
+    async fn get_status(
+        &self,
+        request: Request<proto::GetStatusRequest>,
+    ) -> Result<Response<proto::GetStatusResponse>, Status> {
+        self.begin(Rpc::Other, &self.shared.counters.other, &request, "", "")
+            .await?;
+        Err(Status::unimplemented(
+            "GetStatus is not implemented by the test server",
+        ))
+    }
+}
