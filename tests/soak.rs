@@ -3,8 +3,13 @@
 //! stream ends, NOT_FOUND before the first response, lost requests and
 //! RetryInfo. Every schedule must deliver every row exactly once, in order,
 //! and leave the server holding no execution. Sleeps are recorded, not slept.
+//!
+//! A flight recorder keeps the debug events of the current schedule (this
+//! crate's, and h2's frames) in memory; when a schedule fails or hangs, the
+//! panic message carries them, with the client's and the server's state.
 #![cfg(feature = "testing")]
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arrow_array::Int64Array;
@@ -78,10 +83,55 @@ fn random_fault(rng: &mut StdRng, first: bool) -> (String, Fault) {
     }
 }
 
+/// The debug events of the schedule that runs now, from every thread.
+#[derive(Clone, Default)]
+struct Recorder(Arc<Mutex<Vec<u8>>>);
+
+impl Recorder {
+    /// Installs the recorder as the process's subscriber (this binary has
+    /// one test).
+    fn install() -> Recorder {
+        let rec = Recorder::default();
+        let writer = rec.clone();
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(
+                "spark_connect_retry=debug,h2=debug",
+            ))
+            .with_thread_ids(true)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .init();
+        rec
+    }
+
+    fn clear(&self) {
+        self.0.lock().unwrap().clear();
+    }
+
+    /// The last `lines` lines recorded.
+    fn tail(&self, lines: usize) -> String {
+        let text = String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+}
+
+impl std::io::Write for Recorder {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_hundred_seeded_fault_schedules_deliver_exactly_once() {
+    let recorder = Recorder::install();
     let mut total_faults = 0;
     for seed in 0..SCHEDULES {
+        recorder.clear();
         let mut rng = StdRng::seed_from_u64(seed);
         let rows: i64 = rng.random_range(500..3000);
         let mut builder = TestServer::builder().rows_per_batch(rng.random_range(50..300));
@@ -116,9 +166,19 @@ async fn five_hundred_seeded_fault_schedules_deliver_exactly_once() {
         loop {
             let item = tokio::time::timeout(Duration::from_secs(20), exec.next_response())
                 .await
-                .unwrap_or_else(|_| panic!("seed {seed} {plan:?}: hung"));
+                .unwrap_or_else(|_| {
+                    panic!(
+                        "seed {seed} {plan:?}: hung after row {next}; client {exec:?}; \
+                         server calls {:?}, live executions {:?}; last events:\n{}",
+                        server.calls(),
+                        server.live_executions(),
+                        recorder.tail(400)
+                    )
+                });
             let Some(item) = item else { break };
-            let resp = item.unwrap_or_else(|e| panic!("seed {seed} {plan:?}: {e}"));
+            let resp = item.unwrap_or_else(|e| {
+                panic!("seed {seed} {plan:?}: {e}; last events:\n{}", recorder.tail(400))
+            });
             match resp.response_type {
                 Some(ResponseType::ArrowBatch(b)) => {
                     assert_eq!(b.start_offset, Some(next), "seed {seed} {plan:?}");
