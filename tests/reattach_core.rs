@@ -159,6 +159,7 @@ fn run(
                     };
                     core.on_event(event, &retrying)
                 }
+                other => panic!("an action this stub does not know: {other:?}"),
             };
         }
         panic!("no progress");

@@ -61,6 +61,7 @@ pub struct ReattachOptions {
 
 /// Why a reattachable execution failed.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum ReattachError {
     /// A terminal gRPC error (not retryable, or retries exhausted).
     Status(tonic::Status),
