@@ -87,6 +87,36 @@ fn percentile(v: &mut [f64], p: f64) -> f64 {
     v[idx]
 }
 
+/// The embedded server with `rows_per_batch`, and a connected channel to it.
+async fn serve(rows_per_batch: u64) -> (TestServer, Channel) {
+    let server = TestServer::builder()
+        .rows_per_batch(rows_per_batch)
+        .start()
+        .await
+        .unwrap();
+    let channel = tonic::transport::Endpoint::from_shared(server.endpoint())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    (server, channel)
+}
+
+/// Frees a finished raw execution on the server.
+async fn release_all(client: &mut SparkConnectServiceClient<Channel>, operation_id: String) {
+    client
+        .release_execute(ReleaseExecuteRequest {
+            session_id: SESSION.into(),
+            operation_id,
+            release: Some(release_execute_request::Release::ReleaseAll(
+                release_execute_request::ReleaseAll {},
+            )),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+}
+
 /// Rows counted from `ArrowBatch.row_count`; neither arm decodes Arrow, so
 /// the comparison is about the transport and the reattach machinery.
 async fn run_raw(client: &mut SparkConnectServiceClient<Channel>, rows: i64) -> (Duration, i64) {
@@ -110,17 +140,7 @@ async fn run_raw(client: &mut SparkConnectServiceClient<Channel>, rows: i64) -> 
     );
     // Untimed clean-up: without it the server would keep the finished
     // execution and its retry buffer for the rest of the run.
-    client
-        .release_execute(ReleaseExecuteRequest {
-            session_id: SESSION.into(),
-            operation_id: op_id,
-            release: Some(release_execute_request::Release::ReleaseAll(
-                release_execute_request::ReleaseAll {},
-            )),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    release_all(client, op_id).await;
     (elapsed, n)
 }
 
@@ -161,16 +181,7 @@ async fn drain(
 }
 
 async fn throughput(rows: i64, rows_per_batch: u64, rounds: usize) {
-    let server = TestServer::builder()
-        .rows_per_batch(rows_per_batch)
-        .start()
-        .await
-        .unwrap();
-    let channel = tonic::transport::Endpoint::from_shared(server.endpoint())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let (server, channel) = serve(rows_per_batch).await;
     let mut raw = SparkConnectServiceClient::new(channel.clone());
 
     // Warm-up, one of each (connection, allocator, page cache of the binary).
@@ -504,16 +515,7 @@ async fn box_cost(items: u64, rounds: usize) {
     const ROWS_PER_BATCH: u64 = 16;
     let responses = 10_000u64;
     let rows = (ROWS_PER_BATCH * responses) as i64;
-    let server = TestServer::builder()
-        .rows_per_batch(ROWS_PER_BATCH)
-        .start()
-        .await
-        .unwrap();
-    let channel = tonic::transport::Endpoint::from_shared(server.endpoint())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let (server, channel) = serve(ROWS_PER_BATCH).await;
     let client = SparkConnectServiceClient::new(channel);
     let run = |boxed: bool| {
         let mut client = client.clone();
@@ -527,17 +529,7 @@ async fn box_cost(items: u64, rounds: usize) {
             })
             .await;
             // Untimed: free the finished execution so runs do not pile up.
-            client
-                .release_execute(ReleaseExecuteRequest {
-                    session_id: SESSION.into(),
-                    operation_id,
-                    release: Some(release_execute_request::Release::ReleaseAll(
-                        release_execute_request::ReleaseAll {},
-                    )),
-                    ..Default::default()
-                })
-                .await
-                .unwrap();
+            release_all(&mut client, operation_id).await;
             (t, n)
         }
     };
