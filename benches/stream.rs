@@ -6,11 +6,20 @@
 //!    alternate A/B several times in one process and the medians are compared.
 //! 2. Cut-to-next-delivery latency: a TCP reset mid-stream, the default policy
 //!    (initial backoff 50 ms), real time. Reported two ways, see `latency`.
+//! 3. The per-response box: `ReattachableExecution::poll_next` boxes one
+//!    future (about 4 KiB) per response. The same pattern is measured against
+//!    awaiting the stream directly, interleaved: in memory (the box alone) and
+//!    over the embedded server with small batches (its share of a response).
 //!
 //! `cargo bench --features testing --bench stream` (optional arguments:
-//! `--rows N`, `--rounds N`, `--reps N`).
+//! `--rows N`, `--rounds N`, `--reps N`, `--box-items N`, and `--only
+//! throughput|latency|box` to run one part).
 
+use std::future::Future;
+use std::mem::MaybeUninit;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, Instant};
 
 use spark_connect_retry::proto::execute_plan_request::{RequestOption, request_option};
@@ -23,6 +32,7 @@ use spark_connect_retry::reattach::{ReattachOptions, ReattachableExecution};
 use spark_connect_retry::retrying::Retrying;
 use spark_connect_retry::testing::{Fault, Rpc, TestServer};
 use spark_connect_retry::transport::spark_client;
+use tokio_stream::{Stream, StreamExt as _};
 use tonic::transport::Channel;
 use tracing_subscriber::layer::{Context, SubscriberExt};
 
@@ -77,6 +87,36 @@ fn percentile(v: &mut [f64], p: f64) -> f64 {
     v[idx]
 }
 
+/// The embedded server with `rows_per_batch`, and a connected channel to it.
+async fn serve(rows_per_batch: u64) -> (TestServer, Channel) {
+    let server = TestServer::builder()
+        .rows_per_batch(rows_per_batch)
+        .start()
+        .await
+        .unwrap();
+    let channel = tonic::transport::Endpoint::from_shared(server.endpoint())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    (server, channel)
+}
+
+/// Frees a finished raw execution on the server.
+async fn release_all(client: &mut SparkConnectServiceClient<Channel>, operation_id: String) {
+    client
+        .release_execute(ReleaseExecuteRequest {
+            session_id: SESSION.into(),
+            operation_id,
+            release: Some(release_execute_request::Release::ReleaseAll(
+                release_execute_request::ReleaseAll {},
+            )),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+}
+
 /// Rows counted from `ArrowBatch.row_count`; neither arm decodes Arrow, so
 /// the comparison is about the transport and the reattach machinery.
 async fn run_raw(client: &mut SparkConnectServiceClient<Channel>, rows: i64) -> (Duration, i64) {
@@ -100,17 +140,7 @@ async fn run_raw(client: &mut SparkConnectServiceClient<Channel>, rows: i64) -> 
     );
     // Untimed clean-up: without it the server would keep the finished
     // execution and its retry buffer for the rest of the run.
-    client
-        .release_execute(ReleaseExecuteRequest {
-            session_id: SESSION.into(),
-            operation_id: op_id,
-            release: Some(release_execute_request::Release::ReleaseAll(
-                release_execute_request::ReleaseAll {},
-            )),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    release_all(client, op_id).await;
     (elapsed, n)
 }
 
@@ -151,16 +181,7 @@ async fn drain(
 }
 
 async fn throughput(rows: i64, rows_per_batch: u64, rounds: usize) {
-    let server = TestServer::builder()
-        .rows_per_batch(rows_per_batch)
-        .start()
-        .await
-        .unwrap();
-    let channel = tonic::transport::Endpoint::from_shared(server.endpoint())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let (server, channel) = serve(rows_per_batch).await;
     let mut raw = SparkConnectServiceClient::new(channel.clone());
 
     // Warm-up, one of each (connection, allocator, page cache of the binary).
@@ -359,6 +380,175 @@ async fn latency(reps: usize, marks: RetryMarks) {
     server.shutdown().await;
 }
 
+/// The size of the future `ReattachableExecution` boxes per response
+/// (`size_of_val` of `async move { driver.next().await }`, tonic 0.14.9,
+/// x86_64): the mimic below holds an uninitialised pad of this size across
+/// its await, so it allocates as much.
+const DRIVER_FUTURE_BYTES: usize = 4192;
+
+type PerItem<S> = Pin<Box<dyn Future<Output = (Box<S>, Option<<S as Stream>::Item>)> + Send>>;
+
+/// `ReattachableExecution`'s polling pattern around any stream: the state is
+/// moved into a freshly boxed future for every item, then taken back.
+struct BoxPerItem<S: Stream> {
+    state: Option<Box<S>>,
+    pending: Option<PerItem<S>>,
+}
+
+impl<S> BoxPerItem<S>
+where
+    S: Stream + Unpin + Send + 'static,
+    S::Item: Send,
+{
+    fn new(stream: S) -> Self {
+        BoxPerItem {
+            state: Some(Box::new(stream)),
+            pending: None,
+        }
+    }
+
+    fn poll_item(&mut self, cx: &mut TaskContext<'_>) -> Poll<Option<S::Item>> {
+        if self.pending.is_none() {
+            let Some(mut state) = self.state.take() else {
+                return Poll::Ready(None);
+            };
+            self.pending = Some(Box::pin(async move {
+                let pad = MaybeUninit::<[u8; DRIVER_FUTURE_BYTES]>::uninit();
+                let item = state.next().await;
+                std::hint::black_box(&pad);
+                (state, item)
+            }));
+        }
+        let fut = self.pending.as_mut().expect("pending future set above");
+        let (state, item) = std::task::ready!(fut.as_mut().poll(cx));
+        self.pending = None;
+        self.state = Some(state);
+        Poll::Ready(item)
+    }
+
+    async fn next_item(&mut self) -> Option<S::Item> {
+        std::future::poll_fn(|cx| self.poll_item(cx)).await
+    }
+}
+
+/// Drains `stream` directly or through [`BoxPerItem`]; returns the time and
+/// the sum of `weight` over the items.
+async fn drain_stream<S>(stream: S, boxed: bool, weight: impl Fn(S::Item) -> u64) -> (Duration, u64)
+where
+    S: Stream + Unpin + Send + 'static,
+    S::Item: Send,
+{
+    let start = Instant::now();
+    let mut sum = 0u64;
+    if boxed {
+        let mut s = BoxPerItem::new(stream);
+        while let Some(item) = s.next_item().await {
+            sum += weight(std::hint::black_box(item));
+        }
+    } else {
+        let mut s = stream;
+        while let Some(item) = s.next().await {
+            sum += weight(std::hint::black_box(item));
+        }
+    }
+    (start.elapsed(), sum)
+}
+
+/// Per-item medians of an interleaved A/B run, in ns.
+struct AbResult {
+    direct: f64,
+    boxed: f64,
+    /// Median, min and max over rounds of (boxed - direct), each round's two
+    /// arms run back to back.
+    diff: (f64, f64, f64),
+}
+
+/// Alternates the two arms `rounds` times (which goes first swaps every
+/// round) and returns the medians per item.
+async fn ab_per_item<F, Fut>(rounds: usize, items: u64, mut run: F) -> AbResult
+where
+    F: FnMut(bool) -> Fut,
+    Fut: Future<Output = (Duration, u64)>,
+{
+    let (mut direct, mut boxed, mut diff) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let mut pair = [0.0; 2];
+        for boxed_arm in [round % 2 == 1, round % 2 == 0] {
+            let (t, n) = run(boxed_arm).await;
+            assert_eq!(n, items, "every item arrives in both arms");
+            pair[usize::from(boxed_arm)] = t.as_secs_f64() * 1e9 / items as f64;
+        }
+        direct.push(pair[0]);
+        boxed.push(pair[1]);
+        diff.push(pair[1] - pair[0]);
+    }
+    let min = diff.iter().copied().fold(f64::MAX, f64::min);
+    let max = diff.iter().copied().fold(f64::MIN, f64::max);
+    AbResult {
+        direct: median(&mut direct),
+        boxed: median(&mut boxed),
+        diff: (median(&mut diff), min, max),
+    }
+}
+
+fn print_ab(case: &str, items: u64, r: &AbResult) {
+    let (med, min, max) = r.diff;
+    println!(
+        "| {case} | {items} | {:.1} | {:.1} | {med:.1} [{min:.1}, {max:.1}] |",
+        r.direct, r.boxed,
+    );
+}
+
+async fn box_cost(items: u64, rounds: usize) {
+    println!("\n## Per-response box: {rounds} interleaved A/B rounds");
+    println!(
+        "| case | items | direct ns/item | boxed ns/item | boxed - direct ns/item, median [min, max] |"
+    );
+    println!("|---|---|---|---|---|");
+    let alone = ab_per_item(rounds, items, |boxed| {
+        drain_stream(tokio_stream::iter(0..items), boxed, |_| 1)
+    })
+    .await;
+    print_ab("in memory (the box alone)", items, &alone);
+
+    // Over loopback: small responses, where a fixed per-response cost weighs most.
+    const ROWS_PER_BATCH: u64 = 16;
+    let responses = 10_000u64;
+    let rows = (ROWS_PER_BATCH * responses) as i64;
+    let (server, channel) = serve(ROWS_PER_BATCH).await;
+    let client = SparkConnectServiceClient::new(channel);
+    let run = |boxed: bool| {
+        let mut client = client.clone();
+        async move {
+            let req = raw_request(rows);
+            let operation_id = req.operation_id.clone().unwrap();
+            let stream = client.execute_plan(req).await.unwrap().into_inner();
+            let (t, n) = drain_stream(stream, boxed, |r| match r.unwrap().response_type {
+                Some(ResponseType::ArrowBatch(_)) => 1,
+                _ => 0,
+            })
+            .await;
+            // Untimed: free the finished execution so runs do not pile up.
+            release_all(&mut client, operation_id).await;
+            (t, n)
+        }
+    };
+    run(false).await; // warm-up
+    let served = ab_per_item(rounds, responses, run).await;
+    print_ab(
+        &format!("embedded server, {ROWS_PER_BATCH} rows/response"),
+        responses,
+        &served,
+    );
+    println!(
+        "\nthe box alone is {:.1} ns per response = {:.3} % of a {ROWS_PER_BATCH}-row response over loopback (direct median {:.1} us); keep threshold: > 1000 ns or > 1 %",
+        alone.diff.0,
+        alone.diff.0 / served.direct * 100.0,
+        served.direct / 1e3
+    );
+    server.shutdown().await;
+}
+
 fn arg(args: &[String], name: &str, default: usize) -> usize {
     args.iter()
         .position(|a| a == name)
@@ -374,6 +564,7 @@ fn main() {
     let rows_per_batch = arg(&args, "--rows-per-batch", 8192) as u64;
     let rounds = arg(&args, "--rounds", 7);
     let reps = arg(&args, "--reps", 25);
+    let box_items = arg(&args, "--box-items", 1_000_000) as u64;
 
     let marks = RetryMarks::default();
     // Only the crate's debug events are needed; everything else stays off.
@@ -390,8 +581,21 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1))
+        .map(String::as_str);
+    let run = |part: &str| only.is_none_or(|o| o == part);
     rt.block_on(async {
-        throughput(rows, rows_per_batch, rounds).await;
-        latency(reps, marks).await;
+        if run("throughput") {
+            throughput(rows, rows_per_batch, rounds).await;
+        }
+        if run("latency") {
+            latency(reps, marks).await;
+        }
+        if run("box") {
+            box_cost(box_items, rounds).await;
+        }
     });
 }

@@ -1,9 +1,17 @@
 //! # spark-connect-retry
 //!
-//! Retries and reattachable executions for [Spark Connect] over [tonic]:
-//! PySpark 4.3.0's retry policy to the millisecond, an `ExecutePlan` stream
-//! that resumes after any transient fault, a tower retry layer for any tonic
-//! client, and a Spark Connect session (SQL in, Arrow out).
+//! Rust programs that talk to Apache Spark through [Spark Connect] (gRPC over
+//! [tonic]) lose queries to transient faults: a server restarting, a load
+//! balancer cutting an idle connection, a cursor preempted by another RPC, a
+//! server asking its clients to back off. A plain tonic client turns each of
+//! these into a failed query, and a naive retry either hammers a struggling
+//! server or re-runs a long query from the start. PySpark and the JVM client
+//! survive them with a tuned retry policy and *reattachable execution*.
+//!
+//! This crate brings the same to Rust: PySpark 4.3.0's retry policy to the
+//! millisecond, an `ExecutePlan` stream that resumes after any transient fault,
+//! a tower retry layer for any tonic client, and a Spark Connect session (SQL
+//! in, Arrow out).
 //!
 //! | module | what |
 //! |---|---|
@@ -12,6 +20,11 @@
 //! | [`reattach`] | [`ReattachableExecution`](reattach::ReattachableExecution) and its sans-I/O core |
 //! | [`layer`] | [`RetryLayer`](layer::RetryLayer) for any tonic client |
 //! | [`session`] | [`SparkSession`](session::SparkSession), `sc://` connection strings |
+//! | [`deadlines`] | [`RpcDeadlines`](deadlines::RpcDeadlines), PySpark 4.3's per-RPC deadlines |
+//! | [`status`] | Spark's error class, SQLSTATE and `RetryInfo` read from status details, defensively |
+//! | [`sanitize`] | [`SanitizeLayer`](sanitize::SanitizeLayer): a guard against tonic's panic on non-base64 status details |
+//! | [`transport`] | [`GrpcChannel`](transport::GrpcChannel): any service stack as one boxed, sanitized client type |
+//! | [`proto`] | the Spark Connect protocol (`spark.connect`), generated at build time |
 //! | `testing` | (feature `testing`) an embedded Spark Connect server with fault injection, and a TCP fault proxy |
 //!
 //! ```no_run

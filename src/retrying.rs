@@ -1,7 +1,15 @@
 //! The async retry loop (PySpark 4.3's `Retrying`).
 //!
-//! [`Retrying`] runs an async operation until it succeeds, an error is not
-//! retryable, or the budget runs out:
+//! A policy says whether to retry and how long to wait; something still has to
+//! run the attempts, sleep between them, keep one budget per policy, let an
+//! attempt ask for an immediate retry, and return the right error when it
+//! gives up. Written inline at every call site, that loop drifts from
+//! PySpark's in small ways (which policy decides, which error is returned,
+//! how many warnings are logged), and a loop that sleeps on the real clock
+//! cannot be tested without waiting minutes.
+//!
+//! [`Retrying`] is that loop, written once: it runs an async operation until
+//! it succeeds, an error is not retryable, or the budget runs out:
 //!
 //! * the first attempt is free, with no sleep before it;
 //! * after a failure, the **first** policy (in list order) whose classifier

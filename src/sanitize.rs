@@ -33,8 +33,8 @@ use base64::engine::{DecodePaddingMode, GeneralPurposeConfig};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue};
 use http_body::{Body, Frame};
-use tower_layer::Layer;
-use tower_service::Service;
+use tower::Layer;
+use tower::Service;
 
 use crate::headers::{GRPC_MESSAGE, GRPC_STATUS, GRPC_STATUS_DETAILS as DETAILS};
 use crate::transport::BoxError;

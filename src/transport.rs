@@ -4,9 +4,9 @@
 
 use bytes::Bytes;
 use http_body::Body;
+use tower::Service;
 use tower::util::BoxCloneSyncService;
 use tower::{ServiceBuilder, ServiceExt};
-use tower_service::Service;
 
 use crate::proto::spark_connect_service_client::SparkConnectServiceClient;
 use crate::sanitize::SanitizeLayer;

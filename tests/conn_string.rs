@@ -1,4 +1,5 @@
-//! Tests for `session::conn_string`: the Spark test vectors (spec §9.4), every parameter,
+//! Tests for `session::conn_string`: the test vectors of Spark's JVM client (the `URIs` pack of
+//! `SparkConnectClientSuite`, its "Check URI: …" tests), every parameter,
 //! environment fallbacks, redaction, and fuzzing for panics.
 
 use std::collections::HashMap;
@@ -29,7 +30,7 @@ fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> + use<> {
     move |k: &str| map.get(k).cloned()
 }
 
-// ---------------------------------------------------------------- spec §9.4 vectors
+// ------------------------------ SparkConnectClientSuite `URIs` vectors
 
 #[test]
 fn spec_valid_vectors() {

@@ -1,5 +1,10 @@
-//! PySpark 4.3.0's retry scenarios (spec §1.4, §5.1, §5.2) against
-//! `RetryPolicy` and `Retrying`, with an injected sleeper, clock and seed.
+//! PySpark 4.3.0's retry tests, ported against `RetryPolicy` and `Retrying`
+//! with an injected sleeper, clock and seed: `test_connect_retry.py`
+//! (`RetryTests`) and `test_client_retries.py`
+//! (`SparkConnectClientRetriesTestCase`), both under
+//! `python/pyspark/sql/tests/connect/`. Each test names the upstream test it
+//! ports; the others check `DefaultPolicy`'s backoff arithmetic, whose figures
+//! come from running PySpark 4.3.0's `retries.py`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -95,9 +100,10 @@ fn without_max_backoff_the_wait_never_grows() {
     assert_eq!(waits(&p, &[None; 3], 0.0), vec![Some(100); 3]);
 }
 
+/// `test_client_retries.py::SparkConnectClientRetriesTestCase::test_return_to_exponential_backoff`:
+/// 5 min twice, then 0 three times.
 #[test]
 fn retry_info_is_a_floor_that_never_bends_the_sequence() {
-    // test_return_to_exponential_backoff: 5 min twice, then 0 three times.
     let p = no_jitter();
     let five = Some(Duration::from_secs(300));
     let zero = Some(Duration::ZERO);
@@ -114,6 +120,8 @@ fn retry_info_is_a_floor_that_never_bends_the_sequence() {
     );
 }
 
+/// `test_client_retries.py::SparkConnectClientRetriesTestCase::test_max_server_retry_delay`,
+/// and the cap turned off.
 #[test]
 fn server_delay_capped_by_max_server_retry_delay_only() {
     let p = no_jitter();
@@ -186,7 +194,7 @@ fn builder_rejects_bad_values_naming_the_field() {
     }
 }
 
-// ---- Retrying loop: §5.1 --------------------------------------------------
+// ---- Retrying loop: test_connect_retry.py (RetryTests) ---------------------
 
 fn any_error_policy(max: u32) -> RetryPolicy {
     RetryPolicy::base_builder()
@@ -228,6 +236,7 @@ async fn script(retrying: Retrying, errors: Vec<Status>) -> (Result<u32, Status>
     (r, n.load(Ordering::SeqCst), sleeper.sleeps_ms())
 }
 
+/// `test_connect_retry.py::RetryTests::test_simple` and `::test_below_limit`.
 #[tokio::test]
 async fn simple_and_below_limit() {
     let (r, attempts, sleeps) = script(
@@ -244,6 +253,7 @@ async fn simple_and_below_limit() {
     assert_eq!((r.unwrap(), attempts), (1, 2));
 }
 
+/// `test_connect_retry.py::RetryTests::test_exceed_retries`.
 #[tokio::test]
 async fn exceed_retries_returns_the_original_error() {
     let errs = vec![Status::internal("boom"); 4];
@@ -253,6 +263,8 @@ async fn exceed_retries_returns_the_original_error() {
     assert_eq!((attempts, sleeps.len()), (3, 2));
 }
 
+/// `test_connect_retry.py::RetryTests::test_rejected_by_policy` and
+/// `::test_throw_not_retriable_error`.
 #[tokio::test]
 async fn non_retryable_error_propagates_at_once() {
     let (r, attempts, sleeps) = script(
@@ -275,6 +287,8 @@ async fn non_retryable_error_propagates_at_once() {
     assert_eq!(n.load(Ordering::SeqCst), 1);
 }
 
+/// `test_connect_retry.py::RetryTests::test_specific_exception` and
+/// `::test_specific_exception_exceed_retries`.
 #[tokio::test]
 async fn specific_exception_and_exceed() {
     let (r, attempts, _) = script(
@@ -291,6 +305,7 @@ async fn specific_exception_and_exceed() {
     assert_eq!((r.unwrap_err().code(), attempts), (Code::Unavailable, 3));
 }
 
+/// `test_connect_retry.py::RetryTests::test_multiple_policies`.
 #[tokio::test]
 async fn multiple_policies_each_with_its_own_budget() {
     let mut errs = vec![Status::unavailable("u"); 2];
@@ -306,6 +321,8 @@ async fn multiple_policies_each_with_its_own_budget() {
     assert_eq!((r.unwrap(), attempts), (6, 7));
 }
 
+/// `test_connect_retry.py::RetryTests::test_multiple_policies_exceed` (4.1+:
+/// no fallback to a later policy).
 #[tokio::test]
 async fn first_matching_policy_decides_without_fallback() {
     let (r, attempts, _) = script(
@@ -319,6 +336,7 @@ async fn first_matching_policy_decides_without_fallback() {
     assert_eq!((r.is_err(), attempts), (true, 3));
 }
 
+/// Not upstream: two policies' budgets interleaved within one loop.
 #[tokio::test]
 async fn budgets_interleave_per_policy() {
     // A(UNAVAILABLE, max 1, 10 ms), B(ABORTED, max 5, 20 ms); errors U, AB, AB, U.
@@ -340,8 +358,10 @@ async fn budgets_interleave_per_policy() {
     assert_eq!((attempts, sleeps), (4, vec![10, 20, 20]));
 }
 
-// ---- §5.2 ------------------------------------------------------------------
+// ---- DefaultPolicy: client/test_client_retries.py ------------------------
 
+/// `test_client_retries.py::SparkConnectClientRetriesTestCase::test_retry`,
+/// with the exact sleeps instead of its `>= 600` ms lower bound.
 #[tokio::test]
 async fn default_policy_unavailable_forever_sleeps_15_times() {
     let (r, attempts, sleeps) =
@@ -357,6 +377,7 @@ async fn default_policy_unavailable_forever_sleeps_15_times() {
     }
 }
 
+/// `test_client_retries.py::SparkConnectClientRetriesTestCase::test_default_policy_retries_retry_info`.
 #[tokio::test]
 async fn retry_info_makes_unimplemented_retryable() {
     let (_, attempts, sleeps) = script(
@@ -367,6 +388,7 @@ async fn retry_info_makes_unimplemented_retryable() {
     assert_eq!((attempts, sleeps.len()), (16, 15));
 }
 
+/// `test_client_retries.py::SparkConnectClientRetriesTestCase::test_retry_delay_overrides_max_backoff`.
 #[tokio::test]
 async fn retry_delay_overrides_max_backoff() {
     let (_, _, sleeps) = script(
@@ -381,6 +403,8 @@ async fn retry_delay_overrides_max_backoff() {
     );
 }
 
+/// `test_client_retries.py::SparkConnectClientRetriesTestCase::test_deadline_exceeded_not_retried_by_retry_handler`
+/// and `::test_deadline_exceeded_is_not_retried_for_non_retryable_codes`.
 #[tokio::test]
 async fn deadline_exceeded_is_not_retried() {
     let (r, attempts, sleeps) =
@@ -429,6 +453,7 @@ fn deadline_marker() -> AttemptError {
     AttemptError::RetryNow(Some(Status::deadline_exceeded("cause")))
 }
 
+/// `test_client_retries.py::SparkConnectClientRetriesTestCase::test_retry_exception_bounded_by_elapsed_time`.
 #[tokio::test]
 async fn retry_now_bounded_by_elapsed_time_returns_cause() {
     let (r, tries) = retry_now_script(
@@ -447,6 +472,7 @@ async fn retry_now_bounded_by_elapsed_time_returns_cause() {
     }
 }
 
+/// `test_client_retries.py::SparkConnectClientRetriesTestCase::test_retry_exception_below_bound_keeps_retrying`.
 #[tokio::test]
 async fn retry_now_below_bound_keeps_retrying() {
     let (r, tries) = retry_now_script(
@@ -459,6 +485,7 @@ async fn retry_now_below_bound_keeps_retrying() {
     assert_eq!((r.unwrap(), tries), (3, 4));
 }
 
+/// `test_client_retries.py::SparkConnectClientRetriesTestCase::test_retry_exception_bare_no_cause_raises_self_when_bound_exceeded`.
 #[tokio::test]
 async fn bare_retry_now_returns_itself() {
     let (r, tries) = retry_now_script(
@@ -472,6 +499,7 @@ async fn bare_retry_now_returns_itself() {
     assert!(matches!(r, Err(AttemptError::RetryNow(None))));
 }
 
+/// `test_client_retries.py::SparkConnectClientRetriesTestCase::test_retry_exception_elapsed_clock_starts_at_first_retry_exception`.
 #[tokio::test]
 async fn retry_now_clock_starts_at_first_marker() {
     let mut script = vec![
@@ -502,6 +530,7 @@ async fn retry_now_works_with_no_policies() {
     assert_eq!((r.unwrap(), tries), (1, 2));
 }
 
+/// `test_client_retries.py::SparkConnectClientRetriesTestCase::test_warning_works`.
 #[tokio::test]
 async fn test_policy_sleeps_between_10_and_20_ms() {
     let (r, attempts, sleeps) = script(

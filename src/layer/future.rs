@@ -18,7 +18,7 @@ use bytes::Bytes;
 use http::{Request, Response};
 use pin_project_lite::pin_project;
 use tonic::body::Body;
-use tower_service::Service;
+use tower::Service;
 
 use super::attempt::{Outcome, ReadResponse, transport_failure};
 use super::body::RetryBody;

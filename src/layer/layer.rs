@@ -5,7 +5,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tower_layer::Layer;
+use tower::Layer;
 
 use super::service::RetryService;
 use super::stats::RetryStats;

@@ -10,8 +10,8 @@ use http::{HeaderMap, HeaderValue, Request, Response};
 use tonic::Code;
 use tonic::Status;
 use tonic::body::Body;
+use tower::Service;
 use tower::ServiceExt;
-use tower_service::Service;
 
 use super::attempt::{Deliver, Outcome, Pushback, ReadResponse, transport_failure};
 use super::body::{Buffered, Buffering, ReplayBody, RetryBody};

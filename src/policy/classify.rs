@@ -39,6 +39,7 @@ use tonic::{Code, Status};
 
 /// Where a failed call's [`Status`] came from, as far as the client can tell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum FailureKind {
     /// Sent by the server (or inferred by tonic from the HTTP response).
     Server,

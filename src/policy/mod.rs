@@ -1,5 +1,16 @@
 //! Retry policies: which errors to retry, how many times, and how long to wait.
 //!
+//! A Spark Connect client meets transient failures all the time: a restarting
+//! server answers UNAVAILABLE, a preempted cursor reports
+//! `INVALID_CURSOR.DISCONNECTED`, a busy server asks for a pause with a
+//! `google.rpc.RetryInfo`, and tonic reports a reset connection as `Unknown`.
+//! Giving up on the first one loses a long query to a blip; retrying every
+//! error at once hammers a server that is trying to recover and repeats
+//! failures that will never succeed (a syntax error, a missing table). The
+//! client must tell the two apart, wait longer after each failure, honour the
+//! server's requested delay, and stop after a bounded time: the same way
+//! PySpark does, so a Rust client and a Python one load a server alike.
+//!
 //! A [`RetryPolicy`] is PySpark 4.3.0's `RetryPolicy` made into a value: a
 //! classifier that decides whether an error is retryable, a retry budget, and
 //! an exponential backoff with jitter and a server-delay floor.

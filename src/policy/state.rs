@@ -46,6 +46,7 @@ pub enum RetryReason {
 
 /// Why a loop gave up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum GiveUpReason {
     /// No policy's classifier accepted the error.
     NotRetryable,
@@ -60,6 +61,7 @@ pub enum GiveUpReason {
 
 /// What to do after a failed attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RetryDecision {
     /// Sleep for `delay` (zero for [`RetryReason::RetryNow`]), then try again.
     Retry {

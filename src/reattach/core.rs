@@ -30,6 +30,7 @@ pub const SESSION_NOT_FOUND: &str = "INVALID_HANDLE.SESSION_NOT_FOUND";
 
 /// What the driver observed.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum Event {
     /// A message arrived on the current stream.
     Response(Box<ExecutePlanResponse>),
@@ -63,6 +64,7 @@ pub enum Release {
 
 /// What the driver must do next.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum Action {
     /// Open a stream, then read from it.
     Open(Open),

@@ -1,6 +1,18 @@
 //! Reattachable executions: an `ExecutePlan` result stream that survives
 //! transient faults (PySpark 4.3.0 semantics).
 //!
+//! A query's results arrive on one long server stream, and long streams break:
+//! load balancers cut connections, servers end stream segments on purpose
+//! (`senderMaxStreamDuration`, `senderMaxStreamSize`), a newer attach preempts
+//! a cursor, a connection resets. Retrying the whole `ExecutePlan` would run
+//! the query again from the start and deliver rows the caller already has.
+//! Spark Connect lets a client instead *reattach* to the running execution and
+//! resume after the last response it received, while the server keeps recent
+//! responses in a buffer the client frees with `ReleaseExecute` as it goes.
+//!
+//! [`ReattachableExecution`] is the client side of that protocol, with
+//! PySpark's rules:
+//!
 //! * **Operation id**: generated (UUIDv4) or validated; the reattach option is
 //!   appended; the same request is re-sent byte-identical on re-execute.
 //! * **Resume point**: `last_response_id` is the last response *yielded* to the
@@ -49,6 +61,7 @@ pub struct ReattachOptions {
 
 /// Why a reattachable execution failed.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum ReattachError {
     /// A terminal gRPC error (not retryable, or retries exhausted).
     Status(tonic::Status),

@@ -12,7 +12,9 @@ use super::buffer::{OpState, Operation};
 use super::producer::produce;
 use super::sender::{ExecStream, attach_stream};
 use super::service::{Service, kill_switch};
+use super::state::Shared;
 use crate::proto;
+use crate::proto::release_execute_request::Release;
 use crate::testing::error::SparkError;
 use crate::testing::faults::{Rpc, lock};
 use crate::testing::plan::parse_plan;
@@ -173,57 +175,57 @@ impl Service {
         &self,
         request: Request<proto::ReleaseExecuteRequest>,
     ) -> Result<Response<proto::ReleaseExecuteResponse>, Status> {
-        use proto::release_execute_request::Release;
-        let shared = &self.shared;
-        let kill = kill_switch(&request);
-        let session_id = request.get_ref().session_id.clone();
-        let op_id = request.get_ref().operation_id.clone();
+        let counters = &self.shared.counters;
         let counter = match request.get_ref().release {
-            Some(Release::ReleaseUntil(_)) => &shared.counters.release_until,
-            _ => &shared.counters.release_all,
+            Some(Release::ReleaseUntil(_)) => &counters.release_until,
+            _ => &counters.release_all,
         };
-        let fault = self
-            .begin(Rpc::ReleaseExecute, counter, &request, &session_id, &op_id)
-            .await?;
-        let req = request.into_inner();
-        lock(&shared.log).release.push(req.clone());
-        let result = (|| {
-            // Spark looks the session up without checking the observed id.
-            shared.lookup_session(&session_id, None)?;
-            let mut resp = proto::ReleaseExecuteResponse {
-                session_id: session_id.clone(),
-                server_side_session_id: shared.ssid(),
-                operation_id: None,
-            };
-            let Some(op) = shared.find_op(&session_id, &op_id) else {
-                return Ok(resp); // Already gone: a no-op success.
-            };
-            if !op.reattachable {
-                return Err(shared.spark_status(&SparkError::not_reattachable(), Some(&session_id)));
-            }
-            match &req.release {
-                Some(Release::ReleaseAll(_)) => {
-                    shared.remove_op(&op);
-                    shared.close_ops(vec![op]);
-                }
-                Some(Release::ReleaseUntil(u)) => {
-                    if let Err(e) = op.release_until(&u.response_id) {
-                        return Err(shared.spark_status(&e, Some(&session_id)));
-                    }
-                }
-                None => {
-                    let e = SparkError::java(
-                        "java.lang.UnsupportedOperationException",
-                        "ReleaseExecute needs release_all or release_until",
-                    );
-                    return Err(shared.spark_status(&e, Some(&session_id)));
-                }
-            }
-            resp.operation_id = Some(op_id.clone());
-            Ok(resp)
-        })();
-        self.finish(fault, kill, &session_id, &op_id, result).await
+        let op_id = request.get_ref().operation_id.clone();
+        self.unary(Rpc::ReleaseExecute, counter, request, &op_id, release)
+            .await
     }
+}
+
+/// ReleaseExecute: `release_until` evicts up to an id, `release_all` removes
+/// and cancels the execution; an unknown execution is a no-op success.
+fn release(
+    shared: &Shared,
+    req: proto::ReleaseExecuteRequest,
+) -> Result<proto::ReleaseExecuteResponse, Status> {
+    lock(&shared.log).release.push(req.clone());
+    let (session_id, op_id) = (&req.session_id, &req.operation_id);
+    // Spark looks the session up without checking the observed id.
+    shared.lookup_session(session_id, None)?;
+    let mut resp = proto::ReleaseExecuteResponse {
+        session_id: session_id.clone(),
+        server_side_session_id: shared.ssid(),
+        operation_id: None,
+    };
+    let Some(op) = shared.find_op(session_id, op_id) else {
+        return Ok(resp); // Already gone: a no-op success.
+    };
+    let spark_status = |e: &SparkError| shared.spark_status(e, Some(session_id));
+    if !op.reattachable {
+        return Err(spark_status(&SparkError::not_reattachable()));
+    }
+    match &req.release {
+        Some(Release::ReleaseAll(_)) => {
+            shared.remove_op(&op);
+            shared.close_ops(vec![op]);
+        }
+        Some(Release::ReleaseUntil(u)) => {
+            op.release_until(&u.response_id)
+                .map_err(|e| spark_status(&e))?;
+        }
+        None => {
+            return Err(spark_status(&SparkError::java(
+                "java.lang.UnsupportedOperationException",
+                "ReleaseExecute needs release_all or release_until",
+            )));
+        }
+    }
+    resp.operation_id = Some(op_id.clone());
+    Ok(resp)
 }
 
 /// The request's operation id (a UUID), or a fresh one.

@@ -115,6 +115,86 @@ impl Service {
             }
         }
     }
+
+    /// Runs a unary RPC: [`begin`](Self::begin), then `handle` on the
+    /// request, then [`finish`](Self::finish) with its result.
+    pub(super) async fn unary<Req, R>(
+        &self,
+        rpc: Rpc,
+        counter: &AtomicU64,
+        request: Request<Req>,
+        op_id: &str,
+        handle: impl FnOnce(&Shared, Req) -> Result<R, Status>,
+    ) -> Result<Response<R>, Status>
+    where
+        Req: UnaryRequest,
+    {
+        let kill = kill_switch(&request);
+        let session_id = request.get_ref().session_id().to_owned();
+        let fault = self
+            .begin(rpc, counter, &request, &session_id, op_id)
+            .await?;
+        let result = handle(&self.shared, request.into_inner());
+        self.finish(fault, kill, &session_id, op_id, result).await
+    }
+
+    /// [`unary`](Self::unary) for an RPC that opens its session (created on
+    /// first use, checked against the server-side session id the client saw)
+    /// before `handle` runs.
+    pub(super) async fn session_unary<Req, R>(
+        &self,
+        rpc: Rpc,
+        counter: &AtomicU64,
+        request: Request<Req>,
+        handle: impl FnOnce(&Shared, Req) -> Result<R, Status>,
+    ) -> Result<Response<R>, Status>
+    where
+        Req: UnaryRequest,
+    {
+        self.unary(rpc, counter, request, "", |shared, req| {
+            shared.get_or_create_session(req.session_id(), req.observed())?;
+            handle(shared, req)
+        })
+        .await
+    }
+}
+
+/// What [`Service::unary`] reads from a request: its session id, and the
+/// server-side session id the client last observed (if the RPC carries one).
+pub(super) trait UnaryRequest {
+    fn session_id(&self) -> &str;
+    fn observed(&self) -> Option<&str>;
+}
+
+macro_rules! unary_request {
+    ($($req:ty),* $(,)?) => {$(
+        impl UnaryRequest for $req {
+            fn session_id(&self) -> &str {
+                &self.session_id
+            }
+            fn observed(&self) -> Option<&str> {
+                self.client_observed_server_side_session_id.as_deref()
+            }
+        }
+    )*};
+}
+
+unary_request!(
+    proto::AnalyzePlanRequest,
+    proto::ConfigRequest,
+    proto::InterruptRequest,
+    proto::FetchErrorDetailsRequest,
+    proto::ReleaseExecuteRequest,
+);
+
+impl UnaryRequest for proto::ReleaseSessionRequest {
+    fn session_id(&self) -> &str {
+        &self.session_id
+    }
+    /// ReleaseSession carries no observed id.
+    fn observed(&self) -> Option<&str> {
+        None
+    }
 }
 
 #[tonic::async_trait]

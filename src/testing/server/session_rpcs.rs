@@ -7,7 +7,8 @@ use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
 use super::buffer::Operation;
-use super::service::{Service, kill_switch};
+use super::service::Service;
+use super::state::Shared;
 use crate::proto;
 use crate::testing::error::SparkError;
 use crate::testing::faults::{Rpc, lock};
@@ -17,247 +18,210 @@ impl Service {
         &self,
         request: Request<proto::AnalyzePlanRequest>,
     ) -> Result<Response<proto::AnalyzePlanResponse>, Status> {
-        use proto::{analyze_plan_request::Analyze, analyze_plan_response as apr};
-        let shared = &self.shared;
-        let kill = kill_switch(&request);
-        let session_id = request.get_ref().session_id.clone();
-        let fault = self
-            .begin(
-                Rpc::AnalyzePlan,
-                &shared.counters.analyze,
-                &request,
-                &session_id,
-                "",
-            )
-            .await?;
-        let req = request.into_inner();
-        let result = (|| {
-            shared.get_or_create_session(
-                &session_id,
-                req.client_observed_server_side_session_id.as_deref(),
-            )?;
-            let result = match &req.analyze {
-                Some(Analyze::SparkVersion(_)) => apr::Result::SparkVersion(apr::SparkVersion {
-                    version: shared.settings.spark_version.clone(),
-                }),
-                // The DataType message is declared empty in this crate.
-                Some(Analyze::Schema(_)) => apr::Result::Schema(apr::Schema {
-                    schema: Some(proto::DataType {}),
-                }),
-                None => {
-                    return Err(Status::unimplemented(
-                        "this AnalyzePlan request is not implemented by the test server",
-                    ));
-                }
-            };
-            Ok(proto::AnalyzePlanResponse {
-                session_id: session_id.clone(),
-                server_side_session_id: shared.ssid(),
-                result: Some(result),
-            })
-        })();
-        self.finish(fault, kill, &session_id, "", result).await
+        let counter = &self.shared.counters.analyze;
+        self.session_unary(Rpc::AnalyzePlan, counter, request, analyze)
+            .await
     }
 
     pub(super) async fn rpc_config(
         &self,
         request: Request<proto::ConfigRequest>,
     ) -> Result<Response<proto::ConfigResponse>, Status> {
-        let shared = &self.shared;
-        let kill = kill_switch(&request);
-        let session_id = request.get_ref().session_id.clone();
-        let fault = self
-            .begin(
-                Rpc::Config,
-                &shared.counters.config,
-                &request,
-                &session_id,
-                "",
-            )
-            .await?;
-        let req = request.into_inner();
-        let result = (|| {
-            shared.get_or_create_session(
-                &session_id,
-                req.client_observed_server_side_session_id.as_deref(),
-            )?;
-            let op = req.operation.as_ref().and_then(|o| o.op_type.as_ref());
-            let applied = {
-                let mut st = lock(&shared.state);
-                let Some(session) = st.sessions.get_mut(&session_id) else {
-                    return Err(SparkError::session_closed(&session_id).to_status(None));
-                };
-                apply_config(&mut session.conf, op)
-            };
-            let pairs = applied.map_err(|missing| {
-                shared.spark_status(&SparkError::conf_not_found(&missing), Some(&session_id))
-            })?;
-            Ok(proto::ConfigResponse {
-                session_id: session_id.clone(),
-                server_side_session_id: shared.ssid(),
-                pairs,
-                warnings: Vec::new(),
-            })
-        })();
-        self.finish(fault, kill, &session_id, "", result).await
+        let counter = &self.shared.counters.config;
+        self.session_unary(Rpc::Config, counter, request, config)
+            .await
     }
 
     pub(super) async fn rpc_interrupt(
         &self,
         request: Request<proto::InterruptRequest>,
     ) -> Result<Response<proto::InterruptResponse>, Status> {
-        use proto::interrupt_request::{Interrupt, InterruptType};
-        let shared = &self.shared;
-        let kill = kill_switch(&request);
-        let session_id = request.get_ref().session_id.clone();
-        let fault = self
-            .begin(
-                Rpc::Interrupt,
-                &shared.counters.interrupt,
-                &request,
-                &session_id,
-                "",
-            )
-            .await?;
-        let req = request.into_inner();
-        let result = (|| {
-            shared.get_or_create_session(
-                &session_id,
-                req.client_observed_server_side_session_id.as_deref(),
-            )?;
-            let ops: Vec<Arc<Operation>> = lock(&shared.state)
-                .sessions
-                .get(&session_id)
-                .map(|s| s.ops.values().cloned().collect())
-                .unwrap_or_default();
-            let selected: Vec<Arc<Operation>> = match (req.interrupt_type(), &req.interrupt) {
-                (InterruptType::All, _) => ops,
-                (InterruptType::Tag, Some(Interrupt::OperationTag(t))) => {
-                    ops.into_iter().filter(|o| o.tags.contains(t)).collect()
-                }
-                (InterruptType::OperationId, Some(Interrupt::OperationId(id))) => {
-                    ops.into_iter().filter(|o| &o.id == id).collect()
-                }
-                _ => {
-                    let e = SparkError::java(
-                        "java.lang.IllegalArgumentException",
-                        "Unsupported or incomplete interrupt type",
-                    );
-                    return Err(shared.spark_status(&e, Some(&session_id)));
-                }
-            };
-            let mut interrupted_ids = Vec::new();
-            for op in selected {
-                if op.is_running() && op.fail(shared.canceled_status(&session_id)) {
-                    interrupted_ids.push(op.id.clone());
-                }
-            }
-            interrupted_ids.sort();
-            Ok(proto::InterruptResponse {
-                session_id: session_id.clone(),
-                server_side_session_id: shared.ssid(),
-                interrupted_ids,
-            })
-        })();
-        self.finish(fault, kill, &session_id, "", result).await
+        let counter = &self.shared.counters.interrupt;
+        self.session_unary(Rpc::Interrupt, counter, request, interrupt)
+            .await
     }
 
     pub(super) async fn rpc_release_session(
         &self,
         request: Request<proto::ReleaseSessionRequest>,
     ) -> Result<Response<proto::ReleaseSessionResponse>, Status> {
-        let shared = &self.shared;
-        let kill = kill_switch(&request);
-        let session_id = request.get_ref().session_id.clone();
-        let fault = self
-            .begin(
-                Rpc::ReleaseSession,
-                &shared.counters.release_session,
-                &request,
-                &session_id,
-                "",
-            )
-            .await?;
-        let req = request.into_inner();
-        let ops: Vec<Arc<Operation>> = {
-            let mut st = lock(&shared.state);
-            let ops = st
-                .sessions
-                .remove(&session_id)
-                .map(|s| s.ops.into_values().collect())
-                .unwrap_or_default();
-            if !req.allow_reconnect {
-                st.closed.insert(session_id.clone());
-            }
-            ops
-        };
-        for op in ops {
-            // The session is gone, so the cancel error carries no errorId.
-            op.fail(SparkError::operation_canceled().to_status(None));
-            op.close();
-        }
-        let result = Ok(proto::ReleaseSessionResponse {
-            session_id: session_id.clone(),
-            server_side_session_id: shared.ssid(),
-        });
-        self.finish(fault, kill, &session_id, "", result).await
+        let counter = &self.shared.counters.release_session;
+        self.unary(Rpc::ReleaseSession, counter, request, "", release_session)
+            .await
     }
 
     pub(super) async fn rpc_fetch_error_details(
         &self,
         request: Request<proto::FetchErrorDetailsRequest>,
     ) -> Result<Response<proto::FetchErrorDetailsResponse>, Status> {
-        use proto::fetch_error_details_response as fed;
-        let shared = &self.shared;
-        let kill = kill_switch(&request);
-        let session_id = request.get_ref().session_id.clone();
-        let fault = self
-            .begin(
-                Rpc::FetchErrorDetails,
-                &shared.counters.fetch_error_details,
-                &request,
-                &session_id,
-                "",
-            )
-            .await?;
-        let req = request.into_inner();
-        let result = (|| {
-            shared.get_or_create_session(
-                &session_id,
-                req.client_observed_server_side_session_id.as_deref(),
-            )?;
-            let mut resp = proto::FetchErrorDetailsResponse {
-                server_side_session_id: shared.ssid(),
-                session_id: session_id.clone(),
-                root_error_idx: None,
-                errors: Vec::new(),
-            };
-            let found = {
-                let mut st = lock(&shared.state);
-                match st.errors.get(&req.error_id) {
-                    Some((sid, _)) if *sid == session_id => st.errors.remove(&req.error_id),
-                    _ => None,
-                }
-            };
-            if let Some((_, e)) = found {
-                resp.root_error_idx = Some(0);
-                resp.errors.push(fed::Error {
-                    error_type_hierarchy: e.classes.clone(),
-                    message: e.message(),
-                    stack_trace: Vec::new(),
-                    cause_idx: None,
-                    spark_throwable: Some(fed::SparkThrowable {
-                        error_class: e.error_class.clone(),
-                        message_parameters: e.message_parameters.clone().into_iter().collect(),
-                        sql_state: e.sql_state.clone(),
-                        condition: e.error_class.clone(),
-                    }),
-                });
-            }
-            Ok(resp)
-        })();
-        self.finish(fault, kill, &session_id, "", result).await
+        let counter = &self.shared.counters.fetch_error_details;
+        self.session_unary(
+            Rpc::FetchErrorDetails,
+            counter,
+            request,
+            fetch_error_details,
+        )
+        .await
     }
+}
+
+/// AnalyzePlan: `spark_version`, and `schema` (an empty `DataType`).
+fn analyze(
+    shared: &Shared,
+    req: proto::AnalyzePlanRequest,
+) -> Result<proto::AnalyzePlanResponse, Status> {
+    use proto::{analyze_plan_request::Analyze, analyze_plan_response as apr};
+    let result = match &req.analyze {
+        Some(Analyze::SparkVersion(_)) => apr::Result::SparkVersion(apr::SparkVersion {
+            version: shared.settings.spark_version.clone(),
+        }),
+        // The DataType message is declared empty in this crate.
+        Some(Analyze::Schema(_)) => apr::Result::Schema(apr::Schema {
+            schema: Some(proto::DataType {}),
+        }),
+        None => {
+            return Err(Status::unimplemented(
+                "this AnalyzePlan request is not implemented by the test server",
+            ));
+        }
+    };
+    Ok(proto::AnalyzePlanResponse {
+        session_id: req.session_id,
+        server_side_session_id: shared.ssid(),
+        result: Some(result),
+    })
+}
+
+/// Config: applies the operation to the session's config.
+fn config(shared: &Shared, req: proto::ConfigRequest) -> Result<proto::ConfigResponse, Status> {
+    let session_id = &req.session_id;
+    let op = req.operation.as_ref().and_then(|o| o.op_type.as_ref());
+    let applied = {
+        let mut st = lock(&shared.state);
+        let Some(session) = st.sessions.get_mut(session_id) else {
+            return Err(SparkError::session_closed(session_id).to_status(None));
+        };
+        apply_config(&mut session.conf, op)
+    };
+    let pairs = applied.map_err(|missing| {
+        shared.spark_status(&SparkError::conf_not_found(&missing), Some(session_id))
+    })?;
+    Ok(proto::ConfigResponse {
+        session_id: session_id.clone(),
+        server_side_session_id: shared.ssid(),
+        pairs,
+        warnings: Vec::new(),
+    })
+}
+
+/// Interrupt: all of the session's executions, those with a tag, or one by
+/// id; running ones end with `OPERATION_CANCELED`.
+fn interrupt(
+    shared: &Shared,
+    req: proto::InterruptRequest,
+) -> Result<proto::InterruptResponse, Status> {
+    use proto::interrupt_request::{Interrupt, InterruptType};
+    let session_id = &req.session_id;
+    let ops: Vec<Arc<Operation>> = lock(&shared.state)
+        .sessions
+        .get(session_id)
+        .map(|s| s.ops.values().cloned().collect())
+        .unwrap_or_default();
+    let selected: Vec<Arc<Operation>> = match (req.interrupt_type(), &req.interrupt) {
+        (InterruptType::All, _) => ops,
+        (InterruptType::Tag, Some(Interrupt::OperationTag(t))) => {
+            ops.into_iter().filter(|o| o.tags.contains(t)).collect()
+        }
+        (InterruptType::OperationId, Some(Interrupt::OperationId(id))) => {
+            ops.into_iter().filter(|o| &o.id == id).collect()
+        }
+        _ => {
+            let e = SparkError::java(
+                "java.lang.IllegalArgumentException",
+                "Unsupported or incomplete interrupt type",
+            );
+            return Err(shared.spark_status(&e, Some(session_id)));
+        }
+    };
+    let mut interrupted_ids = Vec::new();
+    for op in selected {
+        if op.is_running() && op.fail(shared.canceled_status(session_id)) {
+            interrupted_ids.push(op.id.clone());
+        }
+    }
+    interrupted_ids.sort();
+    Ok(proto::InterruptResponse {
+        session_id: session_id.clone(),
+        server_side_session_id: shared.ssid(),
+        interrupted_ids,
+    })
+}
+
+/// ReleaseSession: forgets the session and cancels its executions; unless
+/// `allow_reconnect`, later RPCs on it fail with `SESSION_CLOSED`.
+fn release_session(
+    shared: &Shared,
+    req: proto::ReleaseSessionRequest,
+) -> Result<proto::ReleaseSessionResponse, Status> {
+    let session_id = req.session_id;
+    let ops: Vec<Arc<Operation>> = {
+        let mut st = lock(&shared.state);
+        let ops = st
+            .sessions
+            .remove(&session_id)
+            .map(|s| s.ops.into_values().collect())
+            .unwrap_or_default();
+        if !req.allow_reconnect {
+            st.closed.insert(session_id.clone());
+        }
+        ops
+    };
+    for op in ops {
+        // The session is gone, so the cancel error carries no errorId.
+        op.fail(SparkError::operation_canceled().to_status(None));
+        op.close();
+    }
+    Ok(proto::ReleaseSessionResponse {
+        session_id,
+        server_side_session_id: shared.ssid(),
+    })
+}
+
+/// FetchErrorDetails: serves a recorded error once, to its own session.
+fn fetch_error_details(
+    shared: &Shared,
+    req: proto::FetchErrorDetailsRequest,
+) -> Result<proto::FetchErrorDetailsResponse, Status> {
+    use proto::fetch_error_details_response as fed;
+    let found = {
+        let mut st = lock(&shared.state);
+        match st.errors.get(&req.error_id) {
+            Some((sid, _)) if *sid == req.session_id => st.errors.remove(&req.error_id),
+            _ => None,
+        }
+    };
+    let mut resp = proto::FetchErrorDetailsResponse {
+        server_side_session_id: shared.ssid(),
+        session_id: req.session_id,
+        root_error_idx: None,
+        errors: Vec::new(),
+    };
+    if let Some((_, e)) = found {
+        resp.root_error_idx = Some(0);
+        resp.errors.push(fed::Error {
+            error_type_hierarchy: e.classes.clone(),
+            message: e.message(),
+            stack_trace: Vec::new(),
+            cause_idx: None,
+            spark_throwable: Some(fed::SparkThrowable {
+                error_class: e.error_class.clone(),
+                message_parameters: e.message_parameters.clone().into_iter().collect(),
+                sql_state: e.sql_state.clone(),
+                condition: e.error_class.clone(),
+            }),
+        });
+    }
+    Ok(resp)
 }
 
 /// Applies one Config operation to a session's config. Returns the pairs to
