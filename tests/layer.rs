@@ -5,7 +5,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use spark_connect_retry::layer::{MethodConfig, ResponseKind, RetryLayer, RetryService};
+use spark_connect_retry::layer::{
+    MethodConfig, ResponseKind, RetryLayer, RetryService, RetryThrottle,
+};
 use spark_connect_retry::policy::RetryPolicy;
 use spark_connect_retry::proto::spark_connect_service_client::SparkConnectServiceClient;
 use spark_connect_retry::proto::spark_connect_service_server::{
@@ -340,10 +342,9 @@ async fn unavailable_n_times_then_ok_with_attempt_headers() {
     assert_eq!((s.calls, s.attempts, s.retries, s.exhausted), (1, 4, 3, 0));
 }
 
-/// One event per attempt, with the method, the attempt, the code, the wait
-/// and why: two policy retries, then the success that ends the call (the
-/// first attempt's success is recorded by the response future, the last
-/// one's by the loop).
+/// One event per attempt, with OpenTelemetry's RPC field names: the
+/// service and method, the attempt, the status code, the wait and the
+/// reason: two policy retries, then the success that ends the call.
 #[tokio::test]
 async fn one_event_per_attempt() {
     tracing_init();
@@ -353,14 +354,16 @@ async fn one_event_per_attempt() {
         let sleeper = RecordingSleeper::new();
         let mut c = client(addr, RetryLayer::spark_connect(retrying(&sleeper)));
         let events = captured(c.config(config_req("s"))).await;
-        let m = "method=/spark.connect.SparkConnectService/Config";
+        let m = "rpc.service=spark.connect.SparkConnectService rpc.method=Config";
         let mut want: Vec<String> = (0..failures)
             .map(|a| {
                 let wait = [50, 200][a as usize];
-                format!("{m} attempt={a} code=Unavailable wait_ms={wait} why=policy")
+                format!("{m} attempt={a} rpc.grpc.status_code=14 wait_ms={wait} reason=policy")
             })
             .collect();
-        want.push(format!("{m} attempt={failures} code=Ok why=done"));
+        want.push(format!(
+            "{m} attempt={failures} rpc.grpc.status_code=0 reason=done"
+        ));
         assert_eq!(events, want, "{failures} failure(s)");
     }
 }
@@ -404,7 +407,7 @@ async fn request_body_not_ready_at_call_is_buffered_and_replayed() {
 
 /// Every attempt carries the request's metadata and extensions, as a layer
 /// between the retry layer and the channel sees them: tonic's `GrpcMethod`
-/// alone (kept inline by the layer), or with another extension (cloned).
+/// alone, or with another extension.
 #[tokio::test]
 async fn retries_carry_headers_and_extensions() {
     #[derive(Debug, Clone, PartialEq)]
@@ -784,7 +787,7 @@ async fn throttling_under_a_burst() {
             Retrying::new(vec![policy]).with_sleeper(RecordingSleeper::new()),
         );
         if throttle {
-            layer = layer.throttle(10, 0.1);
+            layer = layer.throttle(RetryThrottle::new(10, 0.1).unwrap());
         }
         let stats = layer.stats();
         let c = client(addr, layer);
