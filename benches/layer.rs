@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::HeaderMap;
-use http_body::{Body as _, Frame};
+use http_body::Frame;
 use spark_connect_retry::layer::RetryLayer;
 use spark_connect_retry::proto::spark_connect_service_client::SparkConnectServiceClient;
 use spark_connect_retry::proto::spark_connect_service_server::{

@@ -919,3 +919,75 @@ async fn unimplemented_is_not_retried_and_tracing_runs() {
     assert_eq!(stats.retries(), 1);
     assert!(sleeper.sleeps_ms() == vec![50]);
 }
+
+/// The generic constructor follows the service config (gRFC A6): only the
+/// codes it names, at most `maxAttempts` attempts, A6's backoff (±20 %),
+/// and nothing for the methods it does not name.
+#[tokio::test]
+async fn service_config_layer_follows_a6() {
+    let config = spark_connect_retry::layer::ServiceConfig::from_json(
+        r#"{"methodConfig": [{
+            "name": [{"service": "spark.connect.SparkConnectService", "method": "Config"}],
+            "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.1s", "maxBackoff": "1s",
+                            "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}
+        }]}"#,
+    )
+    .unwrap();
+    let layer =
+        |sleeper: &RecordingSleeper| RetryLayer::from_service_config(&config, retrying(sleeper));
+    // Listed code: three attempts in all, then the status.
+    let server = Scripted::new(unavailable_n(u32::MAX));
+    let addr = serve(server.clone()).await;
+    let sleeper = RecordingSleeper::new();
+    let err = client(addr, layer(&sleeper))
+        .config(config_req("s"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable);
+    assert_eq!(server.config_calls(), 3);
+    let waits = sleeper.sleeps_ms();
+    assert_eq!(waits.len(), 2);
+    assert!(
+        (80..120).contains(&waits[0]) && (160..240).contains(&waits[1]),
+        "{waits:?}"
+    );
+    // A code the config does not list: one attempt.
+    let server = Scripted::new(|_| ready(Err(Status::aborted("conflict"))));
+    let addr = serve(server.clone()).await;
+    let sleeper = RecordingSleeper::new();
+    let err = client(addr, layer(&sleeper))
+        .config(config_req("s"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Aborted);
+    assert_eq!(server.config_calls(), 1);
+    // A method the config does not name: not retried.
+    let server = Scripted::new(unavailable_n(u32::MAX)).with_exec(|_| vec![]);
+    let addr = serve(server.clone()).await;
+    let sleeper = RecordingSleeper::new();
+    let mut c = client(addr, layer(&sleeper));
+    let err = c
+        .analyze_plan(AnalyzePlanRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unimplemented);
+    assert!(sleeper.sleeps().is_empty());
+}
+
+/// A deadline or attempt timeout too large for the clock means none: no
+/// overflow, and the retries happen as without it.
+#[tokio::test]
+async fn huge_deadlines_do_not_overflow() {
+    let server = Scripted::new(unavailable_n(2));
+    let addr = serve(server.clone()).await;
+    let sleeper = RecordingSleeper::new();
+    let layer = RetryLayer::spark_connect(retrying(&sleeper))
+        .default_deadline(Duration::MAX)
+        .per_attempt_timeout(Duration::MAX);
+    let mut c = client(addr, layer);
+    let mut req = Request::new(config_req("s"));
+    req.set_timeout(Duration::from_secs(86_400));
+    c.config(req).await.unwrap();
+    assert_eq!(server.config_calls(), 3);
+    assert_eq!(sleeper.sleeps_ms(), vec![50, 200]);
+}
