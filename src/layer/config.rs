@@ -7,54 +7,7 @@
 //! translating it by hand. [`ServiceConfig::from_json`] reads the parts
 //! that concern retries, checks them by A6's rules, and
 //! [`RetryLayer::from_service_config`](super::RetryLayer::from_service_config)
-//! turns them into a layer:
-//!
-//! ```
-//! use spark_connect_retry::layer::{RetryLayer, ServiceConfig};
-//! use spark_connect_retry::retrying::Retrying;
-//!
-//! let config = ServiceConfig::from_json(r#"{
-//!   "methodConfig": [{
-//!     "name": [{"service": "helloworld.Greeter", "method": "SayHello"}],
-//!     "timeout": "10s",
-//!     "retryPolicy": {
-//!       "maxAttempts": 4,
-//!       "initialBackoff": "0.1s",
-//!       "maxBackoff": "1s",
-//!       "backoffMultiplier": 2,
-//!       "retryableStatusCodes": ["UNAVAILABLE", 10]
-//!     }
-//!   }],
-//!   "retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1}
-//! }"#).unwrap();
-//! let layer = RetryLayer::from_service_config(&config, Retrying::default());
-//! let method = layer.method_config("/helloworld.Greeter/SayHello");
-//! assert_eq!(method.retrying().unwrap().policies()[0].max_retries(), Some(3));
-//!
-//! let err = ServiceConfig::from_json(r#"{"methodConfig": [{"retryPolicy": {
-//!   "maxAttempts": 1, "initialBackoff": "1s", "maxBackoff": "1s",
-//!   "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]}"#).unwrap_err();
-//! assert_eq!(err.path(), "methodConfig[0].retryPolicy.maxAttempts");
-//! ```
-//!
-//! What is read, and the rules applied (each broken rule is a
-//! [`ServiceConfigError`] naming the JSON path):
-//!
-//! | field | rule |
-//! |---|---|
-//! | `methodConfig[i].name[j]` | `service` and `method` strings; `method` needs a `service`; no name twice. `{}` is the default for every method, `{"service": s}` every method of `s` |
-//! | `methodConfig[i].timeout` | a proto-JSON duration (`"1.5s"`), not negative |
-//! | `methodConfig[i].retryPolicy` | not together with `hedgingPolicy` |
-//! | `….maxAttempts` | required, an integer ≥ 2; more than 5 is read as 5 (A6's cap) |
-//! | `….initialBackoff`, `….maxBackoff` | required, durations > 0 |
-//! | `….backoffMultiplier` | required, a number > 0 |
-//! | `….retryableStatusCodes` | required, non-empty; names (`"UNAVAILABLE"`) or numbers (`14`), not OK |
-//! | `retryThrottling.maxTokens` | required, an integer in `1..=1000` |
-//! | `retryThrottling.tokenRatio` | required, a number ≥ 0.001 (A6 keeps three decimals) |
-//!
-//! Other fields (`loadBalancingConfig`, `waitForReady`, message size
-//! limits, …) are accepted and ignored. Field names are the camelCase ones
-//! that grpc-java, grpc-go and grpc-core all read.
+//! turns them into a layer.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -112,7 +65,56 @@ impl ServiceConfigError {
     }
 }
 
-/// The retry parts of a gRPC service config; see the [module docs](self).
+/// The retry parts of a gRPC service config: the same JSON document
+/// grpc-java, grpc-go and grpc-core read, so a Rust client of a service
+/// retries as its other clients do.
+///
+/// ```
+/// use spark_connect_retry::layer::{RetryLayer, ServiceConfig};
+/// use spark_connect_retry::retrying::Retrying;
+///
+/// let config = ServiceConfig::from_json(r#"{
+///   "methodConfig": [{
+///     "name": [{"service": "helloworld.Greeter", "method": "SayHello"}],
+///     "timeout": "10s",
+///     "retryPolicy": {
+///       "maxAttempts": 4,
+///       "initialBackoff": "0.1s",
+///       "maxBackoff": "1s",
+///       "backoffMultiplier": 2,
+///       "retryableStatusCodes": ["UNAVAILABLE", 10]
+///     }
+///   }],
+///   "retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1}
+/// }"#).unwrap();
+/// let layer = RetryLayer::from_service_config(&config, Retrying::default());
+/// let method = layer.method_config("/helloworld.Greeter/SayHello");
+/// assert_eq!(method.retrying().unwrap().policies()[0].max_retries(), Some(3));
+///
+/// let err = ServiceConfig::from_json(r#"{"methodConfig": [{"retryPolicy": {
+///   "maxAttempts": 1, "initialBackoff": "1s", "maxBackoff": "1s",
+///   "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]}"#).unwrap_err();
+/// assert_eq!(err.path(), "methodConfig[0].retryPolicy.maxAttempts");
+/// ```
+///
+/// What is read, and the rules applied (each broken rule is a
+/// [`ServiceConfigError`] naming the JSON path):
+///
+/// | field | rule |
+/// |---|---|
+/// | `methodConfig[i].name[j]` | `service` and `method` strings; `method` needs a `service`; no name twice. `{}` is the default for every method, `{"service": s}` every method of `s` |
+/// | `methodConfig[i].timeout` | a proto-JSON duration (`"1.5s"`), not negative |
+/// | `methodConfig[i].retryPolicy` | not together with `hedgingPolicy` |
+/// | `….maxAttempts` | required, an integer ≥ 2; more than 5 is read as 5 (A6's cap) |
+/// | `….initialBackoff`, `….maxBackoff` | required, durations > 0 |
+/// | `….backoffMultiplier` | required, a number > 0 |
+/// | `….retryableStatusCodes` | required, non-empty; names (`"UNAVAILABLE"`) or numbers (`14`), not OK |
+/// | `retryThrottling.maxTokens` | required, an integer in `1..=1000` |
+/// | `retryThrottling.tokenRatio` | required, a number ≥ 0.001 (A6 keeps three decimals) |
+///
+/// Other fields (`loadBalancingConfig`, `waitForReady`, message size
+/// limits, …) are accepted and ignored. Field names are the camelCase ones
+/// that grpc-java, grpc-go and grpc-core all read.
 #[derive(Debug)]
 pub struct ServiceConfig {
     method_configs: Vec<MethodEntry>,
@@ -163,7 +165,7 @@ impl MethodEntry {
 }
 
 impl ServiceConfig {
-    /// Read a service config (see the [module docs](self) for the rules).
+    /// Read a service config (see [`ServiceConfig`] for the rules).
     pub fn from_json(json: &str) -> Result<Self, ServiceConfigError> {
         let doc: Value = serde_json::from_str(json)?;
         let root = object(&doc, "$")?;
