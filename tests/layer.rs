@@ -933,40 +933,36 @@ async fn service_config_layer_follows_a6() {
         }]}"#,
     )
     .unwrap();
-    let layer =
-        |sleeper: &RecordingSleeper| RetryLayer::from_service_config(&config, retrying(sleeper));
+    // One Config call against `server`: its status, the server's calls, the waits.
+    let run = |server: Scripted| {
+        let config = &config;
+        async move {
+            let addr = serve(server.clone()).await;
+            let sleeper = RecordingSleeper::new();
+            let layer = RetryLayer::from_service_config(config, retrying(&sleeper));
+            let err = client(addr, layer)
+                .config(config_req("s"))
+                .await
+                .unwrap_err();
+            (err.code(), server.config_calls(), sleeper.sleeps_ms())
+        }
+    };
     // Listed code: three attempts in all, then the status.
-    let server = Scripted::new(unavailable_n(u32::MAX));
-    let addr = serve(server.clone()).await;
-    let sleeper = RecordingSleeper::new();
-    let err = client(addr, layer(&sleeper))
-        .config(config_req("s"))
-        .await
-        .unwrap_err();
-    assert_eq!(err.code(), Code::Unavailable);
-    assert_eq!(server.config_calls(), 3);
-    let waits = sleeper.sleeps_ms();
-    assert_eq!(waits.len(), 2);
+    let (code, calls, waits) = run(Scripted::new(unavailable_n(u32::MAX))).await;
+    assert_eq!((code, calls, waits.len()), (Code::Unavailable, 3, 2));
     assert!(
         (80..120).contains(&waits[0]) && (160..240).contains(&waits[1]),
         "{waits:?}"
     );
     // A code the config does not list: one attempt.
-    let server = Scripted::new(|_| ready(Err(Status::aborted("conflict"))));
-    let addr = serve(server.clone()).await;
-    let sleeper = RecordingSleeper::new();
-    let err = client(addr, layer(&sleeper))
-        .config(config_req("s"))
-        .await
-        .unwrap_err();
-    assert_eq!(err.code(), Code::Aborted);
-    assert_eq!(server.config_calls(), 1);
+    let aborted = Scripted::new(|_| ready(Err(Status::aborted("conflict"))));
+    assert_eq!(run(aborted).await, (Code::Aborted, 1, vec![]));
     // A method the config does not name: not retried.
-    let server = Scripted::new(unavailable_n(u32::MAX)).with_exec(|_| vec![]);
-    let addr = serve(server.clone()).await;
+    let server = Scripted::new(unavailable_n(u32::MAX));
+    let addr = serve(server).await;
     let sleeper = RecordingSleeper::new();
-    let mut c = client(addr, layer(&sleeper));
-    let err = c
+    let layer = RetryLayer::from_service_config(&config, retrying(&sleeper));
+    let err = client(addr, layer)
         .analyze_plan(AnalyzePlanRequest::default())
         .await
         .unwrap_err();

@@ -27,12 +27,12 @@ use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use http_body::Body as _;
 use tonic::body::Body;
 use tonic::{Code, Status};
-use tower::{Service, ServiceExt};
+use tower::ServiceExt;
 
 use super::body::{Replay, RequestBody, more_than_one_message};
 use super::decide::{Outcome, Pushback};
 use super::layer::ResponseKind;
-use super::service::BoxError;
+use super::service::{BoxError, Inner};
 use crate::headers::{GRPC_PREVIOUS_RPC_ATTEMPTS, GRPC_STATUS, GRPC_TIMEOUT};
 use crate::sanitize::{sanitize_status_headers, sanitized_body};
 
@@ -102,19 +102,13 @@ pub(crate) fn request(
 
 /// Send `req` on `svc` within `limit`, and read the response far enough to
 /// judge it.
-pub(crate) async fn attempt<S, B>(
+pub(crate) async fn attempt<S: Inner>(
     svc: &mut S,
     req: Request<Body>,
     kind: ResponseKind,
     cap: usize,
     limit: Option<Duration>,
-) -> Attempt
-where
-    S: Service<Request<Body>, Response = Response<B>>,
-    S::Error: Into<BoxError>,
-    B: http_body::Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
-{
+) -> Attempt {
     let send = async {
         let ready = match svc.ready().await {
             Ok(ready) => ready,

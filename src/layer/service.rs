@@ -26,6 +26,27 @@ use crate::sanitize::{sanitize_response, sanitized_body};
 /// itself (source chain included), so callers see no change.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// The inner services the layer drives, with their bounds named once: a
+/// tonic HTTP service whose errors, and whose response body's errors,
+/// convert into [`BoxError`]. (The public `Service` impl spells them out,
+/// as a private trait cannot appear there; every such service is one.)
+pub(crate) trait Inner:
+    Service<Request<Body>, Response = Response<Self::ResBody>, Error: Into<BoxError>>
+{
+    /// The response body.
+    type ResBody: http_body::Body<Data = Bytes, Error: Into<BoxError>> + Send + 'static;
+}
+
+impl<S, B> Inner for S
+where
+    S: Service<Request<Body>, Response = Response<B>>,
+    S::Error: Into<BoxError>,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    type ResBody = B;
+}
+
 /// Retries gRPC calls on an inner HTTP service (a tonic `Channel`).
 ///
 /// Built by [`RetryLayer`](super::RetryLayer). Clones share the layer's
@@ -83,17 +104,11 @@ where
 }
 
 /// One call, from its request to the response handed to the caller.
-async fn run<S, B>(
+async fn run<S: Inner>(
     mut svc: S,
     shared: Arc<Shared>,
     req: Request<Body>,
-) -> Result<Response<Body>, BoxError>
-where
-    S: Service<Request<Body>, Response = Response<B>>,
-    S::Error: Into<BoxError>,
-    B: http_body::Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
-{
+) -> Result<Response<Body>, BoxError> {
     let stats = &shared.stats;
     stats.call();
     let method = shared.method(req.uri().path());
@@ -158,17 +173,11 @@ where
 }
 
 /// A call sent once, unretried: its response is only sanitized.
-async fn once<S, B>(
+async fn once<S: Inner>(
     mut svc: S,
     req: Request<Body>,
     shared: &Shared,
-) -> Result<Response<Body>, BoxError>
-where
-    S: Service<Request<Body>, Response = Response<B>>,
-    S::Error: Into<BoxError>,
-    B: http_body::Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
-{
+) -> Result<Response<Body>, BoxError> {
     shared.stats.attempt();
     let res = svc.ready().await.map_err(Into::into)?.call(req).await;
     Ok(sanitize_response(res.map_err(Into::into)?, sanitized_body))
