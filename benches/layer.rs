@@ -19,9 +19,9 @@
 //! client and server: the layer's own CPU time per call, without
 //! cross-thread wake-ups), its arms interleaved in blocks of 250 calls, the
 //! order rotating; then a concurrent child on the multi-thread runtime, 32
-//! tasks, arms paired in short bursts. It reports the p50 latency each arm
-//! adds to the raw call, median over processes, and the median
-//! concurrent-throughput ratio to raw.
+//! tasks, raw, ours and reference in short bursts back to back. It reports
+//! the p50 latency each arm adds to the raw call, median over processes,
+//! and the median per-round concurrent-throughput ratio to raw.
 
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -344,10 +344,11 @@ const CHILD: &str = "LAYER_BENCH_CHILD";
 const SEQ_CALLS: usize = 20_000;
 const BLOCK: usize = 250;
 const TASKS: usize = 32;
-/// Concurrent bursts per process, paired raw/ours, the order alternating.
-const PAIRS: usize = 7;
+/// Concurrent rounds per process (`LAYER_BENCH_ROUNDS`): raw, ours and
+/// reference bursts back to back.
+const ROUNDS: usize = 9;
 /// Calls per task in one burst.
-const PAIR_CALLS_PER_TASK: usize = 40;
+const PAIR_CALLS_PER_TASK: usize = 100;
 const ARMS: [&str; 4] = ["raw", "ours", "reference", "sanitize"];
 
 fn req() -> ConfigRequest {
@@ -370,8 +371,23 @@ where
     t.elapsed()
 }
 
-/// Calls per second of `TASKS` concurrent callers, `per_task` calls each.
-async fn concurrent<T>(client: SparkConnectServiceClient<T>, per_task: usize) -> f64
+/// CPU time used so far by every thread of this process (client and
+/// server alike), in ns, from the scheduler's own accounting.
+fn cpu_ns() -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
+        .filter_map(|s| s.split(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// `TASKS` concurrent callers, `per_task` calls each: (calls per second of
+/// wall-clock time, calls per second of the process's CPU time). On a
+/// shared host the second is far steadier: time the process spends
+/// preempted by others counts in the first only.
+async fn concurrent<T>(client: SparkConnectServiceClient<T>, per_task: usize) -> (f64, f64)
 where
     T: GrpcService<tonic::body::Body> + Clone + Send + 'static,
     T::Future: Send,
@@ -379,7 +395,7 @@ where
     T::ResponseBody: http_body::Body<Data = Bytes> + Send + 'static,
     <T::ResponseBody as http_body::Body>::Error: Into<tonic::codegen::StdError> + Send,
 {
-    let start = Instant::now();
+    let (start, cpu) = (Instant::now(), cpu_ns());
     let tasks: Vec<_> = (0..TASKS)
         .map(|_| {
             let mut c = client.clone();
@@ -393,7 +409,9 @@ where
     for t in tasks {
         t.await.expect("task");
     }
-    (TASKS * per_task) as f64 / start.elapsed().as_secs_f64()
+    let calls = (TASKS * per_task) as f64;
+    let cpu = cpu_ns().saturating_sub(cpu).max(1) as f64 / 1e9;
+    (calls / start.elapsed().as_secs_f64(), calls / cpu)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -491,7 +509,9 @@ async fn sequential() {
     println!("#sample {}", fields.join(" "));
 }
 
-/// A concurrent child: one `#pairs` line of ours/raw throughput ratios.
+/// A concurrent child: one `#rounds` line of ours/raw and reference/raw
+/// throughput ratios, one pair per round (the three arms back to back, the
+/// order rotating).
 async fn concurrency() {
     let addr = serve().await;
     let raw = SparkConnectServiceClient::new(channel(addr));
@@ -500,20 +520,32 @@ async fn concurrency() {
             .layer(RetryLayer::spark_connect(Retrying::default()))
             .service(channel(addr)),
     );
+    let refr = SparkConnectServiceClient::new(reference(channel(addr)));
     concurrent(raw.clone(), PAIR_CALLS_PER_TASK).await;
     concurrent(ours.clone(), PAIR_CALLS_PER_TASK).await;
-    let mut ratios = vec![];
-    for pair in 0..env_usize("LAYER_BENCH_PAIRS").unwrap_or(PAIRS) {
-        let (r, o) = if pair % 2 == 0 {
-            let r = concurrent(raw.clone(), PAIR_CALLS_PER_TASK).await;
-            (r, concurrent(ours.clone(), PAIR_CALLS_PER_TASK).await)
-        } else {
-            let o = concurrent(ours.clone(), PAIR_CALLS_PER_TASK).await;
-            (concurrent(raw.clone(), PAIR_CALLS_PER_TASK).await, o)
-        };
-        ratios.push(format!("{:.4}", o / r));
+    concurrent(refr.clone(), PAIR_CALLS_PER_TASK).await;
+    let mut rounds = vec![];
+    for round in 0..env_usize("LAYER_BENCH_ROUNDS").unwrap_or(ROUNDS) {
+        let mut order = [0usize, 1, 2];
+        order.rotate_left(round % 3);
+        let mut rate = [(0.0, 0.0); 3];
+        for arm in order {
+            rate[arm] = match arm {
+                0 => concurrent(raw.clone(), PAIR_CALLS_PER_TASK).await,
+                1 => concurrent(ours.clone(), PAIR_CALLS_PER_TASK).await,
+                _ => concurrent(refr.clone(), PAIR_CALLS_PER_TASK).await,
+            };
+        }
+        rounds.push(format!(
+            "{:.0}:{:.4}:{:.4}:{:.4}:{:.4}",
+            rate[0].0,
+            rate[1].0 / rate[0].0,
+            rate[2].0 / rate[0].0,
+            rate[1].1 / rate[0].1,
+            rate[2].1 / rate[0].1
+        ));
     }
-    println!("#pairs {}", ratios.join(","));
+    println!("#rounds {}", rounds.join(","));
 }
 
 fn child_output(kind: &str) -> String {
@@ -535,7 +567,7 @@ fn load_average() -> String {
 fn parent(n: usize) {
     let mut added: [Vec<f64>; 4] = Default::default();
     let mut raw = vec![];
-    let mut ratios = vec![];
+    let mut rounds: Vec<[f64; 5]> = vec![];
     println!("load average before: {}", load_average());
     for i in 0..n {
         let text = child_output("seq");
@@ -554,20 +586,29 @@ fn parent(n: usize) {
         let text = child_output("conc");
         let line = text
             .lines()
-            .find_map(|l| l.strip_prefix("#pairs "))
-            .expect("a #pairs line");
-        let mine: Vec<f64> = line.split(',').map(|x| x.parse().expect("ratio")).collect();
+            .find_map(|l| l.strip_prefix("#rounds "))
+            .expect("a #rounds line");
+        let mut mine = vec![];
+        for r in line.split(',') {
+            let v: Vec<f64> = r.split(':').map(|x| x.parse().expect("number")).collect();
+            mine.push([v[0], v[1], v[2], v[3], v[4]]);
+        }
+        let col = |v: &[[f64; 5]], k: usize| median(v.iter().map(|m| m[k]).collect());
         println!(
-            "process {}/{n}: raw p50 {:.1} us; added: ours {:+.2} us, reference {:+.2} us, raw+sanitize {:+.2} us; concurrent ours/raw {:.3}; load {}",
+            "process {}/{n}: raw p50 {:.1} us; added: ours {:+.2} us, reference {:+.2} us, raw+sanitize {:+.2} us; concurrent: raw {:.0} calls/s, ours/raw {:.3} (per CPU s {:.3}), reference/raw {:.3} ({:.3}); load {}",
             i + 1,
             p50[0],
             p50[1] - p50[0],
             p50[2] - p50[0],
             p50[3] - p50[0],
-            median(mine.clone()),
+            col(&mine, 0),
+            col(&mine, 1),
+            col(&mine, 3),
+            col(&mine, 2),
+            col(&mine, 4),
             load_average()
         );
-        ratios.extend(mine);
+        rounds.extend(mine);
     }
     let spread = |v: &[f64]| {
         let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
@@ -590,10 +631,21 @@ fn parent(n: usize) {
         median(ours_vs_ref.clone()),
         spread(&ours_vs_ref)
     );
+    let col = |k: usize| median(rounds.iter().map(|m| m[k]).collect());
     println!(
-        "concurrent ({TASKS} tasks, multi-thread runtime), {} pairs: median ours/raw {:.3}",
-        ratios.len(),
-        median(ratios)
+        "concurrent ({TASKS} tasks, multi-thread runtime), {} rounds, medians of per-round ratios:",
+        rounds.len()
+    );
+    println!(
+        "  wall clock:   ours/raw {:.3}, reference/raw {:.3}   (raw {:.0} calls/s)",
+        col(1),
+        col(2),
+        col(0)
+    );
+    println!(
+        "  per CPU time: ours/raw {:.3}, reference/raw {:.3}",
+        col(3),
+        col(4)
     );
     println!("load average after: {}", load_average());
 }
