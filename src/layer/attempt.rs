@@ -2,21 +2,10 @@
 //! status is known or the response must be handed on as it is.
 //!
 //! A retry is only possible while the caller has seen nothing, so the layer
-//! must learn an attempt's status before it returns the response:
-//!
-//! | response | how the status is found | retryable? |
-//! |---|---|---|
-//! | trailers-only (`grpc-status` in the headers) | the headers | yes |
-//! | HTTP status ≠ 200 without `grpc-status` | gRPC's HTTP mapping (503 → UNAVAILABLE, …) | yes |
-//! | transport error from the channel | `Status::from_error`, source chain kept | yes |
-//! | body error before anything was delivered | the body's status | yes |
-//! | [`Unary`](ResponseKind::Unary): message then trailers | the trailers, the message buffered up to the response cap | yes, unless over the cap (committed) |
-//! | [`ServerStreaming`](ResponseKind::ServerStreaming) | committed at the first message (gRFC A6) | before data only |
-//! | [`Auto`](ResponseKind::Auto) | the first message is buffered; trailers next ⇒ unary; a second message ⇒ committed stream | unary: yes; stream: before data |
-//! | body ends without trailers | handed on (tonic reports the missing status) | no |
-//!
-//! Every response passes the [`sanitize`](crate::sanitize) guard here, so
-//! the policy sees the status details and tonic never panics on them.
+//! must learn an attempt's status before it returns the response; the
+//! [module docs](super) list how, per kind of response. Every response
+//! passes the [`sanitize`](crate::sanitize) guard here, so the policy sees
+//! the status details and tonic never panics on them.
 
 use std::collections::VecDeque;
 use std::pin::Pin;

@@ -61,12 +61,21 @@
 //!
 //! The request body is buffered up to a cap (1 MiB by default,
 //! [`RetryLayer::max_request_buffer`]); a bigger request is sent once,
-//! never retried (counted as `passthrough_too_large`). How the status of a
-//! response is found before anything reaches the caller, and when a
-//! response is committed (never retried), is in the `attempt` table:
-//! trailers-only and non-200 responses from their headers, unary responses
-//! from their trailers (buffered up to 4 MiB), streams until their first
-//! message.
+//! never retried (counted as `passthrough_too_large`). A retry is possible
+//! only while the caller has seen nothing of the response, so each
+//! response is read until its status is known, or committed (handed on,
+//! never retried):
+//!
+//! | response | how the status is found | retryable? |
+//! |---|---|---|
+//! | trailers-only (`grpc-status` in the headers) | the headers | yes |
+//! | HTTP status ≠ 200 without `grpc-status` | gRPC's HTTP mapping (503 → UNAVAILABLE, …) | yes |
+//! | transport error from the channel | `Status::from_error`, source chain kept | yes |
+//! | body error before anything was delivered | the body's status | yes |
+//! | [`Unary`](ResponseKind::Unary): message then trailers | the trailers, the message buffered up to the response cap | yes, unless over the cap (committed) |
+//! | [`ServerStreaming`](ResponseKind::ServerStreaming) | committed at the first message (gRFC A6) | before data only |
+//! | [`Auto`](ResponseKind::Auto) | the first message is buffered; trailers next ⇒ unary; a second message ⇒ committed stream | unary: yes; stream: before data |
+//! | body ends without trailers | handed on (tonic reports the missing status) | no |
 //!
 //! Spark Connect ([`RetryLayer::spark_connect`]):
 //!
