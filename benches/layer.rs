@@ -1,26 +1,51 @@
-//! Unary throughput and p50 latency through `RetryLayer` versus the raw
-//! channel, on loopback, in one run. A plain `main` (harness = false).
+//! The retry layer's cost per unary call, against the raw tonic `Channel`
+//! and against the design the gRPC team chose for grpc-rust's `tonic-xds`,
+//! all in one run. A plain `main` (harness = false).
 //!
-//! The design is paired, because this class of host drifts by more than the
-//! effect measured: sequential calls are interleaved in short blocks across
-//! the arms (raw, layer, raw + sanitize guard, layer passing `Config` through
-//! without replay), and concurrent throughput is
-//! measured in short raw/layer bursts whose per-pair ratios are reported.
+//! Arms, each its own connection to one loopback server:
+//!
+//! * `raw`: the generated client over a `Channel`;
+//! * `ours`: through `RetryLayer::spark_connect`;
+//! * `reference`: a `tower::retry::Retry` per call over a cloneable shared
+//!   request body, with a small `tower::retry::Policy` that retries
+//!   trailers-only statuses and connection errors (the design of
+//!   `tonic-xds`'s retry layer, written here for the comparison);
+//! * `sanitize`: the raw channel behind the `sanitize` guard alone, which
+//!   every response through our layer passes.
+//!
+//! The parent runs `LAYER_BENCH_PROCESSES` (default 8) pairs of child
+//! processes, because a process's memory layout moves a figure by about a
+//! point: a sequential child on a current-thread runtime (one thread for
+//! client and server: the layer's own CPU time per call, without
+//! cross-thread wake-ups), its arms interleaved in blocks of 250 calls, the
+//! order rotating; then a concurrent child on the multi-thread runtime, 32
+//! tasks, raw, ours and reference in short bursts back to back. It reports
+//! the p50 latency each arm adds to the raw call, median over processes,
+//! and the median per-round concurrent-throughput ratio to raw.
 
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use spark_connect_retry::layer::{MethodConfig, RetryLayer};
+use bytes::Bytes;
+use http::HeaderMap;
+use http_body::Frame;
+use spark_connect_retry::layer::RetryLayer;
 use spark_connect_retry::proto::spark_connect_service_client::SparkConnectServiceClient;
 use spark_connect_retry::proto::spark_connect_service_server::{
     SparkConnectService, SparkConnectServiceServer,
 };
 use spark_connect_retry::proto::*;
-use spark_connect_retry::retrying::Retrying;
+use spark_connect_retry::retrying::{BoxFuture, Retrying};
 use tonic::client::GrpcService;
 use tonic::transport::{Channel, Endpoint, Server};
 use tonic::{Request, Response, Status};
-use tower::ServiceBuilder;
+use tower::retry::{Policy, Retry};
+use tower::{Service, ServiceBuilder};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 struct Echo;
 
@@ -111,28 +136,220 @@ impl SparkConnectService for Echo {
     }
 }
 
-/// Processes per bench run (`LAYER_BENCH_PROCESSES`): each process has its
-/// own memory layout (ASLR), and the layout moves the layer's added p50 by
-/// about a point from one process to the next (the same binary with ASLR off
-/// repeats within 0.2 points), so one process is one sample.
-const PROCESSES: usize = 8;
-/// Concurrent pairs per process when several processes run.
-const PAIRS_PER_PROCESS: usize = 5;
-/// Set in the children of a multi-process run.
-const CHILD: &str = "LAYER_BENCH_CHILD";
+// ---------------------------------------------------------------------------
+// The reference arm: tonic-xds's design (a `tower::retry::Retry` per call,
+// the body made cloneable by sharing it), written for this comparison.
 
-/// Sequential calls per arm, interleaved in blocks across the three arms.
+/// A request body that can be cloned before it is read: every clone replays
+/// the frames read so far from a shared buffer, then reads on.
+#[derive(Clone)]
+struct SharedBody {
+    shared: Arc<Mutex<Shared>>,
+    next: usize,
+}
+
+struct Shared {
+    body: tonic::body::Body,
+    frames: Vec<Stored>,
+    end: bool,
+}
+
+#[derive(Clone)]
+enum Stored {
+    Data(Bytes),
+    Trailers(HeaderMap),
+    Error(Status),
+}
+
+impl SharedBody {
+    fn new(body: tonic::body::Body) -> Self {
+        SharedBody {
+            shared: Arc::new(Mutex::new(Shared {
+                body,
+                frames: Vec::new(),
+                end: false,
+            })),
+            next: 0,
+        }
+    }
+}
+
+impl http_body::Body for SharedBody {
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        let shared = self.shared.clone();
+        let mut s = shared.lock().expect("lock");
+        if s.frames.len() == self.next {
+            if s.end {
+                return Poll::Ready(None);
+            }
+            let stored = match std::task::ready!(Pin::new(&mut s.body).poll_frame(cx)) {
+                None => {
+                    s.end = true;
+                    return Poll::Ready(None);
+                }
+                Some(Err(e)) => Stored::Error(e),
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(d) => Stored::Data(d),
+                    Err(frame) => match frame.into_trailers() {
+                        Ok(t) => Stored::Trailers(t),
+                        Err(_) => return Poll::Pending,
+                    },
+                },
+            };
+            s.frames.push(stored);
+        }
+        let frame = s.frames[self.next].clone();
+        self.next += 1;
+        Poll::Ready(Some(match frame {
+            Stored::Data(d) => Ok(Frame::data(d)),
+            Stored::Trailers(t) => Ok(Frame::trailers(t)),
+            Stored::Error(e) => Err(e),
+        }))
+    }
+}
+
+/// tonic-xds's policy: retry connection errors that prove the request was
+/// not sent, and trailers-only statuses in `codes`, up to `max_retries`
+/// times, with a growing backoff; `grpc-previous-rpc-attempts` on retries.
+#[derive(Clone)]
+struct GrpcPolicy {
+    codes: Arc<[tonic::Code]>,
+    max_retries: u32,
+    attempts: u32,
+    backoff: Duration,
+}
+
+fn connection_error(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(err);
+    while let Some(e) = cur {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind::*;
+            if matches!(
+                io.kind(),
+                ConnectionRefused | NotConnected | AddrInUse | AddrNotAvailable
+            ) {
+                return true;
+            }
+        }
+        cur = e.source();
+    }
+    false
+}
+
+impl<B> Policy<http::Request<SharedBody>, http::Response<B>, BoxError> for GrpcPolicy {
+    type Future = tokio::time::Sleep;
+
+    fn retry(
+        &mut self,
+        req: &mut http::Request<SharedBody>,
+        result: &mut Result<http::Response<B>, BoxError>,
+    ) -> Option<Self::Future> {
+        if self.attempts >= self.max_retries {
+            return None;
+        }
+        let retryable = match result {
+            Err(e) => connection_error(e.as_ref()),
+            Ok(res) => tonic::Status::from_header_map(res.headers())
+                .is_some_and(|s| s.code() != tonic::Code::Ok && self.codes.contains(&s.code())),
+        };
+        if !retryable {
+            return None;
+        }
+        self.attempts += 1;
+        let wait = self.backoff * 2u32.pow(self.attempts - 1);
+        req.headers_mut().insert(
+            "grpc-previous-rpc-attempts",
+            http::HeaderValue::from(self.attempts),
+        );
+        Some(tokio::time::sleep(wait))
+    }
+
+    fn clone_request(
+        &mut self,
+        req: &http::Request<SharedBody>,
+    ) -> Option<http::Request<SharedBody>> {
+        Some(req.clone())
+    }
+}
+
+/// One `tower::retry::Retry` per call, over the service polled ready.
+#[derive(Clone)]
+struct ReferenceRetry<S> {
+    inner: S,
+    policy: GrpcPolicy,
+}
+
+impl<S, B> Service<http::Request<tonic::body::Body>> for ReferenceRetry<S>
+where
+    S: Service<http::Request<SharedBody>, Response = http::Response<B>, Error = BoxError>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send,
+    B: Send + 'static,
+{
+    type Response = http::Response<B>;
+    type Error = BoxError;
+    type Future = BoxFuture<Result<http::Response<B>, BoxError>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
+        let clone = self.inner.clone();
+        let ready = std::mem::replace(&mut self.inner, clone);
+        let mut retry = Retry::new(self.policy.clone(), ready);
+        Box::pin(retry.call(req.map(SharedBody::new)))
+    }
+}
+
+type ReferenceInner = tower::util::MapErr<
+    tower::util::MapRequest<
+        Channel,
+        fn(http::Request<SharedBody>) -> http::Request<tonic::body::Body>,
+    >,
+    fn(tonic::transport::Error) -> BoxError,
+>;
+
+fn reference(channel: Channel) -> ReferenceRetry<ReferenceInner> {
+    let to_tonic: fn(http::Request<SharedBody>) -> http::Request<tonic::body::Body> =
+        |r| r.map(tonic::body::Body::new);
+    let boxed: fn(tonic::transport::Error) -> BoxError = Into::into;
+    ReferenceRetry {
+        inner: tower::util::MapErr::new(tower::util::MapRequest::new(channel, to_tonic), boxed),
+        policy: GrpcPolicy {
+            codes: Arc::from([tonic::Code::Unavailable]),
+            max_retries: 4,
+            attempts: 0,
+            backoff: Duration::from_millis(25),
+        },
+    }
+}
+
+// ---------------------------------------------------------------------------
+
+/// Processes per run (`LAYER_BENCH_PROCESSES`): each has its own memory
+/// layout, so one process is one sample.
+const PROCESSES: usize = 8;
+/// Set in the children: `seq` or `conc`.
+const CHILD: &str = "LAYER_BENCH_CHILD";
+/// Sequential calls per arm (`LAYER_BENCH_SEQ`), interleaved in blocks.
 const SEQ_CALLS: usize = 20_000;
-/// Calls per arm in one block of the sequential part.
 const BLOCK: usize = 250;
 const TASKS: usize = 32;
-/// Calls per task in one concurrent burst (the `LAYER_BENCH_ONLY` profiles).
-const CALLS_PER_TASK: usize = 250;
-/// Concurrent bursts per arm, paired raw/layer, the order alternating.
-const PAIRS: usize = 21;
-/// Calls per task in one paired burst: short, so both arms of a pair see the
-/// same state of the host.
-const PAIR_CALLS_PER_TASK: usize = 40;
+/// Concurrent rounds per process (`LAYER_BENCH_ROUNDS`): raw, ours and
+/// reference bursts back to back.
+const ROUNDS: usize = 9;
+/// Calls per task in one burst.
+const PAIR_CALLS_PER_TASK: usize = 100;
+const ARMS: [&str; 4] = ["raw", "ours", "reference", "sanitize"];
 
 fn req() -> ConfigRequest {
     ConfigRequest {
@@ -146,7 +363,7 @@ async fn one_call<T>(client: &mut SparkConnectServiceClient<T>) -> Duration
 where
     T: GrpcService<tonic::body::Body>,
     T::Error: Into<tonic::codegen::StdError>,
-    T::ResponseBody: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    T::ResponseBody: http_body::Body<Data = Bytes> + Send + 'static,
     <T::ResponseBody as http_body::Body>::Error: Into<tonic::codegen::StdError> + Send,
 {
     let t = Instant::now();
@@ -154,26 +371,31 @@ where
     t.elapsed()
 }
 
-/// (calls per second of call time, p50 latency in µs) of one arm's samples.
-fn summarize(mut lat: Vec<Duration>) -> (f64, f64) {
-    let total: Duration = lat.iter().sum();
-    lat.sort();
-    (
-        lat.len() as f64 / total.as_secs_f64(),
-        lat[lat.len() / 2].as_secs_f64() * 1e6,
-    )
+/// CPU time used so far by every thread of this process (client and
+/// server alike), in ns, from the scheduler's own accounting.
+fn cpu_ns() -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
+        .filter_map(|s| s.split(' ').next()?.parse::<u64>().ok())
+        .sum()
 }
 
-/// Calls per second of `TASKS` concurrent callers, `per_task` calls each.
-async fn concurrent<T>(client: SparkConnectServiceClient<T>, per_task: usize) -> f64
+/// `TASKS` concurrent callers, `per_task` calls each: (calls per second of
+/// wall-clock time, calls per second of the process's CPU time). On a
+/// shared host the second is far steadier: time the process spends
+/// preempted by others counts in the first only.
+async fn concurrent<T>(client: SparkConnectServiceClient<T>, per_task: usize) -> (f64, f64)
 where
     T: GrpcService<tonic::body::Body> + Clone + Send + 'static,
     T::Future: Send,
     T::Error: Into<tonic::codegen::StdError>,
-    T::ResponseBody: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    T::ResponseBody: http_body::Body<Data = Bytes> + Send + 'static,
     <T::ResponseBody as http_body::Body>::Error: Into<tonic::codegen::StdError> + Send,
 {
-    let start = Instant::now();
+    let (start, cpu) = (Instant::now(), cpu_ns());
     let tasks: Vec<_> = (0..TASKS)
         .map(|_| {
             let mut c = client.clone();
@@ -187,7 +409,9 @@ where
     for t in tasks {
         t.await.expect("task");
     }
-    (TASKS * per_task) as f64 / start.elapsed().as_secs_f64()
+    let calls = (TASKS * per_task) as f64;
+    let cpu = cpu_ns().saturating_sub(cpu).max(1) as f64 / 1e9;
+    (calls / start.elapsed().as_secs_f64(), calls / cpu)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -199,355 +423,245 @@ fn env_usize(name: &str) -> Option<usize> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
-/// Run the bench in `n` child processes, one after another, and summarize
-/// the per-process figures: mean, standard deviation, median and range.
-fn parent(n: usize) {
+async fn serve() -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    // TCP_NODELAY on the server too, as gRPC servers set it: without it
+    // Nagle's algorithm meets the client's delayed ACK now and then.
+    let incoming = tokio_stream::StreamExt::map(
+        tokio_stream::wrappers::TcpListenerStream::new(listener),
+        |conn| {
+            conn.inspect(|s| {
+                s.set_nodelay(true).expect("TCP_NODELAY");
+            })
+        },
+    );
+    tokio::spawn(
+        Server::builder()
+            .add_service(SparkConnectServiceServer::new(Echo))
+            .serve_with_incoming(incoming),
+    );
+    addr
+}
+
+fn channel(addr: SocketAddr) -> Channel {
+    Endpoint::from_shared(format!("http://{addr}"))
+        .expect("uri")
+        .connect_lazy()
+}
+
+/// A sequential child: one `#sample` line with each arm's p50 in µs.
+async fn sequential() {
+    let addr = serve().await;
+    let mut raw = SparkConnectServiceClient::new(channel(addr));
+    let layer = RetryLayer::spark_connect(Retrying::default());
+    let stats = layer.stats();
+    let mut ours =
+        SparkConnectServiceClient::new(ServiceBuilder::new().layer(layer).service(channel(addr)));
+    let mut refr = SparkConnectServiceClient::new(reference(channel(addr)));
+    let mut sanitized = SparkConnectServiceClient::new(
+        ServiceBuilder::new()
+            .layer(spark_connect_retry::sanitize::SanitizeLayer)
+            .service(channel(addr)),
+    );
+    for _ in 0..1000 {
+        one_call(&mut raw).await;
+        one_call(&mut ours).await;
+        one_call(&mut refr).await;
+        one_call(&mut sanitized).await;
+    }
+    let seq = env_usize("LAYER_BENCH_SEQ").unwrap_or(SEQ_CALLS);
+    let mut lat: [Vec<Duration>; 4] = Default::default();
+    for round in 0..seq.div_ceil(BLOCK) {
+        // Rotate the order each round, reversed every other cycle, so every
+        // arm samples the same stretches of the host's noise.
+        let mut order = [0usize, 1, 2, 3];
+        order.rotate_left(round % 4);
+        if (round / 4) % 2 == 1 {
+            order.reverse();
+        }
+        for arm in order {
+            for _ in 0..BLOCK {
+                let d = match arm {
+                    0 => one_call(&mut raw).await,
+                    1 => one_call(&mut ours).await,
+                    2 => one_call(&mut refr).await,
+                    _ => one_call(&mut sanitized).await,
+                };
+                lat[arm].push(d);
+            }
+        }
+    }
+    // Every call must have succeeded at once, or the arms did different work.
+    let s = stats.snapshot();
+    assert_eq!(s.attempts, s.calls, "a retry in the bench: {s:?}");
+    let p50 = |v: &mut Vec<Duration>| {
+        v.sort();
+        v[v.len() / 2].as_secs_f64() * 1e6
+    };
+    let fields: Vec<String> = ARMS
+        .iter()
+        .zip(lat.iter_mut())
+        .map(|(name, v)| format!("{name}={:.3}", p50(v)))
+        .collect();
+    println!("#sample {}", fields.join(" "));
+}
+
+/// A concurrent child: one `#rounds` line of ours/raw and reference/raw
+/// throughput ratios, one pair per round (the three arms back to back, the
+/// order rotating).
+async fn concurrency() {
+    let addr = serve().await;
+    let raw = SparkConnectServiceClient::new(channel(addr));
+    let ours = SparkConnectServiceClient::new(
+        ServiceBuilder::new()
+            .layer(RetryLayer::spark_connect(Retrying::default()))
+            .service(channel(addr)),
+    );
+    let refr = SparkConnectServiceClient::new(reference(channel(addr)));
+    concurrent(raw.clone(), PAIR_CALLS_PER_TASK).await;
+    concurrent(ours.clone(), PAIR_CALLS_PER_TASK).await;
+    concurrent(refr.clone(), PAIR_CALLS_PER_TASK).await;
+    let mut rounds = vec![];
+    for round in 0..env_usize("LAYER_BENCH_ROUNDS").unwrap_or(ROUNDS) {
+        let mut order = [0usize, 1, 2];
+        order.rotate_left(round % 3);
+        let mut rate = [(0.0, 0.0); 3];
+        for arm in order {
+            rate[arm] = match arm {
+                0 => concurrent(raw.clone(), PAIR_CALLS_PER_TASK).await,
+                1 => concurrent(ours.clone(), PAIR_CALLS_PER_TASK).await,
+                _ => concurrent(refr.clone(), PAIR_CALLS_PER_TASK).await,
+            };
+        }
+        rounds.push(format!(
+            "{:.0}:{:.4}:{:.4}:{:.4}:{:.4}",
+            rate[0].0,
+            rate[1].0 / rate[0].0,
+            rate[2].0 / rate[0].0,
+            rate[1].1 / rate[0].1,
+            rate[2].1 / rate[0].1
+        ));
+    }
+    println!("#rounds {}", rounds.join(","));
+}
+
+fn child_output(kind: &str) -> String {
     let exe = std::env::current_exe().expect("current exe");
-    let mut samples: Vec<Vec<(String, f64)>> = vec![];
-    let mut pair_ratios = vec![];
+    let out = std::process::Command::new(exe)
+        .env(CHILD, kind)
+        .output()
+        .expect("run a bench process");
+    assert!(out.status.success(), "bench process failed: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split(' ').take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
+}
+
+fn parent(n: usize) {
+    let mut added: [Vec<f64>; 4] = Default::default();
+    let mut raw = vec![];
+    let mut rounds: Vec<[f64; 5]> = vec![];
+    println!("load average before: {}", load_average());
     for i in 0..n {
-        let out = std::process::Command::new(&exe)
-            .args(std::env::args_os().skip(1))
-            .env(CHILD, "1")
-            .output()
-            .expect("run a bench process");
-        assert!(out.status.success(), "bench process {i} failed: {out:?}");
-        let text = String::from_utf8_lossy(&out.stdout);
+        let text = child_output("seq");
         let line = text
             .lines()
             .find_map(|l| l.strip_prefix("#sample "))
             .expect("a #sample line");
-        let mut fields = vec![];
-        for kv in line.split(' ') {
-            let (k, v) = kv.split_once('=').expect("key=value");
-            if k == "pairs" {
-                pair_ratios.extend(v.split(',').filter_map(|x| x.parse::<f64>().ok()));
-            } else {
-                fields.push((k.to_string(), v.parse::<f64>().expect("number")));
-            }
+        let p50: Vec<f64> = line
+            .split(' ')
+            .map(|kv| kv.split_once('=').expect("k=v").1.parse().expect("number"))
+            .collect();
+        raw.push(p50[0]);
+        for arm in 1..4 {
+            added[arm].push(p50[arm] - p50[0]);
         }
-        let get = |k: &str| fields.iter().find(|f| f.0 == k).map_or(f64::NAN, |f| f.1);
+        let text = child_output("conc");
+        let line = text
+            .lines()
+            .find_map(|l| l.strip_prefix("#rounds "))
+            .expect("a #rounds line");
+        let mut mine = vec![];
+        for r in line.split(',') {
+            let v: Vec<f64> = r.split(':').map(|x| x.parse().expect("number")).collect();
+            mine.push([v[0], v[1], v[2], v[3], v[4]]);
+        }
+        let col = |v: &[[f64; 5]], k: usize| median(v.iter().map(|m| m[k]).collect());
         println!(
-            "process {}/{n}: raw p50 {:.1} us; layer p50 {:+.1} %, throughput {:.3}; raw+sanitize p50 {:+.1} %, {:.3}; passed through p50 {:+.1} %",
+            "process {}/{n}: raw p50 {:.1} us; added: ours {:+.2} us, reference {:+.2} us, raw+sanitize {:+.2} us; concurrent: raw {:.0} calls/s, ours/raw {:.3} (per CPU s {:.3}), reference/raw {:.3} ({:.3}); load {}",
             i + 1,
-            get("raw_p50_us"),
-            get("layer_p50"),
-            get("layer_paired"),
-            get("sanitize_p50"),
-            get("sanitize_paired"),
-            get("passthru_p50"),
+            p50[0],
+            p50[1] - p50[0],
+            p50[2] - p50[0],
+            p50[3] - p50[0],
+            col(&mine, 0),
+            col(&mine, 1),
+            col(&mine, 3),
+            col(&mine, 2),
+            col(&mine, 4),
+            load_average()
         );
-        samples.push(fields);
+        rounds.extend(mine);
     }
-    let column = |k: &str| -> Vec<f64> {
-        samples
-            .iter()
-            .filter_map(|f| f.iter().find(|x| x.0 == k).map(|x| x.1))
-            .collect()
-    };
-    let describe = |v: Vec<f64>, unit: &str, prec: usize| {
-        let m = v.iter().sum::<f64>() / v.len() as f64;
-        let sd = (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len() as f64 - 1.0).max(1.0))
-            .sqrt();
+    let spread = |v: &[f64]| {
         let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
         let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        format!(
-            "mean {m:.prec$}{unit} (sd {sd:.prec$}, se {:.prec$}), median {:.prec$}{unit}, range {lo:.prec$} .. {hi:.prec$}",
-            sd / (v.len() as f64).sqrt(),
-            median(v.clone())
-        )
+        format!("{lo:+.2} .. {hi:+.2}")
     };
-    println!("unary Config over loopback; {n} processes (one memory layout each)");
-    for (label, key, unit, prec) in [
-        ("layer p50 added", "layer_p50", " %", 2),
-        ("layer sequential throughput", "layer_paired", "", 3),
-        ("raw+sanitize p50 added", "sanitize_p50", " %", 2),
-        ("raw+sanitize throughput", "sanitize_paired", "", 3),
-        ("layer passed through p50 added", "passthru_p50", " %", 2),
-    ] {
+    println!("unary Config over loopback, {n} processes; p50 added to the raw call (one thread):");
+    println!("  raw p50: median {:.1} us", median(raw));
+    for arm in 1..4 {
         println!(
-            "{:<32}{}",
-            format!("{label}:"),
-            describe(column(key), unit, prec)
+            "  {:<12} median {:+.2} us   (range {})",
+            ARMS[arm],
+            median(added[arm].clone()),
+            spread(&added[arm])
         );
     }
+    let ours_vs_ref: Vec<f64> = added[1].iter().zip(&added[2]).map(|(o, r)| o - r).collect();
     println!(
-        "concurrent ({TASKS} tasks), {} pairs over all processes: median layer/raw ratio {:.3}",
-        pair_ratios.len(),
-        median(pair_ratios)
+        "  ours - reference, paired per process: median {:+.2} us   (range {})",
+        median(ours_vs_ref.clone()),
+        spread(&ours_vs_ref)
     );
+    let col = |k: usize| median(rounds.iter().map(|m| m[k]).collect());
+    println!(
+        "concurrent ({TASKS} tasks, multi-thread runtime), {} rounds, medians of per-round ratios:",
+        rounds.len()
+    );
+    println!(
+        "  wall clock:   ours/raw {:.3}, reference/raw {:.3}   (raw {:.0} calls/s)",
+        col(1),
+        col(2),
+        col(0)
+    );
+    println!(
+        "  per CPU time: ours/raw {:.3}, reference/raw {:.3}",
+        col(3),
+        col(4)
+    );
+    println!("load average after: {}", load_average());
 }
 
 fn main() {
-    let processes = env_usize("LAYER_BENCH_PROCESSES").unwrap_or(PROCESSES);
-    let child = std::env::var_os(CHILD).is_some();
-    if processes > 1 && !child && std::env::var_os("LAYER_BENCH_ONLY").is_none() {
-        return parent(processes);
-    }
-    // `LAYER_BENCH_RT=current`: one thread for client and server, which
-    // takes cross-thread wake-ups out of the comparison.
-    let rt = match std::env::var("LAYER_BENCH_RT").as_deref() {
-        Ok("current") => tokio::runtime::Builder::new_current_thread(),
-        _ => tokio::runtime::Builder::new_multi_thread(),
-    }
-    .enable_all()
-    .build()
-    .expect("runtime");
-    let bench = async move {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr: SocketAddr = listener.local_addr().expect("addr");
-        // TCP_NODELAY on the server's side too, as gRPC servers set it (the
-        // client's `Endpoint` sets it by default). Without it, Nagle's
-        // algorithm meets the client's delayed ACK now and then: 40 ms
-        // stalls, a handful per run in either arm, and in some runs many in
-        // one arm (its throughput ratio fell to 0.5–0.67 while its p50 did
-        // not move).
-        let incoming = tokio_stream::StreamExt::map(
-            tokio_stream::wrappers::TcpListenerStream::new(listener),
-            |conn| {
-                conn.inspect(|s| {
-                    s.set_nodelay(true).expect("TCP_NODELAY");
-                })
-            },
-        );
-        tokio::spawn(
-            Server::builder()
-                .add_service(SparkConnectServiceServer::new(Echo))
-                .serve_with_incoming(incoming),
-        );
-        let channel = |addr: SocketAddr| -> Channel {
-            Endpoint::from_shared(format!("http://{addr}"))
-                .expect("uri")
-                .connect_lazy()
-        };
-        // Separate channels (connections) so neither run warms the other's.
-        let mut raw = SparkConnectServiceClient::new(channel(addr));
-        let layer = RetryLayer::spark_connect(Retrying::default());
-        let stats = layer.stats();
-        let mut wrapped = SparkConnectServiceClient::new(
-            ServiceBuilder::new().layer(layer).service(channel(addr)),
-        );
-        for _ in 0..1000 {
-            raw.config(req()).await.expect("warm");
-            wrapped.config(req()).await.expect("warm");
-        }
-        // A third arm: the raw channel behind the sanitize guard alone, which
-        // the layer always applies; it splits the layer's cost in two.
-        let mut sanitized = SparkConnectServiceClient::new(
-            ServiceBuilder::new()
-                .layer(spark_connect_retry::sanitize::SanitizeLayer)
-                .service(channel(addr)),
-        );
-        for _ in 0..1000 {
-            sanitized.config(req()).await.expect("warm");
-        }
-        // A fourth arm: the layer with `Config` passed through (no buffering,
-        // no retries): the layer's fixed cost per call without the replay.
-        let passthrough_layer = RetryLayer::spark_connect(Retrying::default()).method(
-            "/spark.connect.SparkConnectService/Config",
-            MethodConfig::passthrough(),
-        );
-        let mut passthrough = SparkConnectServiceClient::new(
-            ServiceBuilder::new()
-                .layer(passthrough_layer)
-                .service(channel(addr)),
-        );
-        for _ in 0..1000 {
-            passthrough.config(req()).await.expect("warm");
-        }
-        // `LAYER_BENCH_ONLY=raw|layer|sanitize`: one arm, sequential calls only,
-        // (or `raw-concurrent|layer-concurrent`)
-        // for profilers and instruction counters (run it once per arm, compare).
-        if let Ok(arm) = std::env::var("LAYER_BENCH_ONLY") {
-            let calls: usize = std::env::var("LAYER_BENCH_CALLS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(20_000);
-            let start = Instant::now();
-            // `raw-concurrent` / `layer-concurrent`: TASKS callers, `calls` in total.
-            if let Some(arm) = arm.strip_suffix("-concurrent") {
-                let rounds = calls.div_ceil(TASKS * CALLS_PER_TASK);
-                for _ in 0..rounds {
-                    match arm {
-                        "raw" => concurrent(raw.clone(), CALLS_PER_TASK).await,
-                        "layer" => concurrent(wrapped.clone(), CALLS_PER_TASK).await,
-                        other => {
-                            panic!("LAYER_BENCH_ONLY={other}-concurrent: expected raw or layer")
-                        }
-                    };
-                }
-                println!(
-                    "{arm}-concurrent: {} calls in {:.2?}",
-                    rounds * TASKS * CALLS_PER_TASK,
-                    start.elapsed()
-                );
-                return;
-            }
-            for _ in 0..calls {
-                match arm.as_str() {
-                    "raw" => raw.config(req()).await.map(drop),
-                    "layer" => wrapped.config(req()).await.map(drop),
-                    "sanitize" => sanitized.config(req()).await.map(drop),
-                    "passthrough" => passthrough.config(req()).await.map(drop),
-                    other => panic!(
-                        "LAYER_BENCH_ONLY={other}: expected raw, layer, sanitize or passthrough"
-                    ),
-                }
-                .expect("call");
-            }
-            println!("{arm}: {calls} calls in {:.2?}", start.elapsed());
-            return;
-        }
-        // Sequential: blocks of `block` calls per arm, the order of the three
-        // arms changing every round (all six permutations), so every arm
-        // samples the same stretches of the host's noise. Blocks rather than
-        // single calls, so each arm runs with its own code and data in cache,
-        // as an application calling through one client does.
-        // (`LAYER_BENCH_BLOCK=1` interleaves call by call.)
-        let block: usize = std::env::var("LAYER_BENCH_BLOCK")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|&b| b > 0)
-            .unwrap_or(BLOCK);
-        let seq_calls = env_usize("LAYER_BENCH_SEQ").unwrap_or(SEQ_CALLS);
-        let pairs =
-            env_usize("LAYER_BENCH_PAIRS").unwrap_or(if child { PAIRS_PER_PROCESS } else { PAIRS });
-        let mut lat: [Vec<Duration>; 4] = Default::default();
-        for round in 0..seq_calls.div_ceil(block) {
-            // Rotate the order each round, and reverse it every other cycle.
-            let mut order = [0usize, 1, 2, 3];
-            order.rotate_left(round % 4);
-            if (round / 4) % 2 == 1 {
-                order.reverse();
-            }
-            for arm in order {
-                for _ in 0..block {
-                    let d = match arm {
-                        0 => one_call(&mut raw).await,
-                        1 => one_call(&mut wrapped).await,
-                        2 => one_call(&mut sanitized).await,
-                        _ => one_call(&mut passthrough).await,
-                    };
-                    lat[arm].push(d);
-                }
-            }
-        }
-        if std::env::var_os("LAYER_BENCH_PERCENTILES").is_some() {
-            for (name, v) in ["raw", "layer", "sanitize", "passthru"].iter().zip(&lat) {
-                let mut v = v.clone();
-                v.sort();
-                let q = |p: f64| v[((v.len() - 1) as f64 * p) as usize].as_secs_f64() * 1e6;
-                let mean = v.iter().sum::<Duration>().as_secs_f64() * 1e6 / v.len() as f64;
-                println!(
-                    "{name:>8}: p10 {:.1}  p25 {:.1}  p50 {:.1}  p75 {:.1}  p90 {:.1}  p99 {:.1}  p99.9 {:.1}  max {:.1}  mean {mean:.1} us",
-                    q(0.10),
-                    q(0.25),
-                    q(0.5),
-                    q(0.75),
-                    q(0.9),
-                    q(0.99),
-                    q(0.999),
-                    q(1.0)
-                );
-            }
-        }
-        // Throughput as the median over rounds of the paired per-block
-        // ratio (raw block time / arm block time): blocks of one round run
-        // back to back, so the pair shares the host's state, and a stall in
-        // one block cannot move the median the way it moves a mean.
-        let paired = |arm: usize| {
-            let blocks = |a: usize| lat[a].chunks(block).map(|c| c.iter().sum::<Duration>());
-            median(
-                blocks(0)
-                    .zip(blocks(arm))
-                    .map(|(raw, other)| raw.as_secs_f64() / other.as_secs_f64())
-                    .collect(),
-            )
-        };
-        let (paired_layer, paired_sanitize) = (paired(1), paired(2));
-        let [r, l, z, t] = lat.map(summarize);
-        // Concurrent: short bursts in pairs, order alternating; the median of
-        // the per-pair ratios.
-        let (mut rc, mut lc, mut ratios) = (vec![], vec![], vec![]);
-        for pair in 0..pairs {
-            let (a, b) = if pair % 2 == 0 {
-                let a = concurrent(raw.clone(), PAIR_CALLS_PER_TASK).await;
-                (a, concurrent(wrapped.clone(), PAIR_CALLS_PER_TASK).await)
-            } else {
-                let b = concurrent(wrapped.clone(), PAIR_CALLS_PER_TASK).await;
-                (concurrent(raw.clone(), PAIR_CALLS_PER_TASK).await, b)
-            };
-            rc.push(a);
-            lc.push(b);
-            ratios.push(b / a);
-        }
-        println!(
-            "unary Config over loopback; {seq_calls} sequential calls per arm, interleaved in blocks of {block}"
-        );
-        println!(
-            "sequential: raw {:>8.0} calls/s  layer {:>8.0} calls/s  ratio {:.3}   (raw+sanitize {:>8.0} calls/s, ratio {:.3})",
-            r.0,
-            l.0,
-            l.0 / r.0,
-            z.0,
-            z.0 / r.0
-        );
-        println!(
-            "sequential, median of per-round paired ratios: layer {paired_layer:.3}   (raw+sanitize {paired_sanitize:.3})"
-        );
-        println!(
-            "p50 latency: raw {:>7.1} us  layer {:>7.1} us  added {:+.1} %   (raw+sanitize {:>7.1} us, {:+.1} %)",
-            r.1,
-            l.1,
-            (l.1 / r.1 - 1.0) * 100.0,
-            z.1,
-            (z.1 / r.1 - 1.0) * 100.0
-        );
-        println!(
-            "layer with Config passed through (no replay): {:>8.0} calls/s, p50 {:>7.1} us, added {:+.1} %",
-            t.0,
-            t.1,
-            (t.1 / r.1 - 1.0) * 100.0
-        );
-        println!(
-            "concurrent ({TASKS} tasks x {PAIR_CALLS_PER_TASK} calls, {pairs} pairs): raw {:>8.0} calls/s  layer {:>8.0} calls/s  median pair ratio {:.3}",
-            median(rc),
-            median(lc),
-            median(ratios.clone())
-        );
-        // Every call must have succeeded on its first attempt, or the arms
-        // did not do the same work.
-        let s = stats.snapshot();
-        println!(
-            "layer stats: {} calls, {} attempts, {} retries",
-            s.calls, s.attempts, s.retries
-        );
-        // For the parent of a multi-process run.
-        let pct = |x: f64| (x / r.1 - 1.0) * 100.0;
-        println!(
-            "#sample raw_p50_us={:.2} layer_p50={:.3} layer_paired={:.4} sanitize_p50={:.3} sanitize_paired={:.4} passthru_p50={:.3} pairs={}",
-            r.1,
-            pct(l.1),
-            paired_layer,
-            pct(z.1),
-            paired_sanitize,
-            pct(t.1),
-            ratios
-                .iter()
-                .map(|x| format!("{x:.4}"))
-                .collect::<Vec<_>>()
-                .join(",")
-        );
-    };
-    // The callers run as a task on the runtime's workers, as application
-    // code does. `LAYER_BENCH_CALLER=block_on` drives them from the main
-    // thread instead: on this 2-vCPU host that third thread added ~20 µs to
-    // the raw p50 and doubled the layer's added p50 (docs/layer-bench.md).
-    if std::env::var("LAYER_BENCH_CALLER").as_deref() == Ok("block_on") {
-        rt.block_on(bench);
-    } else {
-        rt.block_on(async { tokio::spawn(bench).await.expect("bench task") });
+    match std::env::var(CHILD).as_deref() {
+        Ok("seq") => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+            .block_on(sequential()),
+        Ok("conc") => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+            .block_on(async { tokio::spawn(concurrency()).await.expect("bench task") }),
+        _ => parent(env_usize("LAYER_BENCH_PROCESSES").unwrap_or(PROCESSES)),
     }
 }

@@ -300,6 +300,11 @@ impl Retrying {
             retry_now_bound: DEFAULT_RETRY_NOW_BOUND,
         }
     }
+    /// Replace the policies, keeping the sleeper, clock, jitter and bound.
+    pub fn with_policies(mut self, policies: impl Into<Vec<RetryPolicy>>) -> Self {
+        self.policies = Arc::from(policies.into());
+        self
+    }
     /// Replace the sleeper.
     pub fn with_sleeper(mut self, sleeper: impl Sleeper + 'static) -> Self {
         self.sleeper = Arc::new(sleeper);

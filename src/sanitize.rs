@@ -150,8 +150,7 @@ where
 }
 
 /// Sanitize one response: its headers now, its trailers as they arrive in
-/// the body `wrap` builds (one that sanitizes them: [`sanitized_body`] here,
-/// the retry layer's own body there).
+/// the body `wrap` builds (one that sanitizes them, [`sanitized_body`]).
 pub(crate) fn sanitize_response<B, T>(
     res: http::Response<B>,
     wrap: impl FnOnce(B) -> T,
@@ -175,13 +174,6 @@ pin_project_lite::pin_project! {
     pub struct SanitizedBody<B> {
         #[pin]
         inner: B,
-    }
-}
-
-impl<B> SanitizedBody<B> {
-    /// Wrap `inner`.
-    pub(crate) fn new(inner: B) -> Self {
-        SanitizedBody { inner }
     }
 }
 

@@ -7,7 +7,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use spark_connect_retry::layer::{MethodConfig, ResponseKind, RetryLayer, RetryService};
+use spark_connect_retry::layer::{
+    MethodConfig, ResponseKind, RetryLayer, RetryService, RetryThrottle,
+};
 use spark_connect_retry::policy::RetryPolicy;
 use spark_connect_retry::proto::spark_connect_service_client::SparkConnectServiceClient;
 use spark_connect_retry::proto::spark_connect_service_server::{
@@ -288,10 +290,9 @@ async fn unavailable_n_times_then_ok_with_attempt_headers() {
     assert_eq!((s.calls, s.attempts, s.retries, s.exhausted), (1, 4, 3, 0));
 }
 
-/// One event per attempt, with the method, the attempt, the code, the wait
-/// and why: two policy retries, then the success that ends the call (the
-/// first attempt's success is recorded by the response future, the last
-/// one's by the loop).
+/// One event per attempt, with OpenTelemetry's RPC field names: the
+/// service and method, the attempt, the status code, the wait and the
+/// reason: two policy retries, then the success that ends the call.
 #[tokio::test]
 async fn one_event_per_attempt() {
     for failures in [0, 2] {
@@ -300,14 +301,16 @@ async fn one_event_per_attempt() {
         let sleeper = RecordingSleeper::new();
         let mut c = client(addr, RetryLayer::spark_connect(retrying(&sleeper)));
         let events = captured(c.config(config_req("s"))).await;
-        let m = "method=/spark.connect.SparkConnectService/Config";
+        let m = "rpc.service=spark.connect.SparkConnectService rpc.method=Config";
         let mut want: Vec<String> = (0..failures)
             .map(|a| {
                 let wait = [50, 200][a as usize];
-                format!("{m} attempt={a} code=Unavailable wait_ms={wait} why=policy")
+                format!("{m} attempt={a} rpc.grpc.status_code=14 wait_ms={wait} reason=policy")
             })
             .collect();
-        want.push(format!("{m} attempt={failures} code=Ok why=done"));
+        want.push(format!(
+            "{m} attempt={failures} rpc.grpc.status_code=0 reason=done"
+        ));
         assert_eq!(events, want, "{failures} failure(s)");
     }
 }
@@ -351,7 +354,7 @@ async fn request_body_not_ready_at_call_is_buffered_and_replayed() {
 
 /// Every attempt carries the request's metadata and extensions, as a layer
 /// between the retry layer and the channel sees them: tonic's `GrpcMethod`
-/// alone (kept inline by the layer), or with another extension (cloned).
+/// alone, or with another extension.
 #[tokio::test]
 async fn retries_carry_headers_and_extensions() {
     #[derive(Debug, Clone, PartialEq)]
@@ -731,7 +734,7 @@ async fn throttling_under_a_burst() {
             Retrying::new(vec![policy]).with_sleeper(RecordingSleeper::new()),
         );
         if throttle {
-            layer = layer.throttle(10, 0.1);
+            layer = layer.throttle(RetryThrottle::new(10, 0.1).unwrap());
         }
         let stats = layer.stats();
         let c = client(addr, layer);
@@ -861,4 +864,72 @@ async fn unimplemented_is_not_retried_and_tracing_runs() {
     c.config(config_req("s")).await.unwrap();
     assert_eq!(stats.retries(), 1);
     assert!(sleeper.sleeps_ms() == vec![50]);
+}
+
+/// The generic constructor follows the service config (gRFC A6): only the
+/// codes it names, at most `maxAttempts` attempts, A6's backoff (±20 %),
+/// and nothing for the methods it does not name.
+#[tokio::test]
+async fn service_config_layer_follows_a6() {
+    let config = spark_connect_retry::layer::ServiceConfig::from_json(
+        r#"{"methodConfig": [{
+            "name": [{"service": "spark.connect.SparkConnectService", "method": "Config"}],
+            "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.1s", "maxBackoff": "1s",
+                            "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}
+        }]}"#,
+    )
+    .unwrap();
+    // One Config call against `server`: its status, the server's calls, the waits.
+    let run = |server: Scripted| {
+        let config = &config;
+        async move {
+            let addr = serve(server.clone()).await;
+            let sleeper = RecordingSleeper::new();
+            let layer = RetryLayer::from_service_config(config, retrying(&sleeper));
+            let err = client(addr, layer)
+                .config(config_req("s"))
+                .await
+                .unwrap_err();
+            (err.code(), server.config_calls(), sleeper.sleeps_ms())
+        }
+    };
+    // Listed code: three attempts in all, then the status.
+    let (code, calls, waits) = run(Scripted::new(unavailable_n(u32::MAX))).await;
+    assert_eq!((code, calls, waits.len()), (Code::Unavailable, 3, 2));
+    assert!(
+        (80..120).contains(&waits[0]) && (160..240).contains(&waits[1]),
+        "{waits:?}"
+    );
+    // A code the config does not list: one attempt.
+    let aborted = Scripted::new(|_| ready(Err(Status::aborted("conflict"))));
+    assert_eq!(run(aborted).await, (Code::Aborted, 1, vec![]));
+    // A method the config does not name: not retried.
+    let server = Scripted::new(unavailable_n(u32::MAX));
+    let addr = serve(server).await;
+    let sleeper = RecordingSleeper::new();
+    let layer = RetryLayer::from_service_config(&config, retrying(&sleeper));
+    let err = client(addr, layer)
+        .analyze_plan(AnalyzePlanRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unimplemented);
+    assert!(sleeper.sleeps().is_empty());
+}
+
+/// A deadline or attempt timeout too large for the clock means none: no
+/// overflow, and the retries happen as without it.
+#[tokio::test]
+async fn huge_deadlines_do_not_overflow() {
+    let server = Scripted::new(unavailable_n(2));
+    let addr = serve(server.clone()).await;
+    let sleeper = RecordingSleeper::new();
+    let layer = RetryLayer::spark_connect(retrying(&sleeper))
+        .default_deadline(Duration::MAX)
+        .per_attempt_timeout(Duration::MAX);
+    let mut c = client(addr, layer);
+    let mut req = Request::new(config_req("s"));
+    req.set_timeout(Duration::from_secs(86_400));
+    c.config(req).await.unwrap();
+    assert_eq!(server.config_calls(), 3);
+    assert_eq!(sleeper.sleeps_ms(), vec![50, 200]);
 }

@@ -69,6 +69,29 @@ proptest! {
     }
 
     /// Attempts never exceed max_retries + 1, and the loop returns the last error.
+    /// gRFC A6's proportional jitter: every wait within ±factor of the
+    /// backoff min(initial × multiplier^(n-1), max).
+    #[test]
+    fn proportional_jitter_bounds(factor in 0.0f64..=1.0, sample in 0.0f64..1.0, n in 1u32..8) {
+        let p = RetryPolicy::builder()
+            .initial_backoff(Duration::from_millis(100))
+            .max_backoff(Some(Duration::from_secs(1)))
+            .backoff_multiplier(2.0)
+            .proportional_jitter(factor)
+            .max_retries(None)
+            .build()
+            .unwrap();
+        let mut state = p.new_state();
+        let mut wait = Duration::ZERO;
+        for _ in 0..n {
+            wait = p.next_attempt(&mut state, None, &mut || sample).unwrap();
+        }
+        let backoff = (100.0 * 2f64.powi(n as i32 - 1)).min(1000.0);
+        let ms = wait.as_millis() as f64;
+        prop_assert!(ms >= (backoff * (1.0 - factor)).floor() - 1.0, "{ms} {backoff}");
+        prop_assert!(ms <= backoff * (1.0 + factor), "{ms} {backoff}");
+    }
+
     #[test]
     fn attempts_bounded(max in 0u32..12, fail in 0u32..30) {
         let policy = RetryPolicy::builder().max_retries(Some(max)).build().unwrap();
@@ -107,6 +130,17 @@ proptest! {
             sleeper.sleeps()
         };
         prop_assert_eq!(run(), run());
+    }
+}
+
+#[test]
+fn proportional_jitter_is_validated() {
+    for bad in [-0.1, 1.5, f64::NAN] {
+        let e = RetryPolicy::builder()
+            .proportional_jitter(bad)
+            .build()
+            .unwrap_err();
+        assert_eq!(e.field(), "proportional_jitter", "{bad}");
     }
 }
 

@@ -1,82 +1,230 @@
-//! One attempt's outcome, and reading a response far enough to judge it.
+//! One attempt: send the request, and read the response until its gRPC
+//! status is known or the response must be handed on as it is.
+//!
+//! A retry is only possible while the caller has seen nothing, so the layer
+//! must learn an attempt's status before it returns the response; the
+//! [module docs](super) list how, per kind of response. Every response
+//! passes the [`sanitize`](crate::sanitize) guard here, so the policy sees
+//! the status details and tonic never panics on them.
 
+use std::collections::VecDeque;
 use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderMap, Response, StatusCode};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use http_body::Body as _;
 use tonic::body::Body;
 use tonic::{Code, Status};
+use tower::ServiceExt;
 
-use super::body::{BufferedBody, Chunks, RetryBody, more_than_one_message};
-use super::future::{BoxError, polled_after_completion};
+use super::body::{Replay, RequestBody, more_than_one_message};
+use super::decide::{Outcome, Pushback};
 use super::layer::ResponseKind;
-use crate::headers::{GRPC_RETRY_PUSHBACK_MS as PUSHBACK, scan_status};
+use super::service::{BoxError, Inner};
+use crate::headers::{GRPC_PREVIOUS_RPC_ATTEMPTS, GRPC_STATUS, GRPC_TIMEOUT};
 use crate::sanitize::{sanitize_status_headers, sanitized_body};
 
-/// `grpc-retry-pushback-ms`, parsed per gRFC A6.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Pushback {
-    /// Retry after exactly this long.
-    After(Duration),
-    /// Negative or unparseable: do not retry.
-    Stop,
+/// What came back from one attempt.
+pub(crate) enum Attempt {
+    /// OK, or committed: the caller's response.
+    Done(Response<Body>),
+    /// Failed; `response` is what the caller gets if the call stops here
+    /// (`None`: the status itself, as an error).
+    Failed {
+        status: Status,
+        pushback: Option<Pushback>,
+        response: Option<Response<Body>>,
+    },
+    /// The attempt's time limit passed.
+    TimedOut,
 }
 
-pub(crate) fn pushback(headers: &HeaderMap) -> Option<Pushback> {
-    let v = headers.get(PUSHBACK)?;
-    let ms = v.to_str().ok().and_then(|s| s.trim().parse::<i64>().ok());
-    Some(match ms {
-        Some(ms) if ms >= 0 => Pushback::After(Duration::from_millis(ms as u64)),
-        _ => Pushback::Stop,
-    })
-}
-
-/// What to hand the caller if the loop stops after this attempt.
-// The response is the common variant; boxing it would add back the
-// allocation an inline `RetryBody` saves.
-#[allow(clippy::large_enum_variant)]
-pub(crate) enum Deliver {
-    /// The server's response, replayed from the buffer (tonic reads its status).
-    Response(Response<RetryBody>),
-    /// A status for tonic to return as is (transport failures, deadlines).
-    Error(Status),
-}
-
-impl Deliver {
-    pub(crate) fn into_result(self) -> Result<Response<RetryBody>, BoxError> {
+impl Attempt {
+    /// The attempt as [`decide`](super::decide::decide) sees it.
+    pub(crate) fn outcome(&self) -> Outcome<'_> {
         match self {
-            Deliver::Response(r) => Ok(r),
-            Deliver::Error(s) => Err(Box::new(s)),
+            Attempt::Done(_) => Outcome::Done,
+            Attempt::Failed {
+                status, pushback, ..
+            } => Outcome::Failed {
+                status,
+                pushback: *pushback,
+            },
+            Attempt::TimedOut => Outcome::TimedOut,
+        }
+    }
+
+    /// What the caller gets when the call ends with this attempt.
+    pub(crate) fn into_result(self) -> Result<Response<Body>, BoxError> {
+        match self {
+            Attempt::Done(res)
+            | Attempt::Failed {
+                response: Some(res),
+                ..
+            } => Ok(res),
+            Attempt::Failed { status, .. } => Err(Box::new(status)),
+            // `decide` fails a timed-out call with its own status.
+            Attempt::TimedOut => Err(Box::new(Status::deadline_exceeded("attempt timed out"))),
         }
     }
 }
 
-pub(crate) enum Outcome {
-    /// Success, or a committed response: delivered as is.
-    Done(Response<RetryBody>),
-    /// A failed attempt.
-    Failed {
-        status: Status,
-        pushback: Option<Pushback>,
-        deliver: Deliver,
-    },
-    /// The layer's own timer fired.
-    TimedOut,
+/// The request of one attempt: the call's head, the retry and deadline
+/// headers, and the buffered body.
+pub(crate) fn request(
+    mut head: http::request::Parts,
+    previous: u32,
+    limit: Option<Duration>,
+    body: &RequestBody,
+) -> Request<Body> {
+    if previous > 0 {
+        head.headers
+            .insert(GRPC_PREVIOUS_RPC_ATTEMPTS, HeaderValue::from(previous));
+    }
+    if let Some(limit) = limit {
+        head.headers
+            .insert(GRPC_TIMEOUT, format_grpc_timeout(limit));
+    }
+    Request::from_parts(head, body.body())
 }
 
-/// A failure before any response: the same conversion tonic's client
-/// applies, so the source chain (ConnectError, hyper, h2, io) survives for
-/// classify_failure.
-pub(crate) fn transport_failure(e: BoxError) -> Outcome {
-    let status = Status::from_error(e);
-    Outcome::Failed {
-        status: status.clone(),
-        pushback: None,
-        deliver: Deliver::Error(status),
+/// Send `req` on `svc` within `limit`, and read the response far enough to
+/// judge it.
+pub(crate) async fn attempt<S: Inner>(
+    svc: &mut S,
+    req: Request<Body>,
+    kind: ResponseKind,
+    cap: usize,
+    limit: Option<Duration>,
+) -> Attempt {
+    let send = async {
+        let ready = match svc.ready().await {
+            Ok(ready) => ready,
+            Err(e) => return failed(Status::from_error(e.into())),
+        };
+        let res = match ready.call(req).await {
+            Ok(res) => res,
+            Err(e) => return failed(Status::from_error(e.into())),
+        };
+        read(res, kind, cap).await
+    };
+    match limit {
+        Some(limit) => tokio::time::timeout(limit, send)
+            .await
+            .unwrap_or(Attempt::TimedOut),
+        None => send.await,
     }
+}
+
+/// A failure before any response: the caller gets the status itself.
+fn failed(status: Status) -> Attempt {
+    Attempt::Failed {
+        status,
+        pushback: None,
+        response: None,
+    }
+}
+
+/// Read a response until its status is known (see the module docs).
+async fn read<B>(res: Response<B>, kind: ResponseKind, cap: usize) -> Attempt
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let (mut head, body) = res.into_parts();
+    sanitize_status_headers(&mut head.headers);
+    if head.headers.contains_key(GRPC_STATUS) {
+        // Trailers-only: the status is in the headers.
+        let status = failed_status(&head.headers);
+        let pushback = Pushback::from_headers(&head.headers);
+        let res = Response::from_parts(head, sanitized_body(body));
+        return judged(res, status, pushback);
+    }
+    if head.status != StatusCode::OK {
+        let status = Status::new(
+            code_from_http(head.status),
+            format!(
+                "grpc-status header missing, mapped from HTTP status code {}",
+                head.status.as_u16()
+            ),
+        );
+        let res = Response::from_parts(head, sanitized_body(body));
+        return judged(res, Some(status), None);
+    }
+    // Free for a tonic body (a `Channel`'s); another is boxed once.
+    let mut body = Body::new(body);
+    let mut data = VecDeque::new();
+    let mut len = 0usize;
+    loop {
+        let frame = match std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
+            Some(Ok(frame)) => frame,
+            // Nothing was delivered yet, so the failure is the attempt's.
+            Some(Err(e)) => return failed(e),
+            // No trailers: tonic reports the missing status itself.
+            None => return Attempt::Done(replayed(head, data, None, None)),
+        };
+        match frame.into_data() {
+            Ok(d) => {
+                len = len.saturating_add(d.len());
+                data.push_back(d);
+                let commit = match kind {
+                    ResponseKind::ServerStreaming => true,
+                    ResponseKind::Unary => len > cap,
+                    ResponseKind::Auto => len > cap || more_than_one_message(&data),
+                };
+                if commit {
+                    let rest = Some(sanitized_body(body));
+                    return Attempt::Done(replayed(head, data, rest, None));
+                }
+            }
+            Err(frame) => {
+                let Ok(mut trailers) = frame.into_trailers() else {
+                    continue;
+                };
+                sanitize_status_headers(&mut trailers);
+                let status = failed_status(&trailers);
+                let pushback = Pushback::from_headers(&trailers)
+                    .or_else(|| Pushback::from_headers(&head.headers));
+                return judged(replayed(head, data, None, Some(trailers)), status, pushback);
+            }
+        }
+    }
+}
+
+/// The status in a header block, unless it is OK. A `grpc-status: 0` is
+/// recognised without building a `Status` (which copies the whole block).
+fn failed_status(headers: &HeaderMap) -> Option<Status> {
+    if headers.get(GRPC_STATUS).is_some_and(|v| v == "0") {
+        return None;
+    }
+    Status::from_header_map(headers).filter(|s| s.code() != Code::Ok)
+}
+
+fn judged(res: Response<Body>, status: Option<Status>, pushback: Option<Pushback>) -> Attempt {
+    match status {
+        None => Attempt::Done(res),
+        Some(status) => Attempt::Failed {
+            status,
+            pushback,
+            response: Some(res),
+        },
+    }
+}
+
+fn replayed(
+    head: http::response::Parts,
+    data: VecDeque<Bytes>,
+    rest: Option<Body>,
+    trailers: Option<HeaderMap>,
+) -> Response<Body> {
+    let body = Replay {
+        data,
+        rest,
+        trailers,
+        error: None,
+    };
+    Response::from_parts(head, body.into_body())
 }
 
 /// The gRPC mapping of HTTP status codes, for responses without `grpc-status`
@@ -95,254 +243,85 @@ fn code_from_http(status: StatusCode) -> Code {
     }
 }
 
-fn rebuild(
-    parts: http::response::Parts,
-    data: Chunks,
-    rest: Option<Body>,
-    trailers: Option<HeaderMap>,
-) -> Response<RetryBody> {
-    Response::from_parts(
-        parts,
-        RetryBody::buffered(BufferedBody::new(data, rest, trailers, None)),
-    )
-}
-
-/// Sanitize a header block ([`sanitize_status_headers`]) and tell whether
-/// its `grpc-status` is OK (`None`: no status), in one pass when the block
-/// is small and carries no details.
-fn status_ok(headers: &mut HeaderMap) -> Option<bool> {
-    let scan = scan_status(headers);
-    if scan.details && sanitize_status_headers(headers) {
-        // Replaced by INTERNAL.
-        return Some(false);
+/// Parse a `grpc-timeout` header (`1*8DIGIT unit`); garbage is ignored.
+pub(crate) fn parse_grpc_timeout(headers: &HeaderMap) -> Option<Duration> {
+    let s = headers.get(GRPC_TIMEOUT)?.to_str().ok()?;
+    if s.len() < 2 || s.len() > 9 {
+        return None;
     }
-    scan.ok
-}
-
-/// Finds an attempt's status without delivering anything to the caller:
-/// from trailers-only headers, or from the trailers after a buffered unary
-/// message. A response that cannot be judged before data must flow is
-/// committed.
-///
-/// The response is sanitized ([`sanitize_status_headers`]) here: its
-/// headers at once, its trailers when read; a body handed on unread is
-/// wrapped in the sanitizing body. Same result as `sanitize_response`
-/// first, without boxing a buffered unary response twice.
-///
-/// A hand-written future (no `async` block), so that the retry service's
-/// response future can hold it inline for the first attempt.
-// The large variant is the common one, held inline on purpose.
-#[allow(clippy::large_enum_variant)]
-pub(crate) enum ReadResponse {
-    /// Judged from the headers alone (a trailers-only or non-200 response,
-    /// which is rare); taken on the first poll. Boxed, so that the common
-    /// state sets the size of every call's future.
-    Judged(Option<Box<Outcome>>),
-    /// Reading the body up to its trailers.
-    Reading {
-        parts: Option<http::response::Parts>,
-        body: Body,
-        data: Chunks,
-        len: usize,
-        kind: ResponseKind,
-        cap: usize,
-    },
-}
-
-impl ReadResponse {
-    pub(crate) fn new<B>(res: Response<B>, kind: ResponseKind, cap: usize) -> Self
-    where
-        B: http_body::Body<Data = Bytes> + Send + 'static,
-        B::Error: Into<BoxError>,
-    {
-        let (mut parts, body) = res.into_parts();
-        // Trailers-only response.
-        if let Some(ok) = status_ok(&mut parts.headers) {
-            return judged_from_headers(parts, body, ok);
-        }
-        if parts.status != StatusCode::OK {
-            return not_grpc(parts, body);
-        }
-        ReadResponse::Reading {
-            parts: Some(parts),
-            // Free for a tonic `Body` (a `Channel`'s): tonic unwraps it
-            // instead of boxing it again. Other bodies are boxed once, which
-            // also makes them `Unpin`.
-            body: Body::new(body),
-            data: Chunks::default(),
-            len: 0,
-            kind,
-            cap,
-        }
+    let (digits, unit) = s.split_at(s.len() - 1);
+    if !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
     }
+    // At most 8 digits: no unit below overflows.
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n * 3600),
+        "M" => Duration::from_secs(n * 60),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
 }
 
-/// A trailers-only response: judged from its headers. An OK one is passed
-/// on without building a Status (which copies every header into its
-/// metadata).
-#[cold]
-#[inline(never)]
-fn judged_from_headers<B>(parts: http::response::Parts, body: B, ok: bool) -> ReadResponse
-where
-    B: http_body::Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
-{
-    let status = (!ok)
-        .then(|| Status::from_header_map(&parts.headers))
-        .flatten();
-    let res = Response::from_parts(parts, RetryBody::passed(body));
-    let Some(status) = status.filter(|s| s.code() != Code::Ok) else {
-        return ReadResponse::Judged(Some(Box::new(Outcome::Done(res))));
+/// Format a `grpc-timeout` header: the finest unit that fits in 8 digits.
+pub(crate) fn format_grpc_timeout(d: Duration) -> HeaderValue {
+    const MAX: u128 = 99_999_999;
+    let s = if d.as_micros() <= MAX {
+        format!("{}u", d.as_micros())
+    } else if d.as_millis() <= MAX {
+        format!("{}m", d.as_millis())
+    } else if u128::from(d.as_secs()) <= MAX {
+        format!("{}S", d.as_secs())
+    } else {
+        format!("{}H", (d.as_secs() / 3600).min(99_999_999))
     };
-    let pushback = pushback(res.headers());
-    ReadResponse::Judged(Some(Box::new(Outcome::Failed {
-        status,
-        pushback,
-        deliver: Deliver::Response(res),
-    })))
-}
-
-/// A non-200 response without `grpc-status` (a proxy's error page).
-#[cold]
-#[inline(never)]
-fn not_grpc<B>(parts: http::response::Parts, body: B) -> ReadResponse
-where
-    B: http_body::Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
-{
-    let status = Status::new(
-        code_from_http(parts.status),
-        format!(
-            "grpc-status header missing, mapped from HTTP status code {}",
-            parts.status.as_u16()
-        ),
-    );
-    ReadResponse::Judged(Some(Box::new(Outcome::Failed {
-        status,
-        pushback: None,
-        deliver: Deliver::Response(Response::from_parts(parts, RetryBody::passed(body))),
-    })))
-}
-
-/// A body error before anything was delivered: the attempt's failure (the
-/// conversion tonic's body applies to a body error).
-#[cold]
-#[inline(never)]
-fn body_failed(e: BoxError) -> Outcome {
-    let e = Status::from_error(e);
-    Outcome::Failed {
-        status: e.clone(),
-        pushback: None,
-        deliver: Deliver::Error(e),
-    }
-}
-
-/// Trailers whose `grpc-status` is not OK: a failed attempt, unless tonic
-/// would read them as OK after all.
-#[cold]
-#[inline(never)]
-fn failed_trailers(parts: http::response::Parts, data: Chunks, trailers: HeaderMap) -> Outcome {
-    let Some(status) = Status::from_header_map(&trailers).filter(|s| s.code() != Code::Ok) else {
-        return Outcome::Done(rebuild(parts, data, None, Some(trailers)));
-    };
-    let pb = pushback(&trailers).or_else(|| pushback(&parts.headers));
-    Outcome::Failed {
-        status,
-        pushback: pb,
-        deliver: Deliver::Response(rebuild(parts, data, None, Some(trailers))),
-    }
-}
-
-/// A response that cannot be judged before data must flow: committed, its
-/// buffered start replayed before the unread rest.
-#[inline(never)]
-fn committed(parts: http::response::Parts, data: Chunks, body: Body) -> Outcome {
-    Outcome::Done(rebuild(parts, data, Some(sanitized_body(body)), None))
-}
-
-impl Future for ReadResponse {
-    type Output = Outcome;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
-        let (parts, body, data, len, kind, cap) = match &mut *self {
-            ReadResponse::Judged(outcome) => {
-                let outcome = outcome.take().unwrap_or_else(|| polled_after_completion());
-                return Poll::Ready(*outcome);
-            }
-            ReadResponse::Reading {
-                parts,
-                body,
-                data,
-                len,
-                kind,
-                cap,
-            } => (parts, body, data, len, *kind, *cap),
-        };
-        loop {
-            let frame = match std::task::ready!(Pin::new(&mut *body).poll_frame(cx)) {
-                // No trailers: tonic reports the missing status itself (Ambiguous).
-                None => {
-                    let parts = parts.take().unwrap_or_else(|| polled_after_completion());
-                    return Poll::Ready(Outcome::Done(rebuild(
-                        parts,
-                        std::mem::take(data),
-                        None,
-                        None,
-                    )));
-                }
-                // Nothing was delivered yet, so the failure is the attempt's.
-                Some(Err(e)) => return Poll::Ready(body_failed(e.into())),
-                Some(Ok(frame)) => frame,
-            };
-            match frame.into_data() {
-                Ok(d) => {
-                    *len = len.saturating_add(d.len());
-                    data.push(d);
-                    let commit = match kind {
-                        ResponseKind::ServerStreaming => true,
-                        ResponseKind::Unary => *len > cap,
-                        ResponseKind::Auto => *len > cap || more_than_one_message(data),
-                    };
-                    if commit {
-                        let parts = parts.take().unwrap_or_else(|| polled_after_completion());
-                        let (data, body) = (std::mem::take(data), std::mem::take(body));
-                        return Poll::Ready(committed(parts, data, body));
-                    }
-                }
-                Err(frame) => {
-                    let Ok(mut trailers) = frame.into_trailers() else {
-                        continue;
-                    };
-                    let parts = parts.take().unwrap_or_else(|| polled_after_completion());
-                    let data = std::mem::take(data);
-                    // The common case, OK, needs no Status at all.
-                    if status_ok(&mut trailers) == Some(false) {
-                        return Poll::Ready(failed_trailers(parts, data, trailers));
-                    }
-                    return Poll::Ready(Outcome::Done(rebuild(parts, data, None, Some(trailers))));
-                }
-            }
-        }
-    }
+    HeaderValue::try_from(s).unwrap_or(HeaderValue::from_static("99999999H"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::HeaderValue;
+
+    #[test]
+    fn timeout_header_roundtrip_and_garbage() {
+        for d in [
+            Duration::from_micros(1),
+            Duration::from_millis(1500),
+            Duration::from_secs(1000),
+            Duration::from_secs(10_000_000),
+            Duration::MAX,
+        ] {
+            let mut h = HeaderMap::new();
+            h.insert(GRPC_TIMEOUT, format_grpc_timeout(d));
+            let back = parse_grpc_timeout(&h).unwrap();
+            assert!(back <= d, "{d:?} {back:?}");
+            if d < Duration::from_secs(100_000_000) {
+                assert!(d - back < Duration::from_secs(1), "{d:?} {back:?}");
+            }
+        }
+        for bad in ["", "m", "12x", "-1m", "123456789m", "1.5S", "ümm"] {
+            let mut h = HeaderMap::new();
+            if let Ok(v) = HeaderValue::from_str(bad) {
+                h.insert(GRPC_TIMEOUT, v);
+            }
+            assert_eq!(parse_grpc_timeout(&h), None, "{bad}");
+        }
+    }
 
     #[test]
     fn pushback_parsing() {
         let mut h = HeaderMap::new();
-        assert_eq!(pushback(&h), None);
-        h.insert(PUSHBACK, HeaderValue::from_static("250"));
-        assert_eq!(
-            pushback(&h),
-            Some(Pushback::After(Duration::from_millis(250)))
-        );
-        h.insert(PUSHBACK, HeaderValue::from_static("-1"));
-        assert_eq!(pushback(&h), Some(Pushback::Stop));
-        h.insert(PUSHBACK, HeaderValue::from_static("soon"));
-        assert_eq!(pushback(&h), Some(Pushback::Stop));
+        assert_eq!(Pushback::from_headers(&h), None);
+        for (v, want) in [
+            ("250", Some(Pushback::After(Duration::from_millis(250)))),
+            ("-1", Some(Pushback::Stop)),
+            ("soon", Some(Pushback::Stop)),
+        ] {
+            h.insert("grpc-retry-pushback-ms", HeaderValue::from_static(v));
+            assert_eq!(Pushback::from_headers(&h), want, "{v}");
+        }
     }
 }

@@ -1,12 +1,10 @@
-//! [`RetryLayer`]: configuration, and the tower `Layer` impl.
+//! [`RetryLayer`]: what to retry, per method, and the tower `Layer` impl.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tower::Layer;
-
+use super::config::ServiceConfig;
 use super::service::RetryService;
 use super::stats::RetryStats;
 use super::throttle::RetryThrottle;
@@ -16,38 +14,45 @@ use crate::retrying::Retrying;
 pub const DEFAULT_MAX_REQUEST_BUFFER: usize = 1 << 20;
 /// Default cap on a unary response body buffered to read its status: 4 MiB.
 pub const DEFAULT_MAX_RESPONSE_BUFFER: usize = 4 << 20;
+/// The Spark Connect service's gRPC path prefix.
+pub const SPARK_CONNECT_SERVICE: &str = "/spark.connect.SparkConnectService/";
 
-/// How the layer finds a response's gRPC status before committing to it.
+/// How the layer finds a response's gRPC status before committing to it
+/// (see the [module docs](super)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum ResponseKind {
-    /// Decide per response: buffer the first message and keep reading; the
-    /// trailers arriving first means unary (status known, retry possible);
-    /// a second message starting means a stream (commit). Costs a streaming
-    /// method the latency until its second message, so name streaming
-    /// methods [`ServerStreaming`](Self::ServerStreaming) when known.
+    /// Decide per response: buffer the first message; trailers next means
+    /// unary (status known, retry possible), a second message means a
+    /// stream (committed). Holds a stream's first message until its second
+    /// begins, so name streaming methods when known.
     #[default]
     Auto,
     /// One response message: buffer it and the trailers (up to the response cap).
     Unary,
-    /// A server stream: retried only until its first data frame (gRFC A6 commit rule).
+    /// A server stream: retried only until its first message (gRFC A6 commit rule).
     ServerStreaming,
 }
 
 /// Per-method retry settings, keyed by gRPC path (`/package.Service/Method`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct MethodConfig {
     idempotent: bool,
     retry: bool,
     kind: ResponseKind,
+    timeout: Option<Duration>,
+    retrying: Option<Retrying>,
 }
 
 impl Default for MethodConfig {
-    /// Not idempotent, [`ResponseKind::Auto`], retries on.
+    /// Not idempotent, [`ResponseKind::Auto`], retried under the layer's policies.
     fn default() -> Self {
         MethodConfig {
             idempotent: false,
             retry: true,
             kind: ResponseKind::Auto,
+            timeout: None,
+            retrying: None,
         }
     }
 }
@@ -60,8 +65,8 @@ impl MethodConfig {
             ..Self::default()
         }
     }
-    /// A method that must not run twice: only failures proving the server
-    /// never started the work are replayed (see the module docs).
+    /// A method that must not run twice: replayed only after failures that
+    /// show the server did not start it (see the [module docs](super)).
     pub fn non_idempotent() -> Self {
         Self::default()
     }
@@ -78,6 +83,17 @@ impl MethodConfig {
         self.kind = kind;
         self
     }
+    /// The method's deadline across attempts, when the caller sets none
+    /// shorter (a service config's `timeout`).
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+    /// Policies for this method instead of the layer's.
+    pub fn with_retrying(mut self, retrying: Retrying) -> Self {
+        self.retrying = Some(retrying);
+        self
+    }
     /// Whether the method is idempotent.
     pub fn is_idempotent(&self) -> bool {
         self.idempotent
@@ -90,17 +106,24 @@ impl MethodConfig {
     pub fn kind(&self) -> ResponseKind {
         self.kind
     }
+    /// The method's own deadline, if set.
+    pub fn timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+    /// The method's own policies, if set.
+    pub fn retrying(&self) -> Option<&Retrying> {
+        self.retrying.as_ref()
+    }
 }
 
-/// The Spark Connect service's gRPC path prefix.
-pub const SPARK_CONNECT_SERVICE: &str = "/spark.connect.SparkConnectService/";
-
 /// Everything a [`RetryService`] shares with its clones.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Shared {
     pub(crate) retrying: Retrying,
-    pub(crate) methods: HashMap<String, MethodConfig, PathHasher>,
-    pub(crate) default_method: MethodConfig,
+    /// By full path, then by service name (gRFC A6's service-wide entries).
+    methods: HashMap<String, MethodConfig>,
+    services: HashMap<String, MethodConfig>,
+    default_method: MethodConfig,
     pub(crate) max_request_buffer: usize,
     pub(crate) max_response_buffer: usize,
     pub(crate) default_deadline: Option<Duration>,
@@ -110,63 +133,26 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub(crate) fn method(&self, path: &str) -> MethodConfig {
-        self.methods
-            .get(path)
-            .copied()
-            .unwrap_or(self.default_method)
-    }
-
-    /// The bookkeeping of an attempt that ends the call with the server's
-    /// response: a success for the token bucket (A6), and the attempt's event.
-    pub(crate) fn record_done<'p>(&self, path: impl FnOnce() -> &'p str, attempt: u32) {
-        if let Some(t) = &self.throttle {
-            t.on_success();
+    /// The settings for `path`: the method's, else its service's, else the default.
+    pub(crate) fn method(&self, path: &str) -> &MethodConfig {
+        if let Some(m) = self.methods.get(path) {
+            return m;
         }
-        // The path is found only for a subscriber that wants the event.
-        if tracing::enabled!(tracing::Level::DEBUG) {
-            crate::layer::service::event(path(), attempt, tonic::Code::Ok, None, "done");
+        if !self.services.is_empty() {
+            let (service, _) = super::decide::split_path(path);
+            if let Some(m) = self.services.get(service) {
+                return m;
+            }
         }
+        &self.default_method
     }
 }
 
-/// The method table's hasher, used once per call: a word-at-a-time
-/// multiply-rotate hash (the FxHash scheme). The keys are the application's
-/// own configuration, so SipHash's resistance to chosen collisions buys
-/// nothing here, and it cost more than the rest of the lookup.
-pub(crate) type PathHasher = BuildHasherDefault<WordHasher>;
-
-/// The hash state of [`PathHasher`].
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct WordHasher(u64);
-
-impl WordHasher {
-    fn add(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-}
-
-impl Hasher for WordHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        let mut words = bytes.chunks_exact(8);
-        for w in &mut words {
-            self.add(u64::from_le_bytes(w.try_into().unwrap_or_default()));
-        }
-        let mut last = [0u8; 8];
-        let tail = words.remainder();
-        last[..tail.len()].copy_from_slice(tail);
-        self.add(u64::from_le_bytes(last) ^ ((tail.len() as u64) << 59));
-    }
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-/// A tower layer that retries gRPC calls under a [`Retrying`] configuration.
+/// A tower layer that retries gRPC calls; see the [module docs](super).
 ///
 /// Build it, then `ServiceBuilder::new().layer(layer).service(channel)`;
 /// every service it builds (and every clone of those) shares the token
-/// bucket and the [`stats`](Self::stats). See the [module docs](super).
+/// bucket and the [`stats`](Self::stats).
 #[derive(Debug, Clone)]
 pub struct RetryLayer {
     shared: Arc<Shared>,
@@ -181,7 +167,8 @@ impl RetryLayer {
         RetryLayer {
             shared: Arc::new(Shared {
                 retrying,
-                methods: HashMap::default(),
+                methods: HashMap::new(),
+                services: HashMap::new(),
                 default_method: MethodConfig::default(),
                 max_request_buffer: DEFAULT_MAX_REQUEST_BUFFER,
                 max_response_buffer: DEFAULT_MAX_RESPONSE_BUFFER,
@@ -193,19 +180,21 @@ impl RetryLayer {
         }
     }
 
-    /// [`new`](Self::new) plus the Spark Connect method table of the module
-    /// docs: every RPC idempotent except `ExecutePlan`; `ExecutePlan` and
+    /// For Spark Connect: `retrying`'s policies (PySpark's classification
+    /// by default) and the method table of the [module docs](super): every
+    /// RPC idempotent except `ExecutePlan`; `ExecutePlan` and
     /// `ReattachExecute` server-streaming, the rest unary.
     pub fn spark_connect(retrying: Retrying) -> Self {
         let unary = MethodConfig::idempotent().with_kind(ResponseKind::Unary);
-        let mut layer = Self::new(retrying).method(
-            format!("{SPARK_CONNECT_SERVICE}ExecutePlan"),
-            MethodConfig::non_idempotent().with_kind(ResponseKind::ServerStreaming),
-        );
-        layer = layer.method(
-            format!("{SPARK_CONNECT_SERVICE}ReattachExecute"),
-            MethodConfig::idempotent().with_kind(ResponseKind::ServerStreaming),
-        );
+        let mut layer = Self::new(retrying)
+            .method(
+                format!("{SPARK_CONNECT_SERVICE}ExecutePlan"),
+                MethodConfig::non_idempotent().with_kind(ResponseKind::ServerStreaming),
+            )
+            .method(
+                format!("{SPARK_CONNECT_SERVICE}ReattachExecute"),
+                MethodConfig::idempotent().with_kind(ResponseKind::ServerStreaming),
+            );
         for m in [
             "AnalyzePlan",
             "Config",
@@ -218,33 +207,56 @@ impl RetryLayer {
             "CloneSession",
             "GetStatus",
         ] {
-            layer = layer.method(format!("{SPARK_CONNECT_SERVICE}{m}"), unary);
+            layer = layer.method(format!("{SPARK_CONNECT_SERVICE}{m}"), unary.clone());
+        }
+        layer
+    }
+
+    /// For any gRPC service, as gRFC A6 specifies: each method named in
+    /// `config` with a `retryPolicy` is retried only on the codes it lists,
+    /// at most `maxAttempts` times in all, with A6's backoff; its `timeout`
+    /// is its deadline. Methods without a `retryPolicy`, and methods the
+    /// config does not name, are not retried. `retryThrottling` becomes the
+    /// token bucket. The
+    /// sleeper, clock and jitter come from `base`, whose policies are not
+    /// used.
+    ///
+    /// A method with a `retryPolicy` counts as idempotent: the
+    /// configuration's author chose the codes that are safe to retry for it.
+    pub fn from_service_config(config: &ServiceConfig, base: Retrying) -> Self {
+        let mut layer = Self::new(base.clone().with_policies(Vec::new()));
+        for entry in config.method_configs() {
+            let mut method = match entry.retry_policy() {
+                Some(policy) => MethodConfig::idempotent()
+                    .with_retrying(base.clone().with_policies(vec![policy.clone()])),
+                None => MethodConfig::non_idempotent(),
+            };
+            method.timeout = entry.timeout();
+            for name in entry.names() {
+                layer = match (name.service(), name.method()) {
+                    (None, _) => layer.default_method(method.clone()),
+                    (Some(s), None) => layer.service(s, method.clone()),
+                    (Some(s), Some(m)) => layer.method(format!("/{s}/{m}"), method.clone()),
+                };
+            }
+        }
+        if let Some(t) = config.retry_throttling() {
+            layer = layer.throttle(t);
         }
         layer
     }
 
     fn edit(mut self, f: impl FnOnce(&mut Shared)) -> Self {
-        // Builders run before any service exists, so the Arc is unique and
-        // make_mut does not copy; if a service already shares it, the layer
-        // gets its own copy (with fresh stats) and the service is unaffected.
-        match Arc::get_mut(&mut self.shared) {
-            Some(s) => f(s),
-            None => {
-                let s = &*self.shared;
-                let mut copy = Shared {
-                    retrying: s.retrying.clone(),
-                    methods: s.methods.clone(),
-                    default_method: s.default_method,
-                    max_request_buffer: s.max_request_buffer,
-                    max_response_buffer: s.max_response_buffer,
-                    default_deadline: s.default_deadline,
-                    per_attempt_timeout: s.per_attempt_timeout,
-                    throttle: s.throttle.clone(),
-                    stats: RetryStats::default(),
-                };
-                f(&mut copy);
-                self.shared = Arc::new(copy);
-            }
+        // Builders run before any service exists, so the Arc is unique; if
+        // a service already shares it, the layer gets its own copy (with
+        // fresh stats) and the service is unaffected.
+        if Arc::get_mut(&mut self.shared).is_none() {
+            let mut copy = (*self.shared).clone();
+            copy.stats = RetryStats::default();
+            self.shared = Arc::new(copy);
+        }
+        if let Some(s) = Arc::get_mut(&mut self.shared) {
+            f(s);
         }
         self
     }
@@ -256,7 +268,15 @@ impl RetryLayer {
             s.methods.insert(path, config);
         })
     }
-    /// Settings for methods not named with [`method`](Self::method).
+    /// Settings for every method of a service (`package.Service`) not named
+    /// with [`method`](Self::method).
+    pub fn service(self, service: impl Into<String>, config: MethodConfig) -> Self {
+        let service = service.into();
+        self.edit(|s| {
+            s.services.insert(service, config);
+        })
+    }
+    /// Settings for methods named nowhere else.
     pub fn default_method(self, config: MethodConfig) -> Self {
         self.edit(|s| s.default_method = config)
     }
@@ -270,23 +290,23 @@ impl RetryLayer {
     pub fn max_response_buffer(self, bytes: usize) -> Self {
         self.edit(|s| s.max_response_buffer = bytes)
     }
-    /// Overall deadline across attempts for calls without a `grpc-timeout` header.
+    /// Deadline across attempts for methods without their own timeout. A
+    /// request's `grpc-timeout` wins when it is shorter. Any duration is
+    /// accepted: one past the clock's range means no deadline.
     pub fn default_deadline(self, d: Duration) -> Self {
         self.edit(|s| s.default_deadline = Some(d))
     }
     /// Timeout of each attempt; each attempt's `grpc-timeout` is
-    /// `min(per_attempt, remaining overall time)`.
+    /// `min(per_attempt, time left overall)`.
     pub fn per_attempt_timeout(self, d: Duration) -> Self {
         self.edit(|s| s.per_attempt_timeout = Some(d))
     }
-    /// gRFC A6 throttling with `max_tokens` and `token_ratio`.
-    pub fn throttle(self, max_tokens: u32, token_ratio: f64) -> Self {
-        let t = Arc::new(RetryThrottle::new(max_tokens, token_ratio));
+    /// gRFC A6 throttling with this token bucket, shared by every service
+    /// the layer builds; pass an `Arc` to share one bucket across layers
+    /// (e.g. one per server).
+    pub fn throttle(self, throttle: impl Into<Arc<RetryThrottle>>) -> Self {
+        let t = throttle.into();
         self.edit(|s| s.throttle = Some(t))
-    }
-    /// Share an existing token bucket (e.g. one per server across layers).
-    pub fn throttle_shared(self, throttle: Arc<RetryThrottle>) -> Self {
-        self.edit(|s| s.throttle = Some(throttle))
     }
     /// The token bucket, if throttling is on.
     pub fn throttle_handle(&self) -> Option<Arc<RetryThrottle>> {
@@ -296,17 +316,17 @@ impl RetryLayer {
     pub fn stats(&self) -> RetryStats {
         self.shared.stats.clone()
     }
-    /// The retry configuration.
+    /// The layer's policies.
     pub fn retrying(&self) -> &Retrying {
         &self.shared.retrying
     }
     /// The settings that apply to `path`.
-    pub fn method_config(&self, path: &str) -> MethodConfig {
+    pub fn method_config(&self, path: &str) -> &MethodConfig {
         self.shared.method(path)
     }
 }
 
-impl<S: Clone> Layer<S> for RetryLayer {
+impl<S: Clone> tower::Layer<S> for RetryLayer {
     type Service = RetryService<S>;
     fn layer(&self, inner: S) -> Self::Service {
         RetryService::new(inner, self.shared.clone())

@@ -1,17 +1,18 @@
-//! A tower retry layer for tonic channels.
+//! Retries for any tonic client, as a tower layer.
 //!
-//! [`RetryLayer`] wraps a tonic `Channel` (any
-//! `Service<http::Request<tonic::body::Body>, Response = http::Response<B>> + Clone`)
-//! and retries whole gRPC calls under a [`Retrying`](crate::retrying::Retrying)
-//! configuration — the same policy core ([`RetryState`](crate::policy::RetryState),
-//! [`classify_failure`](crate::policy::classify_failure)) as the rest of the
-//! crate. Generated clients are used unchanged:
+//! tonic has no retries, and its interceptors cannot add them: an
+//! interceptor sees a request once and never its response. A tower layer
+//! between the generated client and the `Channel` can: [`RetryLayer`] keeps
+//! the request body in memory, reads each response until its gRPC status
+//! is known, and sends the call again when the [policy](crate::policy)
+//! says so, the same policy core as the rest of the crate. Generated clients
+//! are used unchanged:
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
 //! use tower::ServiceBuilder;
-//! use spark_connect_retry::layer::RetryLayer;
+//! use spark_connect_retry::layer::{RetryLayer, RetryThrottle};
 //! use spark_connect_retry::proto::spark_connect_service_client::SparkConnectServiceClient;
 //! use spark_connect_retry::retrying::Retrying;
 //!
@@ -19,7 +20,7 @@
 //!     .connect_lazy();
 //! let layer = RetryLayer::spark_connect(Retrying::default())
 //!     .per_attempt_timeout(Duration::from_secs(30))
-//!     .throttle(10, 0.1);
+//!     .throttle(RetryThrottle::new(10, 0.1)?);
 //! let stats = layer.stats();
 //! let mut client =
 //!     SparkConnectServiceClient::new(ServiceBuilder::new().layer(layer).service(channel));
@@ -27,59 +28,60 @@
 //! # Ok(()) }
 //! ```
 //!
-//! # What an attempt is, and when it is final
+//! Two constructors:
 //!
-//! The request body is buffered for replay up to a cap (1 MiB by default,
+//! * [`RetryLayer::spark_connect`]: PySpark's classification (UNAVAILABLE,
+//!   `INVALID_CURSOR.DISCONNECTED`, RetryInfo, transport failures) and the
+//!   Spark Connect method table below;
+//! * [`RetryLayer::from_service_config`]: for any gRPC service, from a
+//!   gRFC A6 service config ([`ServiceConfig::from_json`]): the codes it
+//!   names, as many attempts as it says, A6's backoff and throttling.
+//!
+//! # Which calls are replayed
+//!
+//! The layer decides after each attempt in one pure function,
+//! [`decide::decide`], whose module lists every rule in order. A method is
+//! idempotent or not ([`MethodConfig`]); **unknown methods are
+//! non-idempotent**, because a duplicated write is worse than a surfaced
+//! error.
+//!
+//! | failure | idempotent | non-idempotent |
+//! |---|---|---|
+//! | the request never reached the server (`FailureKind::Unprocessed`: refused connection, `REFUSED_STREAM`, GOAWAY `NO_ERROR`, canceled before it was written) | policy decides | policy decides |
+//! | a status with `grpc-retry-pushback-ms` ≥ 0 (the server asks for this retry) | policy decides | policy decides |
+//! | RESOURCE_EXHAUSTED with `google.rpc.RetryInfo` (rejected at admission) | policy decides | policy decides |
+//! | any other status (UNAVAILABLE, RetryInfo on other codes, …) | policy decides | never |
+//! | a transport failure after the request was written (a reset, …) | policy decides | never |
+//! | the attempt's own timeout | retried as UNAVAILABLE | never |
+//! | `grpc-retry-pushback-ms` negative or garbled | never (A6) | never |
+//!
+//! "Policy decides" means the first [`RetryPolicy`](crate::policy::RetryPolicy)
+//! of the method's [`Retrying`](crate::retrying::Retrying) that accepts the
+//! status, within its budget.
+//!
+//! The request body is buffered up to a cap (1 MiB by default,
 //! [`RetryLayer::max_request_buffer`]); a bigger request is sent once,
-//! prefix and rest streamed, never retried (`passthrough_too_large`).
+//! never retried (counted as `passthrough_too_large`). A retry is possible
+//! only while the caller has seen nothing of the response, so each
+//! response is read until its status is known, or committed (handed on,
+//! never retried):
 //!
-//! The layer must know an attempt's gRPC status before it hands anything to
-//! the caller:
-//!
-//! | response | how the status is found | retried? |
+//! | response | how the status is found | retryable? |
 //! |---|---|---|
 //! | trailers-only (`grpc-status` in the headers) | the headers | yes |
 //! | HTTP status ≠ 200 without `grpc-status` | gRPC's HTTP mapping (503 → UNAVAILABLE, …) | yes |
 //! | transport error from the channel | `Status::from_error`, source chain kept | yes |
-//! | body error before it was committed | the body's `Status` | yes |
-//! | [`ResponseKind::Unary`]: message(s) then trailers | buffer up to the response cap, read `grpc-status` from the trailers | yes, unless over the cap (committed) |
-//! | [`ResponseKind::ServerStreaming`] | committed at the first data frame (gRFC A6 commit rule); an error status before any data is retried | before data only |
-//! | [`ResponseKind::Auto`] (default) | buffer the first message; trailers next ⇒ unary (status known); a second message starting ⇒ stream, committed | unary: yes; stream: before its first message |
-//! | body ends without trailers | delivered as is (tonic reports the truncation) | no |
-//!
-//! `Auto` needs no configuration and never retries past delivered data, but
-//! holds a stream's first message until its second begins; naming streaming
-//! methods avoids that ([`RetryLayer::spark_connect`] does).
-//! Statuses are built with `Status::from_header_map` after the
-//! [`sanitize`](crate::sanitize) guard, so the policy sees details
-//! (RetryInfo) and tonic never panics on a malformed details header. Every
-//! response goes through that guard.
-//!
-//! # Replay safety
-//!
-//! Methods are configured by gRPC path with [`MethodConfig`]. **The default
-//! is non-idempotent**: an unknown method may have side effects, and a
-//! duplicate write is worse than a surfaced error. Which failures are
-//! replayed:
-//!
-//! | failure | idempotent | non-idempotent |
-//! |---|---|---|
-//! | `FailureKind::Unprocessed`: `ConnectError`, hyper canceled-before-write, `REFUSED_STREAM`, GOAWAY `NO_ERROR` | policy decides | policy decides |
-//! | server status with `grpc-retry-pushback-ms` ≥ 0 (the server asks for this retry) | policy decides | policy decides |
-//! | server `RESOURCE_EXHAUSTED` with `RetryInfo` (rejected at admission) | policy decides | policy decides |
-//! | any other server status (UNAVAILABLE, RetryInfo on other codes, …) | policy decides | never |
-//! | `MaybeProcessed` transport failures (reset after the request was written, …) | policy decides | never |
-//! | per-attempt timeout | retried as UNAVAILABLE | never |
-//! | `grpc-retry-pushback-ms` negative or garbled | never (A6) | never |
-//!
-//! "Policy decides" means the first matching [`RetryPolicy`](crate::policy::RetryPolicy)
-//! of the `Retrying` (PySpark's `DefaultPolicy` by default) and its budget.
+//! | body error before anything was delivered | the body's status | yes |
+//! | [`Unary`](ResponseKind::Unary): message then trailers | the trailers, the message buffered up to the response cap | yes, unless over the cap (committed) |
+//! | [`ServerStreaming`](ResponseKind::ServerStreaming) | committed at the first message (gRFC A6) | before data only |
+//! | [`Auto`](ResponseKind::Auto) | the first message is buffered; trailers next ⇒ unary; a second message ⇒ committed stream | unary: yes; stream: before data |
+//! | body ends without trailers | handed on (tonic reports the missing status) | no |
 //!
 //! Spark Connect ([`RetryLayer::spark_connect`]):
 //!
 //! | RPC | idempotent | kind | why |
 //! |---|---|---|---|
-//! | `ExecutePlan` | **no** | server-streaming | a command may write; replay through the reattachable execution (keyed by operation id) instead |
+//! | `ExecutePlan` | **no** | server-streaming | a command may write; the reattachable execution (keyed by operation id) replays it instead |
 //! | `ReattachExecute` | yes | server-streaming | resumes from a response id |
 //! | `AnalyzePlan`, `Config`, `ArtifactStatus`, `FetchErrorDetails`, `GetStatus` | yes | unary | reads, or sets to a fixed value |
 //! | `AddArtifacts` | yes | unary | re-adding the same artifact (same name, same CRC) is a no-op |
@@ -89,70 +91,45 @@
 //! # gRPC conventions
 //!
 //! * Retries carry `grpc-previous-rpc-attempts: N`.
-//! * Wait precedence: `grpc-retry-pushback-ms` ≥ 0 (exactly that wait; the
-//!   policy's budget is still consumed and its backoff restarts, as in A6)
-//!   \> the policy's backoff with `RetryInfo` as its floor (capped by the
-//!   policy's `max_server_retry_delay`). Pushback is honoured only when the
-//!   policy would retry the status; negative or garbled pushback stops.
-//! * Overall deadline: the request's `grpc-timeout`, else
+//! * Waits: `grpc-retry-pushback-ms` ≥ 0 exactly (the policy's budget is
+//!   still used and its backoff restarts, as in A6), else the policy's
+//!   backoff with `RetryInfo` as its floor.
+//! * Deadline across attempts: the smaller of the request's `grpc-timeout`
+//!   and the method's timeout (service config) or
 //!   [`RetryLayer::default_deadline`]. Each attempt's `grpc-timeout` is
-//!   `min(per-attempt timeout, remaining)`. A retry whose wait would end at
-//!   or past the deadline is not scheduled: the last status is returned.
-//!   When the deadline expires during an attempt the caller gets
-//!   DEADLINE_EXCEEDED.
-//! * Throttling ([`RetryLayer::throttle`]): gRFC A6's token bucket, shared
-//!   by every clone; a throttled retry fails fast with the last status.
-//!
-//! # Cost on the success path
-//!
-//! Most calls succeed at once, so that path is kept short:
-//!
-//! * The first attempt is sent from `RetryService::call` itself, on the
-//!   service that was polled ready, when the request body is ready at once
-//!   (a tonic unary request is) and no timer is needed. Its response is read
-//!   by a small hand-written future held inline by the caller's future
-//!   (264 bytes over a tonic `Channel`); the boxed retry loop is made only
-//!   after a failure, or from the start for a call with a deadline or a
-//!   body that has to wait.
-//! * The first attempt takes the request's own head. What a retry needs of
-//!   it is kept without allocating for a tonic request (up to four headers
-//!   and tonic's `GrpcMethod` extension); other heads are cloned.
-//! * The response body is a [`RetryBody`], not boxed: tonic's decoder boxes
-//!   it once, as it does a `Channel`'s.
-//! * A retry clones the inner service from a spare kept by the
-//!   `RetryService`; the success path clones none.
-//! * What only a failure needs (the decision, the spare service, the loop),
-//!   committing a stream, and responses judged from their headers are out
-//!   of line and `#[cold]`: the success path's code is small, and on a call
-//!   that is mostly instruction-cache misses, size is what costs.
-//!
-//! `benches/layer.rs` measures the layer against the raw channel; the
-//! README has the figures.
+//!   `min(per-attempt timeout, time left)`. No retry is scheduled to start
+//!   at or past the deadline; when it expires during an attempt the caller
+//!   gets DEADLINE_EXCEEDED. Durations too large for the clock mean "none",
+//!   never a panic.
+//! * Throttling ([`RetryLayer::throttle`]): A6's token bucket, shared by
+//!   every clone; a throttled retry fails fast with the last status.
 //!
 //! # Observability
 //!
-//! A `grpc_retry` debug span per call (field `method`) with one `grpc attempt`
-//! event per attempt (`method`, `attempt`, `code`, `wait_ms`, `why`: `done`,
-//! `policy`, `retry_info`, `pushback`, `exhausted`, `not_retryable`,
-//! `not_replayable`, `throttled`, `deadline`, `pushback_stop`), plus
-//! [`RetryLayer::stats`]. Sleeping uses the `Retrying`'s injected sleeper.
+//! Each call runs in a `grpc_retry` debug span with OpenTelemetry's RPC
+//! fields: `rpc.system = "grpc"`, `rpc.service`, `rpc.method`, and
+//! `rpc.grpc.status_code` once the call ends. Each attempt logs one
+//! `grpc attempt` debug event with `rpc.service`, `rpc.method`, `attempt`
+//! (0 for the first), `rpc.grpc.status_code`, `wait_ms` for a retry, and
+//! `reason` ([`decide::Reason`]). [`RetryLayer::stats`] counts calls,
+//! attempts, retries, throttled and exhausted calls. Waits use the
+//! `Retrying`'s injected sleeper, so tests never sleep.
 
 mod attempt;
 mod body;
-mod future;
-mod head;
+mod config;
+pub mod decide;
 #[allow(clippy::module_inception)]
 mod layer;
 mod service;
 mod stats;
 mod throttle;
 
-pub use body::RetryBody;
-pub use future::{BoxError, ResponseFuture};
+pub use config::{MethodEntry, MethodName, ServiceConfig, ServiceConfigError};
 pub use layer::{
     DEFAULT_MAX_REQUEST_BUFFER, DEFAULT_MAX_RESPONSE_BUFFER, MethodConfig, ResponseKind,
     RetryLayer, SPARK_CONNECT_SERVICE,
 };
-pub use service::RetryService;
+pub use service::{BoxError, RetryService};
 pub use stats::{RetryStats, RetryStatsSnapshot};
-pub use throttle::RetryThrottle;
+pub use throttle::{InvalidThrottle, MAX_TOKENS_LIMIT, RetryThrottle};

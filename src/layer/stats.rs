@@ -1,13 +1,19 @@
-//! Cheap, cloneable counters for the retry layer.
+//! Counters for the retry layer.
+//!
+//! Logs say what happened to one call; an operator also wants to know how
+//! often the layer retried, gave up or was throttled across all calls. One
+//! [`RetryStats`] is shared by a [`RetryLayer`](super::RetryLayer) and every
+//! service it builds.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::decide::Reason;
+
 #[derive(Debug, Default)]
 struct Counters {
     calls: AtomicU64,
-    /// Attempts after the first (a call's first attempt is counted by `calls`).
-    reattempts: AtomicU64,
+    attempts: AtomicU64,
     retries: AtomicU64,
     throttled: AtomicU64,
     exhausted: AtomicU64,
@@ -23,6 +29,7 @@ pub struct RetryStats {
 
 /// A point-in-time copy of [`RetryStats`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RetryStatsSnapshot {
     /// Calls that entered the layer.
     pub calls: u64,
@@ -38,53 +45,67 @@ pub struct RetryStatsSnapshot {
     pub passthrough_too_large: u64,
 }
 
-macro_rules! counter {
-    ($($name:ident),*) => {
-        impl RetryStats {
-            $(
-                #[doc = concat!("The `", stringify!($name), "` counter; see [`RetryStatsSnapshot`].")]
-                pub fn $name(&self) -> u64 {
-                    self.inner.$name.load(Ordering::Relaxed)
-                }
-            )*
-            /// All counters at once (each read separately, so not atomic as a whole).
-            pub fn snapshot(&self) -> RetryStatsSnapshot {
-                RetryStatsSnapshot { $($name: self.$name(),)* attempts: self.attempts() }
-            }
-        }
-    };
+fn load(c: &AtomicU64) -> u64 {
+    c.load(Ordering::Relaxed)
 }
-counter!(calls, retries, throttled, exhausted, passthrough_too_large);
+
+fn add(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
 
 impl RetryStats {
-    /// The `attempts` counter; see [`RetryStatsSnapshot`].
-    pub fn attempts(&self) -> u64 {
-        // Every call makes one first attempt, so only the later ones are
-        // counted apart: one atomic add per call instead of two.
-        self.calls() + self.inner.reattempts.load(Ordering::Relaxed)
+    /// Calls that entered the layer.
+    pub fn calls(&self) -> u64 {
+        load(&self.inner.calls)
     }
-}
+    /// Attempts sent, first attempts included.
+    pub fn attempts(&self) -> u64 {
+        load(&self.inner.attempts)
+    }
+    /// Retries scheduled.
+    pub fn retries(&self) -> u64 {
+        load(&self.inner.retries)
+    }
+    /// Retries refused by the token bucket.
+    pub fn throttled(&self) -> u64 {
+        load(&self.inner.throttled)
+    }
+    /// Calls whose policy budget ran out.
+    pub fn exhausted(&self) -> u64 {
+        load(&self.inner.exhausted)
+    }
+    /// Calls sent once because their request body was over the cap.
+    pub fn passthrough_too_large(&self) -> u64 {
+        load(&self.inner.passthrough_too_large)
+    }
+    /// All counters at once (each read separately, so not atomic as a whole).
+    pub fn snapshot(&self) -> RetryStatsSnapshot {
+        RetryStatsSnapshot {
+            calls: self.calls(),
+            attempts: self.attempts(),
+            retries: self.retries(),
+            throttled: self.throttled(),
+            exhausted: self.exhausted(),
+            passthrough_too_large: self.passthrough_too_large(),
+        }
+    }
 
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Counter {
-    Calls,
-    Reattempts,
-    Retries,
-    Throttled,
-    Exhausted,
-    PassthroughTooLarge,
-}
-
-impl RetryStats {
-    pub(crate) fn incr(&self, c: Counter) {
-        let a = match c {
-            Counter::Calls => &self.inner.calls,
-            Counter::Reattempts => &self.inner.reattempts,
-            Counter::Retries => &self.inner.retries,
-            Counter::Throttled => &self.inner.throttled,
-            Counter::Exhausted => &self.inner.exhausted,
-            Counter::PassthroughTooLarge => &self.inner.passthrough_too_large,
-        };
-        a.fetch_add(1, Ordering::Relaxed);
+    pub(crate) fn call(&self) {
+        add(&self.inner.calls);
+    }
+    pub(crate) fn attempt(&self) {
+        add(&self.inner.attempts);
+    }
+    pub(crate) fn too_large(&self) {
+        add(&self.inner.passthrough_too_large);
+    }
+    /// Count what a decision did.
+    pub(crate) fn decided(&self, reason: Reason) {
+        match reason {
+            Reason::Policy | Reason::RetryInfo | Reason::Pushback => add(&self.inner.retries),
+            Reason::Throttled => add(&self.inner.throttled),
+            Reason::Exhausted => add(&self.inner.exhausted),
+            _ => {}
+        }
     }
 }

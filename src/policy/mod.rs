@@ -82,6 +82,7 @@ pub struct RetryPolicy {
     min_jitter_threshold_ms: f64,
     recognize_server_retry_delay: bool,
     max_server_retry_delay_ms: Option<f64>,
+    jitter_factor: f64,
     classifier: Arc<dyn Classifier>,
 }
 
@@ -100,6 +101,7 @@ impl fmt::Debug for RetryPolicy {
                 &self.recognize_server_retry_delay,
             )
             .field("max_server_retry_delay_ms", &self.max_server_retry_delay_ms)
+            .field("jitter_factor", &self.jitter_factor)
             .field("classifier", &self.classifier)
             .finish()
     }
@@ -118,6 +120,7 @@ impl Default for RetryPolicy {
             min_jitter_threshold_ms: 2_000.0,
             recognize_server_retry_delay: true,
             max_server_retry_delay_ms: Some(600_000.0),
+            jitter_factor: 0.0,
             classifier: Arc::new(DefaultClassifier),
         }
     }
@@ -148,6 +151,7 @@ impl RetryPolicy {
                 min_jitter_threshold_ms: 0.0,
                 recognize_server_retry_delay: false,
                 max_server_retry_delay_ms: None,
+                jitter_factor: 0.0,
                 classifier: Arc::new(FnClassifier::new("never", |_| false)),
             },
             error: None,
@@ -190,6 +194,12 @@ impl RetryPolicy {
     pub fn max_server_retry_delay(&self) -> Option<Duration> {
         self.max_server_retry_delay_ms.map(ms_to_duration)
     }
+    /// The proportional jitter factor `f` (gRFC A6: 0.2): each wait is the
+    /// backoff times a uniform sample of `[1 - f, 1 + f)`; 0 when PySpark's
+    /// additive jitter applies instead.
+    pub fn jitter_factor(&self) -> f64 {
+        self.jitter_factor
+    }
     /// The classifier deciding which errors this policy retries.
     pub fn classifier(&self) -> &Arc<dyn Classifier> {
         &self.classifier
@@ -219,6 +229,11 @@ impl RetryPolicy {
     /// 4. if server delays are recognized: `wait = max(wait, min(delay, max_server_retry_delay))`;
     /// 5. if `wait >= min_jitter_threshold`: `wait += jitter * sample`;
     /// 6. truncate to whole milliseconds.
+    ///
+    /// With a [`proportional_jitter`](RetryPolicyBuilder::proportional_jitter)
+    /// factor `f` (gRFC A6, 2024 revision: `f = 0.2`), step 5 is instead
+    /// `wait *= 1 - f + 2 f sample`, applied before the server-delay floor of
+    /// step 4.
     pub fn next_attempt(
         &self,
         state: &mut PolicyState,
@@ -235,6 +250,10 @@ impl RetryPolicy {
         if let Some(max_backoff) = self.max_backoff_ms {
             state.next_wait_ms = max_backoff.min(wait * self.backoff_multiplier);
         }
+        if self.jitter_factor > 0.0 {
+            let sample = jitter_sample().clamp(0.0, 1.0);
+            wait *= 1.0 - self.jitter_factor + 2.0 * self.jitter_factor * sample;
+        }
         if self.recognize_server_retry_delay
             && let Some(delay) = server_delay
         {
@@ -245,7 +264,8 @@ impl RetryPolicy {
             }
             wait = wait.max(d);
         }
-        if wait >= self.min_jitter_threshold_ms && self.jitter_ms > 0.0 {
+        if self.jitter_factor == 0.0 && wait >= self.min_jitter_threshold_ms && self.jitter_ms > 0.0
+        {
             let sample = jitter_sample().clamp(0.0, 1.0);
             wait += self.jitter_ms * sample;
         }
@@ -422,6 +442,27 @@ impl RetryPolicyBuilder {
             }
             Some(_) => {}
             None => self.policy.max_server_retry_delay_ms = None,
+        }
+        self
+    }
+
+    /// Proportional jitter, as gRFC A6 (2024 revision) specifies with
+    /// `factor = 0.2`: each wait is the backoff times a uniform sample of
+    /// `[1 - factor, 1 + factor)`. A factor above 0 replaces the additive
+    /// [`jitter`](Self::jitter); it must be in `0..=1`.
+    pub fn proportional_jitter(mut self, factor: f64) -> Self {
+        if self.check("proportional_jitter", factor, true) {
+            if factor > 1.0 {
+                if self.error.is_none() {
+                    self.error = Some(InvalidPolicy {
+                        field: "proportional_jitter",
+                        value: factor,
+                        reason: "must be at most 1",
+                    });
+                }
+            } else {
+                self.policy.jitter_factor = factor;
+            }
         }
         self
     }

@@ -1,0 +1,389 @@
+//! Everything the retry layer decides after an attempt, in one pure function.
+//!
+//! "Why was this call not retried?" has many possible answers: the method
+//! may be unsafe to replay, the policy may not accept the status or may be
+//! out of budget, the server may have said stop, the token bucket may be
+//! low, or the wait would end past the deadline. They are all answered
+//! here, by [`decide`], in a fixed order, with no I/O: the driver sends an
+//! attempt, describes what came back as an [`Outcome`], and does what the
+//! [`Decision`] says. One debug event per attempt records the decision
+//! actually taken, with its [`Reason`].
+//!
+//! The rules, in the order they are applied:
+//!
+//! | # | rule | result ([`Reason`]) |
+//! |---|---|---|
+//! | 1 | the attempt succeeded, or its response was committed to the caller | deliver it; the token bucket gets `token_ratio` back (`done`) |
+//! | 2 | the call's overall deadline expired during the attempt | fail with DEADLINE_EXCEEDED (`deadline`) |
+//! | 3 | the attempt's own timeout fired (time is left overall) | judged below as UNAVAILABLE; if the call stops here, it fails with DEADLINE_EXCEEDED |
+//! | 4 | a failure the policy would retry, or one with a pushback | takes a token from the bucket (gRFC A6); this alone decides nothing |
+//! | 5 | `grpc-retry-pushback-ms` negative or garbled | deliver (`pushback_stop`) |
+//! | 6 | a non-idempotent method, unless the failure shows the work did not start (below) | deliver (`not_replayable`) |
+//! | 7 | the first policy whose classifier accepts the status decides | deliver if none (`not_retryable`) or its budget is spent (`exhausted`, with PySpark's `[RETRIES_EXCEEDED]` warning) |
+//! | 8 | the token bucket is at or below half | deliver (`throttled`) |
+//! | 9 | the wait: the pushback exactly, then the policy's backoff restarts (A6); else the policy's wait, with RetryInfo as its floor | |
+//! | 10 | the retry would start at or past the deadline | deliver (`deadline`) |
+//! | 11 | otherwise | retry after the wait (`pushback`, `retry_info` or `policy`) |
+//!
+//! **Non-idempotent methods** (rule 6) are replayed only after a failure
+//! that shows the server did not start the work: the request never reached
+//! it ([`FailureKind::Unprocessed`]: a refused connection, a stream refused
+//! or cut before it was written, GOAWAY `NO_ERROR`), or the server rejected
+//! it at admission and asked for the retry (a `grpc-retry-pushback-ms` ≥ 0
+//! on any status, or RESOURCE_EXHAUSTED with a `google.rpc.RetryInfo`).
+//! Every other failure (UNAVAILABLE from the server, a reset after the
+//! request was written, an attempt timeout) may have run the method, and is
+//! delivered. The policy still decides whether the replay happens (rule 7).
+
+use std::time::Duration;
+
+use http::HeaderMap;
+use http::uri::PathAndQuery;
+use tonic::{Code, Status};
+
+use super::throttle::RetryThrottle;
+use crate::headers::GRPC_RETRY_PUSHBACK_MS;
+use crate::policy::{FailureKind, GiveUpReason, RetryDecision, RetryReason, RetryState};
+use crate::retrying::{RETRIES_EXCEEDED, Retrying};
+
+/// `grpc-retry-pushback-ms`, parsed per gRFC A6.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pushback {
+    /// Retry after exactly this long.
+    After(Duration),
+    /// Negative or unparseable: do not retry.
+    Stop,
+}
+
+impl Pushback {
+    /// The pushback in `headers`, if there is one.
+    pub fn from_headers(headers: &HeaderMap) -> Option<Pushback> {
+        let v = headers.get(GRPC_RETRY_PUSHBACK_MS)?;
+        let ms = v.to_str().ok().and_then(|s| s.trim().parse::<i64>().ok());
+        Some(match ms {
+            Some(ms) if ms >= 0 => Pushback::After(Duration::from_millis(ms.unsigned_abs())),
+            _ => Pushback::Stop,
+        })
+    }
+}
+
+/// What came back from one attempt, as far as the decision is concerned.
+#[derive(Debug, Clone, Copy)]
+pub enum Outcome<'a> {
+    /// OK, or a response committed to the caller (a stream past its first
+    /// message, a response over the buffer cap, a body without trailers).
+    Done,
+    /// A failed attempt: the server's status, or a transport failure as
+    /// tonic reports it (its source chain tells [`FailureKind`]).
+    Failed {
+        /// The status.
+        status: &'a Status,
+        /// The server's `grpc-retry-pushback-ms`, if any.
+        pushback: Option<Pushback>,
+    },
+    /// The layer's timer for this attempt fired.
+    TimedOut,
+}
+
+/// What the driver does next.
+#[derive(Debug)]
+pub enum Next {
+    /// Hand the attempt's own result (response or error) to the caller.
+    Deliver,
+    /// Fail the call with this status instead (a timeout).
+    Fail(Status),
+    /// Wait this long, then send another attempt.
+    Retry(Duration),
+}
+
+/// Why the layer did what it did; the `reason` field of its events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Reason {
+    /// The attempt's response ends the call.
+    Done,
+    /// Retried after the policy's backoff.
+    Policy,
+    /// Retried after the server's `RetryInfo` delay (the policy's floor).
+    RetryInfo,
+    /// Retried after exactly the server's `grpc-retry-pushback-ms`.
+    Pushback,
+    /// The policy's budget is spent.
+    Exhausted,
+    /// No policy accepts the status.
+    NotRetryable,
+    /// The method is not idempotent and the server may have run it.
+    NotReplayable,
+    /// The token bucket refused the retry.
+    Throttled,
+    /// The deadline expired, or the retry would start past it.
+    Deadline,
+    /// The server's pushback says not to retry.
+    PushbackStop,
+}
+
+impl Reason {
+    /// The name used in events.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Done => "done",
+            Reason::Policy => "policy",
+            Reason::RetryInfo => "retry_info",
+            Reason::Pushback => "pushback",
+            Reason::Exhausted => "exhausted",
+            Reason::NotRetryable => "not_retryable",
+            Reason::NotReplayable => "not_replayable",
+            Reason::Throttled => "throttled",
+            Reason::Deadline => "deadline",
+            Reason::PushbackStop => "pushback_stop",
+        }
+    }
+}
+
+/// The result of [`decide`].
+#[derive(Debug)]
+pub struct Decision {
+    /// What to do.
+    pub next: Next,
+    /// Why.
+    pub reason: Reason,
+}
+
+/// The configuration a decision reads: the policies and the token bucket.
+#[derive(Debug, Clone, Copy)]
+pub struct Rules<'a> {
+    /// The policies (and the jitter source) for this method.
+    pub retrying: &'a Retrying,
+    /// The shared token bucket, if throttling is on.
+    pub throttle: Option<&'a RetryThrottle>,
+}
+
+/// The time limits of the attempt in flight.
+#[derive(Debug, Clone, Copy, Default)]
+struct AttemptLimit {
+    /// `min(per-attempt timeout, time left overall)`.
+    limit: Option<Duration>,
+    /// Whether that limit is the attempt's own (time is left overall).
+    own: bool,
+}
+
+/// What the layer knows of one call across its attempts.
+#[derive(Debug)]
+pub struct CallState {
+    path: PathAndQuery,
+    idempotent: bool,
+    /// Attempts started so far.
+    attempts: u32,
+    /// When the deadline was set (for its message) and when it expires,
+    /// on the [`Retrying`]'s clock.
+    start: Duration,
+    deadline: Option<Duration>,
+    per_attempt: Option<Duration>,
+    limit: AttemptLimit,
+    /// The policies' budgets, made on the first failure.
+    retry: Option<RetryState>,
+}
+
+impl CallState {
+    /// A call to `path` (`/package.Service/Method`), with no time limits.
+    pub fn new(path: PathAndQuery, idempotent: bool) -> Self {
+        CallState {
+            path,
+            idempotent,
+            attempts: 0,
+            start: Duration::ZERO,
+            deadline: None,
+            per_attempt: None,
+            limit: AttemptLimit::default(),
+            retry: None,
+        }
+    }
+
+    /// An overall deadline `timeout` after `now`. A deadline beyond the
+    /// clock's range is no deadline (it can never expire).
+    pub fn with_deadline(mut self, now: Duration, timeout: Duration) -> Self {
+        self.start = now;
+        self.deadline = now.checked_add(timeout);
+        self
+    }
+
+    /// A timeout for each attempt.
+    pub fn with_attempt_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.per_attempt = timeout;
+        self
+    }
+
+    /// Start an attempt at `now`; returns its time limit (its
+    /// `grpc-timeout`): the per-attempt timeout or the time left overall,
+    /// whichever is shorter.
+    pub fn begin_attempt(&mut self, now: Duration) -> Option<Duration> {
+        self.attempts += 1;
+        let left = self.deadline.map(|d| d.saturating_sub(now));
+        let limit = match (left, self.per_attempt) {
+            (Some(l), Some(p)) => Some(l.min(p)),
+            (l, p) => l.or(p),
+        };
+        let own = self.per_attempt.is_some_and(|p| left.is_none_or(|l| p < l));
+        self.limit = AttemptLimit { limit, own };
+        limit
+    }
+
+    /// The number of attempts started; the one in flight is `attempts() - 1`
+    /// (`grpc-previous-rpc-attempts`).
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// The policies' state, once a failure created it.
+    pub fn retry_state(&self) -> Option<&RetryState> {
+        self.retry.as_ref()
+    }
+}
+
+/// A failure that may be replayed even for a non-idempotent method (see
+/// the module docs): the request never reached the server, or the server
+/// rejected it at admission and asked for the retry.
+fn work_not_started(status: &Status, kind: FailureKind, pushback: Option<Pushback>) -> bool {
+    kind == FailureKind::Unprocessed
+        || (kind == FailureKind::Server
+            && (matches!(pushback, Some(Pushback::After(_)))
+                || (status.code() == Code::ResourceExhausted
+                    && crate::status::retry_info(status).is_some())))
+}
+
+/// Decide what follows the attempt started last, which ended with
+/// `outcome` at `now` (see the module docs for the rules).
+pub fn decide(
+    state: &mut CallState,
+    outcome: Outcome<'_>,
+    now: Duration,
+    rules: Rules<'_>,
+) -> Decision {
+    let timeout;
+    let (status, pushback, on_stop) = match outcome {
+        Outcome::Done => {
+            if let Some(t) = rules.throttle {
+                t.on_success();
+            }
+            return state.log(Code::Ok, None, Next::Deliver, Reason::Done);
+        }
+        // The channel enforces the grpc-timeout we set, too: whichever
+        // timer fires first, it is the same limit.
+        Outcome::Failed { status, pushback }
+            if state.limit.limit.is_none()
+                || crate::policy::classify_failure(status) != FailureKind::Deadline =>
+        {
+            (status, pushback, None)
+        }
+        _ if !state.limit.own => {
+            let msg = format!(
+                "deadline of {} ms exceeded after {} attempt(s)",
+                state
+                    .deadline
+                    .map_or(0, |d| d.saturating_sub(state.start).as_millis()),
+                state.attempts
+            );
+            let next = Next::Fail(Status::deadline_exceeded(msg));
+            return state.log(Code::DeadlineExceeded, None, next, Reason::Deadline);
+        }
+        _ => {
+            let limit = state.limit.limit.unwrap_or_default().as_millis();
+            let msg = format!("attempt timed out after {limit} ms");
+            timeout = Status::unavailable(msg.clone());
+            (&timeout, None, Some(Status::deadline_exceeded(msg)))
+        }
+    };
+    let code = status.code();
+    let stop = |state: &CallState, wait, reason| {
+        let next = on_stop.map_or(Next::Deliver, Next::Fail);
+        state.log(code, wait, next, reason)
+    };
+    let retry = state
+        .retry
+        .get_or_insert_with(|| rules.retrying.new_state());
+    if let Some(t) = rules.throttle
+        && (pushback.is_some() || retry.matching_policy(status).is_some())
+    {
+        t.on_failure();
+    }
+    if pushback == Some(Pushback::Stop) {
+        return stop(state, None, Reason::PushbackStop);
+    }
+    let kind = crate::policy::classify_failure(status);
+    if !state.idempotent && !work_not_started(status, kind, pushback) {
+        return stop(state, None, Reason::NotReplayable);
+    }
+    let (delay, index, server_delay) =
+        match retry.on_status(status, &mut || rules.retrying.jitter().sample()) {
+            RetryDecision::Retry {
+                delay,
+                reason:
+                    RetryReason::Policy {
+                        index,
+                        server_delay,
+                    },
+            } => (delay, Some(index), server_delay),
+            RetryDecision::Retry { delay, .. } => (delay, None, None),
+            RetryDecision::GiveUp(GiveUpReason::NotRetryable) => {
+                return stop(state, None, Reason::NotRetryable);
+            }
+            RetryDecision::GiveUp(_) => {
+                tracing::warn!("{RETRIES_EXCEEDED}");
+                return stop(state, None, Reason::Exhausted);
+            }
+        };
+    if rules.throttle.is_some_and(|t| !t.allows_retry()) {
+        return stop(state, None, Reason::Throttled);
+    }
+    let (wait, reason) = match pushback {
+        Some(Pushback::After(d)) => {
+            if let Some(i) = index {
+                retry.restart_backoff(i);
+            }
+            (d, Reason::Pushback)
+        }
+        _ if server_delay.is_some() => (delay, Reason::RetryInfo),
+        _ => (delay, Reason::Policy),
+    };
+    // Never schedule an attempt that would start past the deadline (Armeria).
+    if let Some(deadline) = state.deadline
+        && now.checked_add(wait).is_none_or(|at| at >= deadline)
+    {
+        return stop(state, Some(wait), Reason::Deadline);
+    }
+    state.log(code, Some(wait), Next::Retry(wait), reason)
+}
+
+impl CallState {
+    /// Record the decision taken: one event per attempt, and the final
+    /// status code on the call's span when the call ends.
+    fn log(&self, code: Code, wait: Option<Duration>, next: Next, reason: Reason) -> Decision {
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            let (service, method) = split_path(self.path.path());
+            tracing::debug!(
+                rpc.service = service,
+                rpc.method = method,
+                attempt = self.attempts.saturating_sub(1),
+                rpc.grpc.status_code = code as i32,
+                wait_ms = wait.map(|w| u64::try_from(w.as_millis()).unwrap_or(u64::MAX)),
+                reason = reason.as_str(),
+                "grpc attempt"
+            );
+            if !matches!(next, Next::Retry(_)) {
+                let code = match &next {
+                    Next::Fail(s) => s.code(),
+                    _ => code,
+                };
+                tracing::Span::current().record("rpc.grpc.status_code", code as i32);
+            }
+        }
+        Decision { next, reason }
+    }
+}
+
+/// `/package.Service/Method` → (`package.Service`, `Method`).
+pub(crate) fn split_path(path: &str) -> (&str, &str) {
+    path.trim_start_matches('/')
+        .split_once('/')
+        .unwrap_or((path, ""))
+}

@@ -1,0 +1,279 @@
+//! gRPC service configs (gRFC A6) read by `ServiceConfig::from_json`:
+//! documents in the forms grpc-java, grpc-go and grpc-core accept (written
+//! for these tests), and each validation rule broken once, with the typed
+//! error and the JSON path it names.
+
+use std::time::Duration;
+
+use spark_connect_retry::layer::{RetryLayer, ServiceConfig, ServiceConfigError};
+use spark_connect_retry::retrying::Retrying;
+use tonic::{Code, Status};
+
+/// The shape of A6's own example: one service-wide entry, throttling, and
+/// the fields a retry layer does not use (they are accepted and ignored).
+const SERVICE_WIDE: &str = r#"{
+  "loadBalancingConfig": [{"round_robin": {}}],
+  "methodConfig": [{
+    "name": [{"service": "echo.Echo"}],
+    "waitForReady": true,
+    "timeout": "2.5s",
+    "maxRequestMessageBytes": 1048576,
+    "retryPolicy": {
+      "maxAttempts": 4,
+      "initialBackoff": "0.1s",
+      "maxBackoff": "1s",
+      "backoffMultiplier": 2,
+      "retryableStatusCodes": ["UNAVAILABLE", "RESOURCE_EXHAUSTED"]
+    }
+  }],
+  "retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1}
+}"#;
+
+/// Several entries: one method, the default (`{}`), codes as numbers, a
+/// fraction without a leading digit, and maxAttempts above A6's cap.
+const PER_METHOD: &str = r#"{
+  "methodConfig": [
+    {
+      "name": [{"service": "echo.Echo", "method": "Write"}],
+      "timeout": "0.000001s"
+    },
+    {
+      "name": [{"service": "echo.Echo", "method": "Read"}, {"service": "kv.Store", "method": "Get"}],
+      "retryPolicy": {
+        "maxAttempts": 9,
+        "initialBackoff": ".05s",
+        "maxBackoff": "30s",
+        "backoffMultiplier": 1.5,
+        "retryableStatusCodes": [14, "ABORTED", 4]
+      }
+    },
+    {
+      "name": [{}],
+      "timeout": "60s"
+    }
+  ]
+}"#;
+
+#[test]
+fn a_service_wide_entry_with_throttling() {
+    let config = ServiceConfig::from_json(SERVICE_WIDE).unwrap();
+    let [entry] = config.method_configs() else {
+        panic!("one entry")
+    };
+    assert_eq!(entry.names().len(), 1);
+    assert_eq!(entry.names()[0].service(), Some("echo.Echo"));
+    assert_eq!(entry.names()[0].method(), None);
+    assert_eq!(entry.timeout(), Some(Duration::from_millis(2500)));
+    let p = entry.retry_policy().unwrap();
+    assert_eq!(p.max_retries(), Some(3));
+    assert_eq!(p.initial_backoff(), Duration::from_millis(100));
+    assert_eq!(p.max_backoff(), Some(Duration::from_secs(1)));
+    assert_eq!(p.backoff_multiplier(), 2.0);
+    assert_eq!(p.jitter_factor(), 0.2);
+    assert!(!p.recognize_server_retry_delay());
+    assert!(p.can_retry(&Status::unavailable("")));
+    assert!(p.can_retry(&Status::resource_exhausted("")));
+    assert!(!p.can_retry(&Status::aborted("")));
+    let t = config.retry_throttling().unwrap();
+    assert_eq!(t.tokens(), 10.0);
+
+    // The layer: every method of the service, none elsewhere.
+    let layer = RetryLayer::from_service_config(&config, Retrying::default());
+    let m = layer.method_config("/echo.Echo/Anything");
+    assert!(m.is_idempotent());
+    assert_eq!(m.timeout(), Some(Duration::from_millis(2500)));
+    assert_eq!(m.retrying().unwrap().policies()[0].max_retries(), Some(3));
+    let other = layer.method_config("/other.Svc/M");
+    assert!(!other.is_idempotent() && other.retrying().is_none());
+    assert!(
+        layer.retrying().policies().is_empty(),
+        "unnamed: no retries"
+    );
+    assert_eq!(layer.throttle_handle().unwrap().tokens(), 10.0);
+}
+
+#[test]
+fn per_method_entries_and_the_default() {
+    let config = ServiceConfig::from_json(PER_METHOD).unwrap();
+    let entries = config.method_configs();
+    assert_eq!(entries.len(), 3);
+    assert_eq!(entries[0].timeout(), Some(Duration::from_micros(1)));
+    assert!(entries[0].retry_policy().is_none());
+    let p = entries[1].retry_policy().unwrap();
+    assert_eq!(p.max_retries(), Some(4), "maxAttempts 9 is capped at 5");
+    assert_eq!(p.initial_backoff(), Duration::from_millis(50));
+    for code in [Code::Unavailable, Code::Aborted, Code::DeadlineExceeded] {
+        assert!(p.can_retry(&Status::new(code, "")), "{code:?}");
+    }
+    assert!(config.retry_throttling().is_none());
+
+    let layer = RetryLayer::from_service_config(&config, Retrying::default());
+    assert!(layer.method_config("/kv.Store/Get").retrying().is_some());
+    assert!(layer.method_config("/echo.Echo/Read").is_idempotent());
+    let write = layer.method_config("/echo.Echo/Write");
+    assert!(!write.is_idempotent());
+    assert_eq!(write.timeout(), Some(Duration::from_micros(1)));
+    // Not named: the default entry's timeout, no retries.
+    let put = layer.method_config("/kv.Store/Put");
+    assert_eq!(put.timeout(), Some(Duration::from_secs(60)));
+    assert!(put.retrying().is_none());
+}
+
+#[test]
+fn an_empty_document_retries_nothing() {
+    let config = ServiceConfig::from_json("{}").unwrap();
+    assert!(config.method_configs().is_empty());
+    let layer = RetryLayer::from_service_config(&config, Retrying::default());
+    assert!(layer.retrying().policies().is_empty());
+}
+
+fn policy_with(field: &str, value: &str) -> String {
+    let mut fields = vec![
+        ("maxAttempts", "3"),
+        ("initialBackoff", "\"0.1s\""),
+        ("maxBackoff", "\"1s\""),
+        ("backoffMultiplier", "2"),
+        ("retryableStatusCodes", "[\"UNAVAILABLE\"]"),
+    ];
+    fields.retain(|(k, _)| *k != field);
+    if !value.is_empty() {
+        fields.push((field, value));
+    }
+    let body: Vec<String> = fields
+        .iter()
+        .map(|(k, v)| format!("\"{k}\": {v}"))
+        .collect();
+    format!(
+        r#"{{"methodConfig": [{{"name": [{{"service": "a.A"}}]}},
+            {{"name": [{{"service": "b.B"}}], "retryPolicy": {{{}}}}}]}}"#,
+        body.join(", ")
+    )
+}
+
+#[derive(Debug, PartialEq)]
+enum Kind {
+    Json,
+    WrongType,
+    Missing,
+    Invalid,
+}
+
+fn kind(e: &ServiceConfigError) -> Kind {
+    match e {
+        ServiceConfigError::Json(_) => Kind::Json,
+        ServiceConfigError::WrongType { .. } => Kind::WrongType,
+        ServiceConfigError::Missing { .. } => Kind::Missing,
+        ServiceConfigError::Invalid { .. } => Kind::Invalid,
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// Every rule of the module's table, broken once.
+#[test]
+fn each_rule_broken_once() {
+    let rp = |k: &str| format!("methodConfig[1].retryPolicy.{k}");
+    let cases: Vec<(String, Kind, String)> = vec![
+        ("{".into(), Kind::Json, String::new()),
+        ("[]".into(), Kind::WrongType, "$".into()),
+        (r#"{"methodConfig": {}}"#.into(), Kind::WrongType, "methodConfig".into()),
+        (r#"{"methodConfig": [3]}"#.into(), Kind::WrongType, "methodConfig[0]".into()),
+        (
+            r#"{"methodConfig": [{"name": {"service": "a.A"}}]}"#.into(),
+            Kind::WrongType,
+            "methodConfig[0].name".into(),
+        ),
+        (
+            r#"{"methodConfig": [{"name": [{"service": 7}]}]}"#.into(),
+            Kind::WrongType,
+            "methodConfig[0].name[0].service".into(),
+        ),
+        (
+            r#"{"methodConfig": [{"name": [{"method": "Get"}]}]}"#.into(),
+            Kind::Invalid,
+            "methodConfig[0].name[0].method".into(),
+        ),
+        (
+            r#"{"methodConfig": [{"name": [{"service": "a.A"}]}, {"name": [{}, {"service": "a.A"}]}]}"#
+                .into(),
+            Kind::Invalid,
+            "methodConfig[1].name[1]".into(),
+        ),
+        (
+            r#"{"methodConfig": [{"name": [{}], "timeout": 5}]}"#.into(),
+            Kind::WrongType,
+            "methodConfig[0].timeout".into(),
+        ),
+        (
+            r#"{"methodConfig": [{"name": [{}], "timeout": "5 s"}]}"#.into(),
+            Kind::Invalid,
+            "methodConfig[0].timeout".into(),
+        ),
+        (
+            r#"{"methodConfig": [{"name": [{}], "timeout": "-1s"}]}"#.into(),
+            Kind::Invalid,
+            "methodConfig[0].timeout".into(),
+        ),
+        (
+            r#"{"methodConfig": [{"name": [{}], "timeout": "315576000001s"}]}"#.into(),
+            Kind::Invalid,
+            "methodConfig[0].timeout".into(),
+        ),
+        (
+            r#"{"methodConfig": [{"retryPolicy": {}, "hedgingPolicy": {}}]}"#.into(),
+            Kind::Invalid,
+            "methodConfig[0]".into(),
+        ),
+        (policy_with("maxAttempts", ""), Kind::Missing, rp("maxAttempts")),
+        (policy_with("maxAttempts", "\"3\""), Kind::WrongType, rp("maxAttempts")),
+        (policy_with("maxAttempts", "1"), Kind::Invalid, rp("maxAttempts")),
+        (policy_with("initialBackoff", ""), Kind::Missing, rp("initialBackoff")),
+        (policy_with("initialBackoff", "\"0s\""), Kind::Invalid, rp("initialBackoff")),
+        (policy_with("maxBackoff", "\"1.0000000001s\""), Kind::Invalid, rp("maxBackoff")),
+        (policy_with("backoffMultiplier", ""), Kind::Missing, rp("backoffMultiplier")),
+        (policy_with("backoffMultiplier", "0"), Kind::Invalid, rp("backoffMultiplier")),
+        (policy_with("backoffMultiplier", "\"2\""), Kind::WrongType, rp("backoffMultiplier")),
+        (policy_with("retryableStatusCodes", ""), Kind::Missing, rp("retryableStatusCodes")),
+        (policy_with("retryableStatusCodes", "[]"), Kind::Invalid, rp("retryableStatusCodes")),
+        (
+            policy_with("retryableStatusCodes", "[\"UNAVAILABLE\", \"unavailable\"]"),
+            Kind::Invalid,
+            rp("retryableStatusCodes[1]"),
+        ),
+        (
+            policy_with("retryableStatusCodes", "[17]"),
+            Kind::Invalid,
+            rp("retryableStatusCodes[0]"),
+        ),
+        (
+            policy_with("retryableStatusCodes", "[\"OK\"]"),
+            Kind::Invalid,
+            rp("retryableStatusCodes[0]"),
+        ),
+        (
+            r#"{"retryThrottling": {"tokenRatio": 0.1}}"#.into(),
+            Kind::Missing,
+            "retryThrottling.maxTokens".into(),
+        ),
+        (
+            r#"{"retryThrottling": {"maxTokens": 1001, "tokenRatio": 0.1}}"#.into(),
+            Kind::Invalid,
+            "retryThrottling.maxTokens".into(),
+        ),
+        (
+            r#"{"retryThrottling": {"maxTokens": 10, "tokenRatio": 0}}"#.into(),
+            Kind::Invalid,
+            "retryThrottling.tokenRatio".into(),
+        ),
+        (
+            r#"{"retryThrottling": {"maxTokens": 10}}"#.into(),
+            Kind::Missing,
+            "retryThrottling.tokenRatio".into(),
+        ),
+    ];
+    for (json, want_kind, want_path) in cases {
+        let e = ServiceConfig::from_json(&json).unwrap_err();
+        assert_eq!(kind(&e), want_kind, "{json}: {e}");
+        assert_eq!(e.path(), want_path, "{json}: {e}");
+        assert!(e.to_string().contains(&want_path), "{e}");
+    }
+}
