@@ -177,7 +177,10 @@ async fn five_hundred_seeded_fault_schedules_deliver_exactly_once() {
                 });
             let Some(item) = item else { break };
             let resp = item.unwrap_or_else(|e| {
-                panic!("seed {seed} {plan:?}: {e}; last events:\n{}", recorder.tail(400))
+                panic!(
+                    "seed {seed} {plan:?}: {e}; last events:\n{}",
+                    recorder.tail(400)
+                )
             });
             match resp.response_type {
                 Some(ResponseType::ArrowBatch(b)) => {
