@@ -309,6 +309,7 @@ impl From<ReattachError> for SparkError {
                 SparkError::Protocol(format!("response for session {got}, expected {expected}"))
             }
             ReattachError::InvalidOperationId(id) => SparkError::InvalidOperationId(id),
+            e @ ReattachError::ZeroIdleTimeout => SparkError::Protocol(e.to_string()),
         }
     }
 }
