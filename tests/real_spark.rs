@@ -54,6 +54,9 @@ struct Check {
     sum_id: i128,
     sum_x: i128,
     in_order: bool,
+    /// The longest wait between two batches (after the first): with one
+    /// fault, the time from the fault to the recovery, within a batch.
+    max_gap: Duration,
 }
 
 fn absorb(check: &mut Check, batch: &RecordBatch) {
@@ -95,8 +98,14 @@ async fn query_rows(
         in_order: true,
         ..Default::default()
     };
+    let mut last: Option<Instant> = None;
     while let Some(b) = stream.next_batch().await {
         absorb(&mut check, &b?);
+        let now = Instant::now();
+        if let Some(prev) = last {
+            check.max_gap = check.max_gap.max(now - prev);
+        }
+        last = Some(now);
     }
     Ok((check, stream.stats()))
 }
@@ -111,35 +120,22 @@ fn debug_events_on_failure() {
         .try_init();
 }
 
-/// Seeds 0..20, or `SPARK_CONNECT_TEST_SEEDS=a..b` to replay a range.
+/// Seeds 0..40, or `SPARK_CONNECT_TEST_SEEDS=a..b` to replay a range.
 fn seeds() -> std::ops::Range<u64> {
     match std::env::var("SPARK_CONNECT_TEST_SEEDS") {
         Ok(v) => {
             let (a, b) = v.split_once("..").expect("SPARK_CONNECT_TEST_SEEDS=a..b");
             a.parse().unwrap()..b.parse().unwrap()
         }
-        Err(_) => 0..20,
+        Err(_) => 0..40,
     }
 }
 
-/// The default policy, with jitter from a seed.
+/// Default settings (stall detection on, keepalive on), with jitter from a seed.
 fn session(url: &str) -> SparkSession {
-    session_with_idle(url, None)
-}
-
-/// For the cut tests: as [`session`], plus stall detection. A stream left
-/// silent after a cut (neither data nor an error) is reattached after 30 s
-/// instead of waiting for the server to end it (`senderMaxStreamDuration`,
-/// 2 min); `stalls` in the output counts how often that happened.
-fn cut_session(url: &str) -> SparkSession {
-    session_with_idle(url, Some(Duration::from_secs(30)))
-}
-
-fn session_with_idle(url: &str, idle: Option<Duration>) -> SparkSession {
     SparkSession::builder()
         .remote(url)
         .retrying(Retrying::default().with_seed(11))
-        .idle_timeout(idle)
         .build()
         .unwrap()
 }
@@ -192,7 +188,8 @@ async fn seeded_cut_schedules_through_the_proxy() {
             .start()
             .await
             .unwrap();
-        let spark = cut_session(&proxy.remote());
+        // Default settings: no idle timeout set here (stall detection is on by default).
+        let spark = session(&proxy.remote());
         let (check, stats) = tokio::time::timeout(Duration::from_secs(300), query_rows(&spark, N))
             .await
             .unwrap_or_else(|_| panic!("seed {seed}: hung; proxy {:?}", proxy.stats().snapshot()))
@@ -209,6 +206,138 @@ async fn seeded_cut_schedules_through_the_proxy() {
         spark.close().await;
         proxy.shutdown().await;
     }
+}
+
+/// The target of stall detection: a black hole recovered within this long.
+const BLACK_HOLE_TARGET: Duration = Duration::from_secs(30);
+
+/// A 3M-row query whose connection turns into a black hole (no bytes either
+/// way, no FIN, no RST) after 10 MB of responses; `params` are appended to
+/// the connection string. Exact, recovered within the target, never re-executed.
+async fn black_hole_mid_stream(params: &str, label: &str) {
+    let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE") else {
+        return;
+    };
+    const N: i64 = 3_000_000;
+    debug_events_on_failure();
+    let proxy = FaultProxy::builder(addr_of(&url))
+        .cut_schedule(Direction::ServerToClient, CutSchedule::new([10_000_000]))
+        .cut_mode(CutMode::BlackHole)
+        .start()
+        .await
+        .unwrap();
+    let spark = session(&format!("{}{params}", proxy.remote()));
+    let started = Instant::now();
+    let (check, stats) = tokio::time::timeout(Duration::from_secs(180), query_rows(&spark, N))
+        .await
+        .unwrap_or_else(|_| panic!("{label}: hung; proxy {:?}", proxy.stats().snapshot()))
+        .unwrap_or_else(|e| panic!("{label}: {e}"));
+    assert_exact(&check, N);
+    let p = proxy.stats().snapshot();
+    eprintln!(
+        "black hole, {label}: 3M rows exact in {:.2?}; recovered {:.2?} after the hole; \
+         {} stalls ({} answered), {} reattaches, {} connections",
+        started.elapsed(),
+        check.max_gap,
+        stats.stalls,
+        stats.stalls_answered,
+        stats.reattaches,
+        p.connections
+    );
+    assert_eq!(p.cuts, 1, "the hole opened once: {p:?}");
+    assert!(stats.stalls >= 1, "stall detection recovered it: {stats:?}");
+    assert!(p.connections >= 2, "over a fresh connection: {p:?}");
+    assert_eq!(
+        stats.re_executes, 0,
+        "a reattach, never a re-execute: {stats:?}"
+    );
+    assert!(
+        check.max_gap < BLACK_HOLE_TARGET,
+        "{label}: recovered after {:.2?}, target {BLACK_HOLE_TARGET:?}",
+        check.max_gap
+    );
+    spark.close().await;
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn black_hole_with_default_settings() {
+    black_hole_mid_stream("", "default settings").await;
+}
+
+#[tokio::test]
+async fn black_hole_with_keepalive_off() {
+    black_hole_mid_stream("/;grpc_keepalive_enabled=false", "keepalive off").await;
+}
+
+/// How long the silent query computes: over three times the default idle timeout.
+const SILENCE: Duration = Duration::from_secs(35);
+
+/// `SELECT reflect('java.lang.Thread', 'sleep', …)`: one row after
+/// [`SILENCE`] of computing, with default settings. Returns the counters.
+async fn silent_query(spark: &SparkSession) -> spark_connect_retry::reattach::core::CoreCounters {
+    assert!(SILENCE >= 3 * spark_connect_retry::reattach::DEFAULT_IDLE_TIMEOUT);
+    let started = Instant::now();
+    let mut stream = tokio::time::timeout(
+        Duration::from_secs(60),
+        spark.sql(&format!(
+            "SELECT reflect('java.lang.Thread', 'sleep', {}L) AS slept",
+            SILENCE.as_millis()
+        )),
+    )
+    .await
+    .expect("sql hung")
+    .unwrap();
+    let rows = tokio::time::timeout(SILENCE + Duration::from_secs(120), async {
+        let mut rows = 0;
+        while let Some(b) = stream.next_batch().await {
+            rows += b.unwrap().num_rows();
+        }
+        rows
+    })
+    .await
+    .expect("the silent query hung");
+    assert_eq!(rows, 1);
+    let stats = stream.stats();
+    assert_eq!(stats.re_executes, 0, "never re-executed: {stats:?}");
+    assert!(started.elapsed() >= SILENCE);
+    stats
+}
+
+#[tokio::test]
+async fn long_silent_query_completes_with_default_settings() {
+    let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE") else {
+        return;
+    };
+    let spark = session(&url);
+    let stats = silent_query(&spark).await;
+    eprintln!(
+        "silent query, progress reports on: {} responses, {} stalls",
+        stats.responses, stats.stalls
+    );
+    spark.close().await;
+}
+
+#[tokio::test]
+async fn long_silent_query_without_progress_reports_completes() {
+    let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE") else {
+        return;
+    };
+    let spark = session(&url);
+    // A session SQL conf, settable at run time; negative disables the reports.
+    let key = "spark.connect.progress.reportInterval";
+    tokio::time::timeout(Duration::from_secs(60), spark.config_set(&[(key, "-1")]))
+        .await
+        .expect("config hung")
+        .unwrap();
+    let stats = silent_query(&spark).await;
+    eprintln!(
+        "silent query, progress reports off: {} responses, {} stalls ({} answered), {} reattaches",
+        stats.responses, stats.stalls, stats.stalls_answered, stats.reattaches
+    );
+    // Truly silent on the wire: stall detection fired, and only reattached.
+    assert!(stats.stalls >= 3, "{stats:?}");
+    spark.close().await;
 }
 
 #[tokio::test]
@@ -248,7 +377,7 @@ async fn deep_cuts_with_the_default_buffer_are_exact_or_a_clear_error() {
             .start()
             .await
             .unwrap();
-        let spark = cut_session(&proxy.remote());
+        let spark = session(&proxy.remote());
         match tokio::time::timeout(Duration::from_secs(300), query_rows(&spark, TEN_M))
             .await
             .expect("never a hang")
