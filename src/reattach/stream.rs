@@ -304,7 +304,12 @@ impl ReattachableExecution {
         }
         let core = ReattachCore::new(request)?;
         let operation_id = core.operation_id().to_owned();
-        let releaser = Releaser::new(client.clone(), retrying.clone(), tracker);
+        let releaser = Releaser::new(
+            client.clone(),
+            retrying.clone(),
+            tracker,
+            options.idle_timeout,
+        );
         let stats = ExecutionStats::default();
         Ok(ReattachableExecution {
             driver: Some(Box::new(Driver {
