@@ -197,11 +197,13 @@ async fn seeded_cut_schedules_through_the_proxy() {
         assert_exact(&check, N);
         let cuts = proxy.stats().snapshot().cuts;
         eprintln!(
-            "seed {seed:2} {mode:?} offsets {:?}: {cuts} cuts, {} reattaches, {} retries, {} stalls",
+            "seed {seed:2} {mode:?} offsets {:?}: {cuts} cuts, {} reattaches, {} retries, \
+             {} stalls, longest wait between batches {:.2?}",
             schedule.offsets(),
             stats.reattaches,
             stats.policy_retries,
-            stats.stalls
+            stats.stalls,
+            check.max_gap
         );
         spark.close().await;
         proxy.shutdown().await;
@@ -351,6 +353,7 @@ async fn lost_execute_plan_is_re_sent() {
         .await
         .unwrap();
     let spark = session(&proxy.remote());
+    let started = Instant::now();
     let (check, stats) =
         tokio::time::timeout(Duration::from_secs(120), query_rows(&spark, 100_000))
             .await
@@ -358,6 +361,39 @@ async fn lost_execute_plan_is_re_sent() {
             .unwrap();
     assert_exact(&check, 100_000);
     assert_eq!(stats.re_executes, 1, "{stats:?}");
+    eprintln!(
+        "lost ExecutePlan: 100k rows exact in {:.2?}",
+        started.elapsed()
+    );
+    spark.close().await;
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn refused_connections_are_retried() {
+    let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE") else {
+        return;
+    };
+    // Accepted, then reset before a byte is read: twice.
+    let proxy = FaultProxy::builder(addr_of(&url))
+        .refuse_first(2)
+        .start()
+        .await
+        .unwrap();
+    let spark = session(&proxy.remote());
+    let started = Instant::now();
+    let (check, stats) =
+        tokio::time::timeout(Duration::from_secs(120), query_rows(&spark, 100_000))
+            .await
+            .expect("hung")
+            .unwrap();
+    assert_exact(&check, 100_000);
+    assert_eq!(proxy.stats().snapshot().refused, 2);
+    eprintln!(
+        "two refused connections: 100k rows exact in {:.2?}, {} retries",
+        started.elapsed(),
+        stats.policy_retries
+    );
     spark.close().await;
     proxy.shutdown().await;
 }
