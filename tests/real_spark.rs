@@ -342,6 +342,24 @@ async fn long_silent_query_without_progress_reports_completes() {
     spark.close().await;
 }
 
+/// `n` rows through `proxy` with default settings, exact; the counters and
+/// the time it took.
+async fn exact_through(
+    proxy: &FaultProxy,
+    n: i64,
+) -> (spark_connect_retry::reattach::core::CoreCounters, Duration) {
+    let spark = session(&proxy.remote());
+    let started = Instant::now();
+    let (check, stats) = tokio::time::timeout(Duration::from_secs(120), query_rows(&spark, n))
+        .await
+        .expect("hung")
+        .unwrap();
+    assert_exact(&check, n);
+    let took = started.elapsed();
+    spark.close().await;
+    (stats, took)
+}
+
 #[tokio::test]
 async fn lost_execute_plan_is_re_sent() {
     let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE") else {
@@ -352,20 +370,9 @@ async fn lost_execute_plan_is_re_sent() {
         .start()
         .await
         .unwrap();
-    let spark = session(&proxy.remote());
-    let started = Instant::now();
-    let (check, stats) =
-        tokio::time::timeout(Duration::from_secs(120), query_rows(&spark, 100_000))
-            .await
-            .expect("hung")
-            .unwrap();
-    assert_exact(&check, 100_000);
+    let (stats, took) = exact_through(&proxy, 100_000).await;
     assert_eq!(stats.re_executes, 1, "{stats:?}");
-    eprintln!(
-        "lost ExecutePlan: 100k rows exact in {:.2?}",
-        started.elapsed()
-    );
-    spark.close().await;
+    eprintln!("lost ExecutePlan: 100k rows exact in {took:.2?}");
     proxy.shutdown().await;
 }
 
@@ -380,21 +387,12 @@ async fn refused_connections_are_retried() {
         .start()
         .await
         .unwrap();
-    let spark = session(&proxy.remote());
-    let started = Instant::now();
-    let (check, stats) =
-        tokio::time::timeout(Duration::from_secs(120), query_rows(&spark, 100_000))
-            .await
-            .expect("hung")
-            .unwrap();
-    assert_exact(&check, 100_000);
+    let (stats, took) = exact_through(&proxy, 100_000).await;
     assert_eq!(proxy.stats().snapshot().refused, 2);
     eprintln!(
-        "two refused connections: 100k rows exact in {:.2?}, {} retries",
-        started.elapsed(),
+        "two refused connections: 100k rows exact in {took:.2?}, {} retries",
         stats.policy_retries
     );
-    spark.close().await;
     proxy.shutdown().await;
 }
 
