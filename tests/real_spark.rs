@@ -9,6 +9,7 @@
 //! | `SPARK_CONNECT_TEST_REMOTE_SMALLBUF` | default 10 MiB retry buffer |
 //! | `SPARK_CONNECT_TEST_REMOTE_TOKEN` + `SPARK_CONNECT_TEST_TOKEN` | token auth |
 //! | `SPARK_CONNECT_TEST_VICTIM` | a server this test may kill (`scripts/spark-server.sh kill NAME`) |
+//! | `SPARK_CONNECT_TEST_REMOTE_RESTART` + `SPARK_CONNECT_TEST_RESTART` | a server this test kills and starts again (its name) |
 //!
 //! Without them each test prints that it is skipped, unless
 //! `SPARK_CONNECT_REQUIRE_REAL=1` (set in CI), where a missing server fails.
@@ -486,6 +487,83 @@ async fn server_killed_mid_query_fails_clearly_in_bounded_time() {
         ),
         "a transport error after retries: {err:?}"
     );
+}
+
+/// Kill the server mid-query and start it again on the same port: the
+/// execution is gone with it, so the only honest outcome is a clear error in
+/// bounded time, never a partial result passed off as complete.
+#[tokio::test]
+async fn server_restarted_mid_query_fails_clearly_in_bounded_time() {
+    let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE_RESTART") else {
+        return;
+    };
+    let name = std::env::var("SPARK_CONNECT_TEST_RESTART").expect("restart server name");
+    let port = addr_of(&url).port().to_string();
+    let spark = session(&url);
+    let mut stream = tokio::time::timeout(
+        Duration::from_secs(60),
+        spark.sql("SELECT id, id*2 AS x FROM range(0, 10000000)"),
+    )
+    .await
+    .expect("sql hung")
+    .unwrap();
+    let operation_id = stream.operation_id().to_owned();
+    tokio::time::timeout(Duration::from_secs(60), stream.next_batch())
+        .await
+        .expect("first batch hung")
+        .unwrap()
+        .unwrap();
+    let started = Instant::now();
+    let killed = std::process::Command::new("bash")
+        .args(["scripts/spark-server.sh", "kill", &name])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    // Start it again in the background (it takes seconds to listen), as soon
+    // as the killed process has let the port go (bounded).
+    let restart = tokio::task::spawn_blocking(move || {
+        let mut last = String::new();
+        for _ in 0..30 {
+            let out = std::process::Command::new("bash")
+                .args(["scripts/spark-server.sh", "start", &name, &port])
+                .env("SPARK_CONNECT_DRIVER_MEMORY", "1g")
+                .output()
+                .unwrap();
+            if out.status.success() {
+                return Ok(());
+            }
+            last = String::from_utf8_lossy(&out.stderr).into_owned();
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        Err(last)
+    });
+    let err = tokio::time::timeout(Duration::from_secs(300), async {
+        loop {
+            match stream.next_batch().await {
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => return e,
+                None => panic!("a partial result ended as if complete"),
+            }
+        }
+    })
+    .await
+    .expect("a clear error in bounded time");
+    let took = started.elapsed();
+    if let Err(e) = restart.await.unwrap() {
+        panic!("the server did not restart: {e}");
+    }
+    eprintln!("restarted server: clear error {took:.2?} after the kill: {err}");
+    assert!(
+        matches!(err, SparkError::ResponseAlreadyReceived(_)),
+        "RESPONSE_ALREADY_RECEIVED expected: {err:?}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("OPERATION_NOT_FOUND") || text.contains("SESSION_NOT_FOUND"),
+        "{text}"
+    );
+    eprintln!("operation {operation_id}");
+    spark.close().await;
 }
 
 #[tokio::test]
