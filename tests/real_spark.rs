@@ -563,6 +563,24 @@ async fn server_restarted_mid_query_fails_clearly_in_bounded_time() {
         "{text}"
     );
     eprintln!("operation {operation_id}");
+
+    // The session is stale now: the server has a new server-side session.
+    // The next call fails clearly (there is no opt-in renewal yet).
+    let next = tokio::time::timeout(Duration::from_secs(60), async {
+        match spark.sql("SELECT 1").await {
+            Ok(stream) => stream.collect().await.map(|_| ()),
+            Err(e) => Err(e),
+        }
+    })
+    .await
+    .expect("the next call hung");
+    let err = next.expect_err("the stale session cannot run queries");
+    eprintln!("next call on the stale session: {err}");
+    assert!(
+        err.to_string().contains("SESSION_CHANGED")
+            || matches!(err, SparkError::SessionChanged { .. }),
+        "{err:?}"
+    );
     spark.close().await;
 }
 

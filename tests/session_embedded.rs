@@ -344,7 +344,7 @@ async fn black_hole_mid_stream_recovers_over_a_fresh_connection() {
 }
 
 #[tokio::test]
-async fn zero_idle_timeout_is_a_typed_error() {
+async fn zero_idle_timeout_is_a_typed_error_and_a_huge_one_no_bound() {
     let s = TestServer::builder().start().await.unwrap();
     let spark = SparkSession::builder()
         .remote(s.remote())
@@ -356,4 +356,13 @@ async fn zero_idle_timeout_is_a_typed_error() {
         err.to_string().contains("idle_timeout must be positive"),
         "{err}"
     );
+
+    // A huge one is no bound at all, not an overflow.
+    let spark = SparkSession::builder()
+        .remote(s.remote())
+        .idle_timeout(Some(Duration::MAX))
+        .build()
+        .unwrap();
+    let batches = spark.range(0, 1000, 1).unwrap().collect().await.unwrap();
+    assert_eq!(column(&batches, "id").len(), 1000);
 }
