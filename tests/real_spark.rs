@@ -562,7 +562,7 @@ async fn server_restarted_mid_query_fails_clearly_in_bounded_time() {
         text.contains("OPERATION_NOT_FOUND") || text.contains("SESSION_NOT_FOUND"),
         "{text}"
     );
-    eprintln!("operation {operation_id}");
+    assert!(text.contains(&operation_id), "names the operation: {text}");
 
     // The session is stale now: the server has a new server-side session.
     // The next call fails clearly (there is no opt-in renewal yet).

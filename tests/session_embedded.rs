@@ -366,3 +366,42 @@ async fn zero_idle_timeout_is_a_typed_error_and_a_huge_one_no_bound() {
     let batches = spark.range(0, 1000, 1).unwrap().collect().await.unwrap();
     assert_eq!(column(&batches, "id").len(), 1000);
 }
+
+/// The execution lost on the server after responses arrived (a restart): a
+/// clear RESPONSE_ALREADY_RECEIVED naming the operation, never a partial
+/// result passed off as complete.
+#[tokio::test]
+async fn lost_execution_after_responses_names_the_operation() {
+    let s = TestServer::builder()
+        .rows_per_batch(100)
+        .max_responses_per_stream(3)
+        .start()
+        .await
+        .unwrap();
+    s.faults()
+        .push(Fault::operation_not_found().on(Rpc::ReattachExecute));
+    let spark = session(&s, &RecordingSleeper::new());
+    let mut stream = spark
+        .sql("SELECT id, id*2 AS x FROM range(10000)")
+        .await
+        .unwrap();
+    let operation_id = stream.operation_id().to_owned();
+    let err = loop {
+        match stream.next_batch().await {
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => break e,
+            None => panic!("a partial result ended as if complete"),
+        }
+    };
+    assert!(
+        matches!(err, SparkError::ResponseAlreadyReceived(_)),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.server_error().and_then(|e| e.operation_id()),
+        Some(operation_id.as_str())
+    );
+    let text = err.to_string();
+    assert!(text.contains(&operation_id), "{text}");
+    assert!(text.contains("OPERATION_NOT_FOUND"), "{text}");
+}

@@ -465,6 +465,10 @@ impl SparkSession {
         match self.check_item(item) {
             Ok(resp) => Ok(resp),
             Err(Ok(status)) => Err(self.server_error(status, Some(operation_id)).await),
+            Err(Err(SparkError::ResponseAlreadyReceived(mut e))) => {
+                e.set_operation_id(operation_id);
+                Err(SparkError::ResponseAlreadyReceived(e))
+            }
             Err(Err(e)) => Err(e),
         }
     }
