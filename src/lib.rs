@@ -63,6 +63,7 @@ mod headers;
 pub mod layer;
 pub mod policy;
 pub mod reattach;
+pub mod renew;
 pub mod retrying;
 pub mod sanitize;
 pub mod session;

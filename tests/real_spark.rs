@@ -9,6 +9,7 @@
 //! | `SPARK_CONNECT_TEST_REMOTE_SMALLBUF` | default 10 MiB retry buffer |
 //! | `SPARK_CONNECT_TEST_REMOTE_TOKEN` + `SPARK_CONNECT_TEST_TOKEN` | token auth |
 //! | `SPARK_CONNECT_TEST_VICTIM` | a server this test may kill (`scripts/spark-server.sh kill NAME`) |
+//! | `SPARK_CONNECT_TEST_REMOTE_RESTART` + `SPARK_CONNECT_TEST_RESTART` | a server this test kills and starts again (its name) |
 //!
 //! Without them each test prints that it is skipped, unless
 //! `SPARK_CONNECT_REQUIRE_REAL=1` (set in CI), where a missing server fails.
@@ -54,6 +55,9 @@ struct Check {
     sum_id: i128,
     sum_x: i128,
     in_order: bool,
+    /// The longest wait between two batches (after the first): with one
+    /// fault, the time from the fault to the recovery, within a batch.
+    max_gap: Duration,
 }
 
 fn absorb(check: &mut Check, batch: &RecordBatch) {
@@ -95,8 +99,14 @@ async fn query_rows(
         in_order: true,
         ..Default::default()
     };
+    let mut last: Option<Instant> = None;
     while let Some(b) = stream.next_batch().await {
         absorb(&mut check, &b?);
+        let now = Instant::now();
+        if let Some(prev) = last {
+            check.max_gap = check.max_gap.max(now - prev);
+        }
+        last = Some(now);
     }
     Ok((check, stream.stats()))
 }
@@ -111,35 +121,22 @@ fn debug_events_on_failure() {
         .try_init();
 }
 
-/// Seeds 0..20, or `SPARK_CONNECT_TEST_SEEDS=a..b` to replay a range.
+/// Seeds 0..40, or `SPARK_CONNECT_TEST_SEEDS=a..b` to replay a range.
 fn seeds() -> std::ops::Range<u64> {
     match std::env::var("SPARK_CONNECT_TEST_SEEDS") {
         Ok(v) => {
             let (a, b) = v.split_once("..").expect("SPARK_CONNECT_TEST_SEEDS=a..b");
             a.parse().unwrap()..b.parse().unwrap()
         }
-        Err(_) => 0..20,
+        Err(_) => 0..40,
     }
 }
 
-/// The default policy, with jitter from a seed.
+/// Default settings (stall detection on, keepalive on), with jitter from a seed.
 fn session(url: &str) -> SparkSession {
-    session_with_idle(url, None)
-}
-
-/// For the cut tests: as [`session`], plus stall detection. A stream left
-/// silent after a cut (neither data nor an error) is reattached after 30 s
-/// instead of waiting for the server to end it (`senderMaxStreamDuration`,
-/// 2 min); `stalls` in the output counts how often that happened.
-fn cut_session(url: &str) -> SparkSession {
-    session_with_idle(url, Some(Duration::from_secs(30)))
-}
-
-fn session_with_idle(url: &str, idle: Option<Duration>) -> SparkSession {
     SparkSession::builder()
         .remote(url)
         .retrying(Retrying::default().with_seed(11))
-        .idle_timeout(idle)
         .build()
         .unwrap()
 }
@@ -192,7 +189,8 @@ async fn seeded_cut_schedules_through_the_proxy() {
             .start()
             .await
             .unwrap();
-        let spark = cut_session(&proxy.remote());
+        // Default settings: no idle timeout set here (stall detection is on by default).
+        let spark = session(&proxy.remote());
         let (check, stats) = tokio::time::timeout(Duration::from_secs(300), query_rows(&spark, N))
             .await
             .unwrap_or_else(|_| panic!("seed {seed}: hung; proxy {:?}", proxy.stats().snapshot()))
@@ -200,15 +198,167 @@ async fn seeded_cut_schedules_through_the_proxy() {
         assert_exact(&check, N);
         let cuts = proxy.stats().snapshot().cuts;
         eprintln!(
-            "seed {seed:2} {mode:?} offsets {:?}: {cuts} cuts, {} reattaches, {} retries, {} stalls",
+            "seed {seed:2} {mode:?} offsets {:?}: {cuts} cuts, {} reattaches, {} retries, \
+             {} stalls, longest wait between batches {:.2?}",
             schedule.offsets(),
             stats.reattaches,
             stats.policy_retries,
-            stats.stalls
+            stats.stalls,
+            check.max_gap
         );
         spark.close().await;
         proxy.shutdown().await;
     }
+}
+
+/// The target of stall detection: a black hole recovered within this long.
+const BLACK_HOLE_TARGET: Duration = Duration::from_secs(30);
+
+/// A 3M-row query whose connection turns into a black hole (no bytes either
+/// way, no FIN, no RST) after 10 MB of responses; `params` are appended to
+/// the connection string. Exact, recovered within the target, never re-executed.
+async fn black_hole_mid_stream(params: &str, label: &str) {
+    let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE") else {
+        return;
+    };
+    const N: i64 = 3_000_000;
+    debug_events_on_failure();
+    let proxy = FaultProxy::builder(addr_of(&url))
+        .cut_schedule(Direction::ServerToClient, CutSchedule::new([10_000_000]))
+        .cut_mode(CutMode::BlackHole)
+        .start()
+        .await
+        .unwrap();
+    let spark = session(&format!("{}{params}", proxy.remote()));
+    let started = Instant::now();
+    let (check, stats) = tokio::time::timeout(Duration::from_secs(180), query_rows(&spark, N))
+        .await
+        .unwrap_or_else(|_| panic!("{label}: hung; proxy {:?}", proxy.stats().snapshot()))
+        .unwrap_or_else(|e| panic!("{label}: {e}"));
+    assert_exact(&check, N);
+    let p = proxy.stats().snapshot();
+    eprintln!(
+        "black hole, {label}: 3M rows exact in {:.2?}; recovered {:.2?} after the hole; \
+         {} stalls ({} answered), {} reattaches, {} connections",
+        started.elapsed(),
+        check.max_gap,
+        stats.stalls,
+        stats.stalls_answered,
+        stats.reattaches,
+        p.connections
+    );
+    assert_eq!(p.cuts, 1, "the hole opened once: {p:?}");
+    assert!(stats.stalls >= 1, "stall detection recovered it: {stats:?}");
+    assert!(p.connections >= 2, "over a fresh connection: {p:?}");
+    assert_eq!(
+        stats.re_executes, 0,
+        "a reattach, never a re-execute: {stats:?}"
+    );
+    assert!(
+        check.max_gap < BLACK_HOLE_TARGET,
+        "{label}: recovered after {:.2?}, target {BLACK_HOLE_TARGET:?}",
+        check.max_gap
+    );
+    spark.close().await;
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn black_hole_with_default_settings() {
+    black_hole_mid_stream("", "default settings").await;
+}
+
+#[tokio::test]
+async fn black_hole_with_keepalive_off() {
+    black_hole_mid_stream("/;grpc_keepalive_enabled=false", "keepalive off").await;
+}
+
+/// How long the silent query computes: over three times the default idle timeout.
+const SILENCE: Duration = Duration::from_secs(35);
+
+/// `SELECT reflect('java.lang.Thread', 'sleep', …)`: one row after
+/// [`SILENCE`] of computing, with default settings. Returns the counters.
+async fn silent_query(spark: &SparkSession) -> spark_connect_retry::reattach::core::CoreCounters {
+    assert!(SILENCE >= 3 * spark_connect_retry::reattach::DEFAULT_IDLE_TIMEOUT);
+    let started = Instant::now();
+    let mut stream = tokio::time::timeout(
+        Duration::from_secs(60),
+        spark.sql(&format!(
+            "SELECT reflect('java.lang.Thread', 'sleep', {}L) AS slept",
+            SILENCE.as_millis()
+        )),
+    )
+    .await
+    .expect("sql hung")
+    .unwrap();
+    let rows = tokio::time::timeout(SILENCE + Duration::from_secs(120), async {
+        let mut rows = 0;
+        while let Some(b) = stream.next_batch().await {
+            rows += b.unwrap().num_rows();
+        }
+        rows
+    })
+    .await
+    .expect("the silent query hung");
+    assert_eq!(rows, 1);
+    let stats = stream.stats();
+    assert_eq!(stats.re_executes, 0, "never re-executed: {stats:?}");
+    assert!(started.elapsed() >= SILENCE);
+    stats
+}
+
+#[tokio::test]
+async fn long_silent_query_completes_with_default_settings() {
+    let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE") else {
+        return;
+    };
+    let spark = session(&url);
+    let stats = silent_query(&spark).await;
+    eprintln!(
+        "silent query, progress reports on: {} responses, {} stalls",
+        stats.responses, stats.stalls
+    );
+    spark.close().await;
+}
+
+#[tokio::test]
+async fn long_silent_query_without_progress_reports_completes() {
+    let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE") else {
+        return;
+    };
+    let spark = session(&url);
+    // A session SQL conf, settable at run time; negative disables the reports.
+    let key = "spark.connect.progress.reportInterval";
+    tokio::time::timeout(Duration::from_secs(60), spark.config_set(&[(key, "-1")]))
+        .await
+        .expect("config hung")
+        .unwrap();
+    let stats = silent_query(&spark).await;
+    eprintln!(
+        "silent query, progress reports off: {} responses, {} stalls ({} answered), {} reattaches",
+        stats.responses, stats.stalls, stats.stalls_answered, stats.reattaches
+    );
+    // Truly silent on the wire: stall detection fired, and only reattached.
+    assert!(stats.stalls >= 3, "{stats:?}");
+    spark.close().await;
+}
+
+/// `n` rows through `proxy` with default settings, exact; the counters and
+/// the time it took.
+async fn exact_through(
+    proxy: &FaultProxy,
+    n: i64,
+) -> (spark_connect_retry::reattach::core::CoreCounters, Duration) {
+    let spark = session(&proxy.remote());
+    let started = Instant::now();
+    let (check, stats) = tokio::time::timeout(Duration::from_secs(120), query_rows(&spark, n))
+        .await
+        .expect("hung")
+        .unwrap();
+    assert_exact(&check, n);
+    let took = started.elapsed();
+    spark.close().await;
+    (stats, took)
 }
 
 #[tokio::test]
@@ -221,15 +371,29 @@ async fn lost_execute_plan_is_re_sent() {
         .start()
         .await
         .unwrap();
-    let spark = session(&proxy.remote());
-    let (check, stats) =
-        tokio::time::timeout(Duration::from_secs(120), query_rows(&spark, 100_000))
-            .await
-            .expect("hung")
-            .unwrap();
-    assert_exact(&check, 100_000);
+    let (stats, took) = exact_through(&proxy, 100_000).await;
     assert_eq!(stats.re_executes, 1, "{stats:?}");
-    spark.close().await;
+    eprintln!("lost ExecutePlan: 100k rows exact in {took:.2?}");
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn refused_connections_are_retried() {
+    let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE") else {
+        return;
+    };
+    // Accepted, then reset before a byte is read: twice.
+    let proxy = FaultProxy::builder(addr_of(&url))
+        .refuse_first(2)
+        .start()
+        .await
+        .unwrap();
+    let (stats, took) = exact_through(&proxy, 100_000).await;
+    assert_eq!(proxy.stats().snapshot().refused, 2);
+    eprintln!(
+        "two refused connections: 100k rows exact in {took:.2?}, {} retries",
+        stats.policy_retries
+    );
     proxy.shutdown().await;
 }
 
@@ -248,7 +412,7 @@ async fn deep_cuts_with_the_default_buffer_are_exact_or_a_clear_error() {
             .start()
             .await
             .unwrap();
-        let spark = cut_session(&proxy.remote());
+        let spark = session(&proxy.remote());
         match tokio::time::timeout(Duration::from_secs(300), query_rows(&spark, TEN_M))
             .await
             .expect("never a hang")
@@ -323,6 +487,101 @@ async fn server_killed_mid_query_fails_clearly_in_bounded_time() {
         ),
         "a transport error after retries: {err:?}"
     );
+}
+
+/// Kill the server mid-query and start it again on the same port: the
+/// execution is gone with it, so the only honest outcome is a clear error in
+/// bounded time, never a partial result passed off as complete.
+#[tokio::test]
+async fn server_restarted_mid_query_fails_clearly_in_bounded_time() {
+    let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE_RESTART") else {
+        return;
+    };
+    let name = std::env::var("SPARK_CONNECT_TEST_RESTART").expect("restart server name");
+    let port = addr_of(&url).port().to_string();
+    let spark = session(&url);
+    let mut stream = tokio::time::timeout(
+        Duration::from_secs(60),
+        spark.sql("SELECT id, id*2 AS x FROM range(0, 10000000)"),
+    )
+    .await
+    .expect("sql hung")
+    .unwrap();
+    let operation_id = stream.operation_id().to_owned();
+    tokio::time::timeout(Duration::from_secs(60), stream.next_batch())
+        .await
+        .expect("first batch hung")
+        .unwrap()
+        .unwrap();
+    let started = Instant::now();
+    let killed = std::process::Command::new("bash")
+        .args(["scripts/spark-server.sh", "kill", &name])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    // Start it again in the background (it takes seconds to listen), as soon
+    // as the killed process has let the port go (bounded).
+    let restart = tokio::task::spawn_blocking(move || {
+        let mut last = String::new();
+        for _ in 0..30 {
+            let out = std::process::Command::new("bash")
+                .args(["scripts/spark-server.sh", "start", &name, &port])
+                .env("SPARK_CONNECT_DRIVER_MEMORY", "1g")
+                .output()
+                .unwrap();
+            if out.status.success() {
+                return Ok(());
+            }
+            last = String::from_utf8_lossy(&out.stderr).into_owned();
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        Err(last)
+    });
+    let err = tokio::time::timeout(Duration::from_secs(300), async {
+        loop {
+            match stream.next_batch().await {
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => return e,
+                None => panic!("a partial result ended as if complete"),
+            }
+        }
+    })
+    .await
+    .expect("a clear error in bounded time");
+    let took = started.elapsed();
+    if let Err(e) = restart.await.unwrap() {
+        panic!("the server did not restart: {e}");
+    }
+    eprintln!("restarted server: clear error {took:.2?} after the kill: {err}");
+    assert!(
+        matches!(err, SparkError::ResponseAlreadyReceived(_)),
+        "RESPONSE_ALREADY_RECEIVED expected: {err:?}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("OPERATION_NOT_FOUND") || text.contains("SESSION_NOT_FOUND"),
+        "{text}"
+    );
+    assert!(text.contains(&operation_id), "names the operation: {text}");
+
+    // The session is stale now: the server has a new server-side session.
+    // The next call fails clearly (there is no opt-in renewal yet).
+    let next = tokio::time::timeout(Duration::from_secs(60), async {
+        match spark.sql("SELECT 1").await {
+            Ok(stream) => stream.collect().await.map(|_| ()),
+            Err(e) => Err(e),
+        }
+    })
+    .await
+    .expect("the next call hung");
+    let err = next.expect_err("the stale session cannot run queries");
+    eprintln!("next call on the stale session: {err}");
+    assert!(
+        err.to_string().contains("SESSION_CHANGED")
+            || matches!(err, SparkError::SessionChanged { .. }),
+        "{err:?}"
+    );
+    spark.close().await;
 }
 
 #[tokio::test]

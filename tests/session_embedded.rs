@@ -7,6 +7,7 @@ use arrow_array::{Array, Int64Array, RecordBatch};
 use spark_connect_retry::policy::RetryPolicy;
 use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
 use spark_connect_retry::session::{SparkError, SparkSession};
+use spark_connect_retry::testing::proxy::{CutMode, CutSchedule, Direction, FaultProxy};
 use spark_connect_retry::testing::{Fault, Rpc, TestServer};
 use tokio_stream::StreamExt;
 
@@ -292,4 +293,115 @@ async fn close_waits_for_releases_but_bounded() {
     assert!(!spark.close().await, "releases are stuck, close gives up");
     assert!(started.elapsed() < Duration::from_secs(5));
     assert!(spark.is_closed());
+}
+
+/// A connection that goes silent both ways mid-stream (no FIN, no RST), with
+/// HTTP/2 keepalive off: stall detection gives the segment up and reattaches
+/// over a fresh connection, and the result is exact.
+#[tokio::test]
+async fn black_hole_mid_stream_recovers_over_a_fresh_connection() {
+    let s = TestServer::builder()
+        .rows_per_batch(1000)
+        .start()
+        .await
+        .unwrap();
+    let proxy = FaultProxy::builder(s.addr())
+        .cut_schedule(Direction::ServerToClient, CutSchedule::new([60_000]))
+        .cut_mode(CutMode::BlackHole)
+        .start()
+        .await
+        .unwrap();
+    let spark = SparkSession::builder()
+        .remote(format!("{}/;grpc_keepalive_enabled=false", proxy.remote()))
+        .retrying(fast_retrying(&RecordingSleeper::new()))
+        .idle_timeout(Some(Duration::from_millis(500)))
+        .build()
+        .unwrap();
+    let mut stream = spark
+        .sql("SELECT id, id*2 AS x FROM range(100000)")
+        .await
+        .unwrap();
+    let mut ids = vec![];
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(b) = stream.next_batch().await {
+            ids.extend(column(&[b.unwrap()], "id"));
+        }
+    })
+    .await
+    .expect("a black hole must not hang the stream");
+    assert!(ids.iter().copied().eq(0..100_000));
+    let stats = stream.stats();
+    assert!(stats.stalls >= 1, "{stats:?}");
+    assert_eq!(stats.re_executes, 0, "{stats:?}");
+    let p = proxy.stats().snapshot();
+    assert_eq!(p.cuts, 1);
+    assert!(
+        p.connections >= 2,
+        "the reattach must use a new connection: {p:?}"
+    );
+    spark.close().await;
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn zero_idle_timeout_is_a_typed_error_and_a_huge_one_no_bound() {
+    let s = TestServer::builder().start().await.unwrap();
+    let spark = SparkSession::builder()
+        .remote(s.remote())
+        .idle_timeout(Some(Duration::ZERO))
+        .build()
+        .unwrap();
+    let err = spark.sql("SELECT 1").await.unwrap_err();
+    assert!(
+        err.to_string().contains("idle_timeout must be positive"),
+        "{err}"
+    );
+
+    // A huge one is no bound at all, not an overflow.
+    let spark = SparkSession::builder()
+        .remote(s.remote())
+        .idle_timeout(Some(Duration::MAX))
+        .build()
+        .unwrap();
+    let batches = spark.range(0, 1000, 1).unwrap().collect().await.unwrap();
+    assert_eq!(column(&batches, "id").len(), 1000);
+}
+
+/// The execution lost on the server after responses arrived (a restart): a
+/// clear RESPONSE_ALREADY_RECEIVED naming the operation, never a partial
+/// result passed off as complete.
+#[tokio::test]
+async fn lost_execution_after_responses_names_the_operation() {
+    let s = TestServer::builder()
+        .rows_per_batch(100)
+        .max_responses_per_stream(3)
+        .start()
+        .await
+        .unwrap();
+    s.faults()
+        .push(Fault::operation_not_found().on(Rpc::ReattachExecute));
+    let spark = session(&s, &RecordingSleeper::new());
+    let mut stream = spark
+        .sql("SELECT id, id*2 AS x FROM range(10000)")
+        .await
+        .unwrap();
+    let operation_id = stream.operation_id().to_owned();
+    let err = loop {
+        match stream.next_batch().await {
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => break e,
+            None => panic!("a partial result ended as if complete"),
+        }
+    };
+    assert!(
+        matches!(err, SparkError::ResponseAlreadyReceived(_)),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.server_error().and_then(|e| e.operation_id()),
+        Some(operation_id.as_str())
+    );
+    let text = err.to_string();
+    assert!(text.contains(&operation_id), "{text}");
+    assert!(text.contains("OPERATION_NOT_FOUND"), "{text}");
 }

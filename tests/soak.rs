@@ -157,7 +157,12 @@ async fn five_hundred_seeded_fault_schedules_deliver_exactly_once() {
             Retrying::default()
                 .with_sleeper(sleeper.clone())
                 .with_seed(seed),
-            ReattachOptions::default(),
+            // Stall detection off: the soak hunts silent streams (docs/hangs.md),
+            // which the default idle timeout would recover and hide.
+            ReattachOptions {
+                idle_timeout: None,
+                ..ReattachOptions::default()
+            },
             tracker.clone(),
         )
         .unwrap();

@@ -157,6 +157,12 @@ impl RetryState {
         }
     }
 
+    /// Forget when the immediate retries started: the next one starts the
+    /// elapsed-time bound afresh. Policy budgets are kept.
+    pub fn restart_retry_now_clock(&mut self) {
+        self.retry_now_started = None;
+    }
+
     /// Decide after an attempt asked for an immediate retry, at monotonic time `now`.
     ///
     /// The first marker starts the clock and is always granted (unless the

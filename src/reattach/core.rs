@@ -40,8 +40,11 @@ pub enum Event {
     Error(Status),
     /// The client-side deadline of the current stream segment passed.
     SegmentDeadline,
-    /// No message arrived within the idle timeout.
+    /// No message (or, while opening, no response headers) arrived within
+    /// the idle timeout.
     Stalled(Duration),
+    /// The stream just opened answered: its response headers arrived.
+    Opened,
 }
 
 /// A stream to open.
@@ -97,6 +100,9 @@ pub struct CoreCounters {
     pub graceful_ends: u64,
     /// Streams given up as silent ([`Event::Stalled`]), each followed by a reattach.
     pub stalls: u64,
+    /// Stall reattaches the server answered (headers or a message), which
+    /// therefore did not count toward the immediate-retry bound.
+    pub stalls_answered: u64,
 }
 
 /// The reattach state machine for one execution.
@@ -114,6 +120,9 @@ pub struct ReattachCore {
     counters: CoreCounters,
     /// ExecutePlan has been sent once.
     started: bool,
+    /// The segment being opened replaces one given up as silent, and the
+    /// server has not answered it yet.
+    after_stall: bool,
 }
 
 impl ReattachCore {
@@ -149,6 +158,7 @@ impl ReattachCore {
             retry: None,
             counters: CoreCounters::default(),
             started: false,
+            after_stall: false,
         })
     }
 
@@ -176,6 +186,13 @@ impl ReattachCore {
     pub fn counters(&self) -> CoreCounters {
         self.counters
     }
+    /// Whether the stream being opened replaces one given up as silent. Its
+    /// connection may be a black hole (silent both ways, no FIN, no RST), so
+    /// the driver sends it over a fresh connection
+    /// ([`crate::renew::FreshConnection`]).
+    pub fn opening_after_stall(&self) -> bool {
+        self.after_stall
+    }
 
     /// The consumer asks for the next response. Starts a fresh retry budget
     /// (PySpark builds a new `Retrying` per `next()`: progress resets it).
@@ -199,8 +216,20 @@ impl ReattachCore {
 
     /// Feed what the driver observed; get the next action.
     pub fn on_event(&mut self, event: Event, retrying: &Retrying) -> Action {
+        let after_stall = std::mem::take(&mut self.after_stall);
         match event {
-            Event::Response(resp) => self.on_response(resp),
+            Event::Opened => {
+                if after_stall {
+                    self.stall_answered();
+                }
+                Action::Read
+            }
+            Event::Response(resp) => {
+                if after_stall {
+                    self.stall_answered();
+                }
+                self.on_response(resp)
+            }
             Event::EndOfStream => {
                 // A clean end without ResultComplete: the server ended the
                 // segment on purpose. Reattach at once: no sleep, no budget.
@@ -216,11 +245,25 @@ impl ReattachCore {
             ),
             Event::Stalled(idle) => {
                 self.counters.stalls += 1;
-                self.retry_now(
+                let action = self.retry_now(
                     Status::unavailable(format!("no message for {idle:?}: stream treated as dead")),
                     retrying,
-                )
+                );
+                self.after_stall = matches!(action, Action::Open(_));
+                action
             }
+        }
+    }
+
+    /// The server answered the reattach that followed a stall: the stream
+    /// was only quiet (a query computing in silence), not dead. Such a stall
+    /// must not use up the immediate-retry bound, or a query that computes
+    /// silently for longer than the bound would fail: restart its clock.
+    /// Only stalls the server leaves unanswered add up.
+    fn stall_answered(&mut self) {
+        self.counters.stalls_answered += 1;
+        if let Some(state) = self.retry.as_mut() {
+            state.restart_retry_now_clock();
         }
     }
 

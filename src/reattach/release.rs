@@ -6,14 +6,21 @@
 //! `release_until` is in flight per execution and the newest id wins: ids
 //! that arrive while one is in flight replace each other, and only the last
 //! is sent. A `release_all` discards a pending `release_until`.
+//!
+//! With stall detection on, an attempt the server does not answer within the
+//! idle timeout is given up as UNAVAILABLE and retried under the policy,
+//! over a fresh connection: a release sent into a black hole would otherwise
+//! wait forever, and, being the one in flight, hold back every later
+//! `release_until` of the execution (and make a session's close wait).
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Notify;
 
 use crate::proto::ReleaseExecuteRequest;
+use crate::renew::FreshConnection;
 use crate::retrying::Retrying;
 use crate::transport::SparkClient;
 
@@ -92,16 +99,24 @@ pub(crate) struct Releaser {
     tracker: ReleaseTracker,
     runtime: Option<tokio::runtime::Handle>,
     until: Arc<Mutex<UntilSlot>>,
+    /// Give an attempt up after this long without an answer (the idle timeout).
+    attempt_timeout: Option<Duration>,
 }
 
 impl Releaser {
-    pub(crate) fn new(client: SparkClient, retrying: Retrying, tracker: ReleaseTracker) -> Self {
+    pub(crate) fn new(
+        client: SparkClient,
+        retrying: Retrying,
+        tracker: ReleaseTracker,
+        attempt_timeout: Option<Duration>,
+    ) -> Self {
         Releaser {
             client,
             retrying,
             tracker,
             runtime: tokio::runtime::Handle::try_current().ok(),
             until: Arc::default(),
+            attempt_timeout,
         }
     }
 
@@ -152,12 +167,31 @@ impl Releaser {
     }
 
     async fn send(&self, req: ReleaseExecuteRequest) {
+        let unanswered = Arc::new(AtomicBool::new(false));
         let result = self
             .retrying
             .call(|| {
                 let mut client = self.client.clone();
-                let req = req.clone();
-                async move { client.release_execute(req).await }
+                let mut request = tonic::Request::new(req.clone());
+                if unanswered.load(Ordering::SeqCst) {
+                    request.extensions_mut().insert(FreshConnection);
+                }
+                let (limit, unanswered) = (self.attempt_timeout, unanswered.clone());
+                async move {
+                    let call = client.release_execute(request);
+                    let Some(limit) = limit else {
+                        return call.await;
+                    };
+                    match tokio::time::timeout(limit, call).await {
+                        Ok(result) => result,
+                        Err(_) => {
+                            unanswered.store(true, Ordering::SeqCst);
+                            Err(tonic::Status::unavailable(format!(
+                                "ReleaseExecute got no answer within {limit:?}"
+                            )))
+                        }
+                    }
+                }
             })
             .await;
         match result {

@@ -23,6 +23,7 @@ use super::core::{Action, CoreCounters, Event, Open, ReattachCore, Release};
 use super::release::{ReleaseTracker, Releaser};
 use super::{ReattachError, ReattachOptions};
 use crate::proto::{ExecutePlanRequest, ExecutePlanResponse};
+use crate::renew::FreshConnection;
 use crate::retrying::Retrying;
 use crate::transport::SparkClient;
 
@@ -110,39 +111,55 @@ impl Driver {
             Open::Execute(_) => self.options.deadlines.reattachable_execute_plan,
             Open::Reattach(_) => self.options.deadlines.reattach_execute,
         };
-        self.segment_deadline = deadline.map(|d| Instant::now() + d);
+        self.segment_deadline = deadline.and_then(|d| Instant::now().checked_add(d));
+        let fresh = self.core.opening_after_stall();
+        if fresh {
+            tracing::debug!(
+                operation_id = self.core.operation_id(),
+                "reattachable execution: reattaching over a fresh connection after a stall"
+            );
+        }
         let mut client = self.client.clone();
         let call = async move {
             match open {
-                Open::Execute(req) => {
-                    let mut req = tonic::Request::new(req);
-                    if let Some(d) = deadline {
-                        req.set_timeout(d);
-                    }
-                    client.execute_plan(req).await
-                }
-                Open::Reattach(req) => {
-                    let mut req = tonic::Request::new(req);
-                    if let Some(d) = deadline {
-                        req.set_timeout(d);
-                    }
-                    client.reattach_execute(req).await
-                }
+                Open::Execute(req) => client.execute_plan(request(req, deadline, fresh)).await,
+                Open::Reattach(req) => client.reattach_execute(request(req, deadline, fresh)).await,
             }
         };
-        let result = match self.segment_deadline {
-            Some(at) => match tokio::time::timeout_at(at, call).await {
+        let result = match self.wait_bound() {
+            Some((at, bound)) => match tokio::time::timeout_at(at, call).await {
                 Ok(r) => r,
-                Err(_) => return self.core.on_event(Event::SegmentDeadline, &self.retrying),
+                Err(_) => {
+                    tracing::debug!(
+                        operation_id = self.core.operation_id(),
+                        "reattachable execution: no response headers before the idle timeout or segment deadline"
+                    );
+                    return self.core.on_event(bound.event(), &self.retrying);
+                }
             },
             None => call.await,
         };
         match result {
             Ok(resp) => {
                 self.current = Some(resp.into_inner());
-                Action::Read
+                self.core.on_event(Event::Opened, &self.retrying)
             }
             Err(status) => self.failed(status, "opening"),
+        }
+    }
+
+    /// When to stop waiting on the current segment, and why: the idle
+    /// timeout (from now) or the segment deadline, whichever comes first
+    /// (the deadline on a tie). `None` when neither is set.
+    fn wait_bound(&self) -> Option<(Instant, Bound)> {
+        let idle = self
+            .options
+            .idle_timeout
+            .and_then(|d| Some((Instant::now().checked_add(d)?, Bound::Idle(d))));
+        let deadline = self.segment_deadline.map(|at| (at, Bound::Deadline));
+        match (deadline, idle) {
+            (Some(d), Some(i)) => Some(if i.0 < d.0 { i } else { d }),
+            (d, i) => d.or(i),
         }
     }
 
@@ -160,18 +177,13 @@ impl Driver {
     }
 
     async fn read(&mut self) -> Action {
+        let bound = self.wait_bound();
         let Some(stream) = self.current.as_mut() else {
             let status = Status::internal("reattachable execution: no open stream to read");
             return self.core.on_event(Event::Error(status), &self.retrying);
         };
-        let idle = self.options.idle_timeout;
-        let idle_at = idle.map(|d| Instant::now() + d);
-        let wake_at = match (self.segment_deadline, idle_at) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        let result = match wake_at {
-            Some(at) => match tokio::time::timeout_at(at, stream.message()).await {
+        let result = match bound {
+            Some((at, bound)) => match tokio::time::timeout_at(at, stream.message()).await {
                 Ok(r) => r,
                 Err(_) => {
                     self.current = None;
@@ -179,16 +191,7 @@ impl Driver {
                         operation_id = self.core.operation_id(),
                         "reattachable execution: no message before the idle timeout or segment deadline"
                     );
-                    let event = match (idle, idle_at) {
-                        (Some(d), Some(i))
-                            if Some(i) == wake_at
-                                && self.segment_deadline.is_none_or(|s| i < s) =>
-                        {
-                            Event::Stalled(d)
-                        }
-                        _ => Event::SegmentDeadline,
-                    };
-                    return self.core.on_event(event, &self.retrying);
+                    return self.core.on_event(bound.event(), &self.retrying);
                 }
             },
             None => stream.message().await,
@@ -207,6 +210,37 @@ impl Driver {
         };
         self.core.on_event(event, &self.retrying)
     }
+}
+
+/// What ends a wait on a segment.
+#[derive(Debug, Clone, Copy)]
+enum Bound {
+    /// The segment's client-side deadline.
+    Deadline,
+    /// The idle timeout (stall detection).
+    Idle(std::time::Duration),
+}
+
+impl Bound {
+    fn event(self) -> Event {
+        match self {
+            Bound::Deadline => Event::SegmentDeadline,
+            Bound::Idle(d) => Event::Stalled(d),
+        }
+    }
+}
+
+/// A request with the segment's timeout, marked for a fresh connection
+/// when it follows a stall.
+fn request<T>(message: T, timeout: Option<std::time::Duration>, fresh: bool) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(message);
+    if let Some(d) = timeout {
+        req.set_timeout(d);
+    }
+    if fresh {
+        req.extensions_mut().insert(FreshConnection);
+    }
+    req
 }
 
 impl Drop for Driver {
@@ -273,9 +307,17 @@ impl ReattachableExecution {
         options: ReattachOptions,
         tracker: ReleaseTracker,
     ) -> Result<Self, ReattachError> {
+        if options.idle_timeout == Some(std::time::Duration::ZERO) {
+            return Err(ReattachError::ZeroIdleTimeout);
+        }
         let core = ReattachCore::new(request)?;
         let operation_id = core.operation_id().to_owned();
-        let releaser = Releaser::new(client.clone(), retrying.clone(), tracker);
+        let releaser = Releaser::new(
+            client.clone(),
+            retrying.clone(),
+            tracker,
+            options.idle_timeout,
+        );
         let stats = ExecutionStats::default();
         Ok(ReattachableExecution {
             driver: Some(Box::new(Driver {

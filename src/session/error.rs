@@ -221,10 +221,13 @@ impl fmt::Display for SparkError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             SparkError::Server(e) => e.fmt(f),
-            SparkError::ResponseAlreadyReceived(e) => write!(
-                f,
-                "[RESPONSE_ALREADY_RECEIVED] the server lost the execution after responses were received: {e}"
-            ),
+            SparkError::ResponseAlreadyReceived(e) => {
+                f.write_str("[RESPONSE_ALREADY_RECEIVED] the server lost the execution")?;
+                if let Some(op) = e.operation_id() {
+                    write!(f, " {op}")?;
+                }
+                write!(f, " after responses were received: {e}")
+            }
             SparkError::SessionChanged { expected, got } => write!(
                 f,
                 "[INVALID_HANDLE.SESSION_CHANGED] server-side session changed from {expected} to {got}; create a new session"
@@ -309,6 +312,7 @@ impl From<ReattachError> for SparkError {
                 SparkError::Protocol(format!("response for session {got}, expected {expected}"))
             }
             ReattachError::InvalidOperationId(id) => SparkError::InvalidOperationId(id),
+            e @ ReattachError::ZeroIdleTimeout => SparkError::Protocol(e.to_string()),
         }
     }
 }

@@ -24,7 +24,10 @@ use crate::policy::RetryPolicy;
 use crate::proto::execute_plan_response::ResponseType;
 use crate::proto::{self, ExecutePlanRequest, ExecutePlanResponse, Plan, Relation, UserContext};
 use crate::reattach::core::CoreCounters;
-use crate::reattach::{ExecutionStats, ReattachOptions, ReattachableExecution, ReleaseTracker};
+use crate::reattach::{
+    DEFAULT_IDLE_TIMEOUT, ExecutionStats, ReattachOptions, ReattachableExecution, ReleaseTracker,
+};
+use crate::renew::RenewableChannel;
 use crate::retrying::Retrying;
 use crate::transport::{GrpcChannel, SparkClient, grpc_channel};
 
@@ -75,7 +78,7 @@ pub struct SparkSessionBuilder {
     config: Option<ConnectionString>,
     retrying: Option<Retrying>,
     deadlines: Option<RpcDeadlines>,
-    idle_timeout: Option<Duration>,
+    idle_timeout: Option<Option<Duration>>,
     release_wait: Option<Duration>,
     channel: Option<GrpcChannel>,
 }
@@ -106,9 +109,11 @@ impl SparkSessionBuilder {
         self.deadlines = Some(deadlines);
         self
     }
-    /// Reattach when a result stream is silent for this long (off by default).
+    /// Stall detection: reattach, over a fresh connection, when a result
+    /// stream is silent for this long (default
+    /// [`crate::reattach::DEFAULT_IDLE_TIMEOUT`], 10 s; `None` turns it off).
     pub fn idle_timeout(mut self, idle: Option<Duration>) -> Self {
-        self.idle_timeout = idle;
+        self.idle_timeout = Some(idle);
         self
     }
     /// How long [`SparkSession::close`] waits for background releases.
@@ -137,7 +142,9 @@ impl SparkSessionBuilder {
             .map_err(|e| SparkError::Protocol(e.to_string()))?;
         let channel = match self.channel {
             Some(c) => c,
-            None => grpc_channel(ChannelBuilder::new(&config).connect_lazy()?),
+            None => grpc_channel(RenewableChannel::new(
+                ChannelBuilder::new(&config).endpoint()?,
+            )),
         };
         let intercepted = tonic::service::interceptor::InterceptedService::new(
             channel,
@@ -159,7 +166,7 @@ impl SparkSessionBuilder {
                 client_type: config.client_type(),
                 retrying: self.retrying.unwrap_or_default(),
                 deadlines,
-                idle_timeout: self.idle_timeout,
+                idle_timeout: self.idle_timeout.unwrap_or(Some(DEFAULT_IDLE_TIMEOUT)),
                 release_wait: self.release_wait.unwrap_or(DEFAULT_RELEASE_WAIT),
                 server_side_session_id: Mutex::new(None),
                 closed: AtomicBool::new(false),
@@ -458,6 +465,10 @@ impl SparkSession {
         match self.check_item(item) {
             Ok(resp) => Ok(resp),
             Err(Ok(status)) => Err(self.server_error(status, Some(operation_id)).await),
+            Err(Err(SparkError::ResponseAlreadyReceived(mut e))) => {
+                e.set_operation_id(operation_id);
+                Err(SparkError::ResponseAlreadyReceived(e))
+            }
             Err(Err(e)) => Err(e),
         }
     }

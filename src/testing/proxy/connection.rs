@@ -1,7 +1,8 @@
 //! One proxied connection: a pipe per direction (a one-chunk buffer between
 //! a read and its write, with optional latency), and the cuts: byte limits,
 //! the connection's lifetime, and cut-all requests, all bounded by the cut
-//! budget. A cut resets (RST) or closes (FIN) both sockets.
+//! budget. A cut resets (RST) or closes (FIN) both sockets, or black-holes
+//! the connection (stops forwarding, closes nothing).
 
 use std::io;
 use std::sync::Arc;
@@ -323,6 +324,9 @@ impl<'a> Conn<'a> {
                 match self.shared.config.mode {
                     CutMode::Reset => reset(&self.client, &self.server),
                     CutMode::Fin => fin(self.client, self.server).await,
+                    CutMode::BlackHole => {
+                        black_hole(self.client, self.server, self.shutdown).await;
+                    }
                 }
             }
             Step::Abort => reset(&self.client, &self.server),
@@ -335,6 +339,18 @@ impl<'a> Conn<'a> {
 fn reset(client: &TcpStream, server: &TcpStream) {
     let _ = client.set_zero_linger();
     let _ = server.set_zero_linger();
+}
+
+/// Hold both sockets open, reading and writing nothing, until the proxy
+/// shuts down (or is dropped); then reset them, as a proxy that gives up on a
+/// connection would.
+async fn black_hole(client: TcpStream, server: TcpStream, mut shutdown: watch::Receiver<bool>) {
+    while !*shutdown.borrow_and_update() {
+        if shutdown.changed().await.is_err() {
+            break;
+        }
+    }
+    reset(&client, &server);
 }
 
 /// Send FIN both ways, then read and discard until both peers close (bounded

@@ -1,10 +1,11 @@
 //! [`FaultProxy`]: a loopback TCP proxy that breaks connections on purpose.
 //!
 //! Put it between a client and a (real or embedded) Spark Connect server to
-//! check that the client survives what networks do: connections reset or
-//! closed mid-stream after a given number of bytes, on a timer or after a
-//! connection has lived for a while; refused connections; slow links; and a
-//! request that is lost before the server read it.
+//! check that the client survives what networks do: connections reset,
+//! closed or black-holed (silent, with no FIN or RST) mid-stream after a
+//! given number of bytes, on a timer or after a connection has lived for a
+//! while; refused connections; slow links; and a request that is lost before
+//! the server read it.
 //!
 //! Everything is deterministic for a given configuration: byte cuts happen at
 //! exact offsets, and [`CutSchedule::seeded`] turns a seed into a reproducible
@@ -108,6 +109,15 @@ pub enum CutMode {
     /// Orderly close: shut down the write half (TCP FIN), so the peers read a
     /// clean end of stream, then drain and close.
     Fin,
+    /// A black hole (a stuck middlebox): the connection stops carrying bytes
+    /// in both directions, and neither socket is closed, so the peers see no
+    /// FIN, no RST and no error, only silence. Both sockets stay open, unread
+    /// and unwritten, until the proxy shuts down. Bytes the proxy already
+    /// forwarded stay delivered; what the peers write afterwards sits in the
+    /// kernels' buffers (on loopback the kernel acknowledges it, so TCP itself
+    /// never times out). Only the application can notice: HTTP/2 keepalive,
+    /// or a stall timeout.
+    BlackHole,
 }
 
 /// Why a connection was cut, as recorded in [`CutEvent`].
