@@ -40,8 +40,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use tonic::transport::{Channel, Endpoint};
+use tower::Service;
 use tower::ServiceExt;
-use tower_service::Service;
 
 /// Request extension: send this request over a newly dialled connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
