@@ -58,7 +58,7 @@ async fn run(remote: &str) -> Result<(), SparkError> {
         s.policy_retries, s.immediate_retries
     );
     println!("elapsed:     {elapsed:.2?}");
-    spark.close().await;
+    spark.close().await.expect("close");
     let exact = rows == ROWS && sum_id == want_sum && sum_x == want_sum * 2 && in_order;
     if exact {
         println!("OK: every row arrived exactly once");

@@ -23,6 +23,9 @@ use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
 use spark_connect_retry::session::{SparkError, SparkSession};
 use spark_connect_retry::testing::proxy::{CutMode, CutSchedule, Direction, FaultProxy};
 
+#[path = "real_spark/session.rs"]
+mod session_api;
+
 const TEN_M: i64 = 10_000_000;
 
 fn remote(var: &str) -> Option<String> {
@@ -168,7 +171,7 @@ async fn graceful_stream_ends_10m_rows() {
         "the server's 1s/1m limits must end segments: {stats:?}"
     );
     assert_eq!(stats.policy_retries, 0);
-    spark.close().await;
+    spark.close().await.expect("close");
 }
 
 #[tokio::test]
@@ -206,7 +209,7 @@ async fn seeded_cut_schedules_through_the_proxy() {
             stats.policy_retries,
             stats.stalls
         );
-        spark.close().await;
+        spark.close().await.expect("close");
         proxy.shutdown().await;
     }
 }
@@ -229,7 +232,7 @@ async fn lost_execute_plan_is_re_sent() {
             .unwrap();
     assert_exact(&check, 100_000);
     assert_eq!(stats.re_executes, 1, "{stats:?}");
-    spark.close().await;
+    spark.close().await.expect("close");
     proxy.shutdown().await;
 }
 
@@ -267,7 +270,7 @@ async fn deep_cuts_with_the_default_buffer_are_exact_or_a_clear_error() {
                 lost += 1;
             }
         }
-        spark.close().await;
+        spark.close().await.expect("close");
         proxy.shutdown().await;
     }
     eprintln!("default buffer, deep cuts: {ok} exact, {lost} POSITION_NOT_AVAILABLE");
@@ -362,19 +365,24 @@ async fn bad_sql_has_class_and_sqlstate() {
         return;
     };
     let spark = session(&url);
-    let err = match spark.sql("SELEC 1 FROM").await {
-        Ok(s) => s.collect().await.unwrap_err(),
-        Err(e) => e,
-    };
+    // Eager: the error comes from sql() itself, not from reading the stream.
+    let err = spark.sql("SELEC 1 FROM").await.expect_err("fails at sql()");
     let server = err.server_error().expect("server error");
     assert_eq!(server.error_class(), Some("PARSE_SYNTAX_ERROR"), "{err}");
     assert_eq!(server.sql_state(), Some("42601"));
-    let err = match spark.sql("SELECT * FROM no_such_table_here").await {
-        Ok(s) => s.collect().await.unwrap_err(),
-        Err(e) => e,
-    };
+    assert!(server.operation_id().is_some(), "{server:?}");
+    assert!(!server.message_parameters().is_empty(), "{server:?}");
+    let err = spark
+        .sql("SELECT * FROM no_such_table_here")
+        .await
+        .expect_err("fails at sql()");
     assert_eq!(err.error_class(), Some("TABLE_OR_VIEW_NOT_FOUND"), "{err}");
-    assert_eq!(err.server_error().unwrap().sql_state(), Some("42P01"));
+    assert_eq!(err.sql_state(), Some("42P01"));
+    let params = err.server_error().unwrap().message_parameters();
+    assert!(
+        params.get("relationName").is_some_and(|n| n.contains("no_such_table_here")),
+        "{params:?}"
+    );
 }
 
 #[tokio::test]

@@ -80,8 +80,10 @@ async fn sql_through_every_kind_of_fault_is_exact() {
         "{:?}",
         sleeper.sleeps_ms()
     );
-    assert!(spark.close().await);
+    spark.close().await.unwrap();
+    assert_eq!(spark.releases().outstanding(), 0);
     assert_eq!(s.calls().release_all, 1);
+    assert_eq!(s.calls().release_session, 1, "close releases the server session");
 }
 
 #[tokio::test]
@@ -289,7 +291,11 @@ async fn close_waits_for_releases_but_bounded() {
     let batches = spark.range(0, 10_000, 1).unwrap().collect().await.unwrap();
     assert_eq!(column(&batches, "id").len(), 10_000);
     let started = std::time::Instant::now();
-    assert!(!spark.close().await, "releases are stuck, close gives up");
+    spark.close().await.unwrap();
+    assert!(
+        spark.releases().outstanding() > 0,
+        "releases are stuck, close gives up on them"
+    );
     assert!(started.elapsed() < Duration::from_secs(5));
     assert!(spark.is_closed());
 }

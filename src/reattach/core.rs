@@ -227,25 +227,13 @@ impl ReattachCore {
     }
 
     fn on_response(&mut self, resp: Box<ExecutePlanResponse>) -> Action {
-        if resp.session_id != self.initial.session_id {
-            let err = ReattachError::SessionMismatch {
-                expected: self.initial.session_id.clone(),
-                got: resp.session_id.clone(),
-            };
+        if let Err(err) = check_session_ids(
+            &self.initial.session_id,
+            &mut self.server_side_session_id,
+            &resp.session_id,
+            &resp.server_side_session_id,
+        ) {
             return Action::Fail(err, self.release_all());
-        }
-        if !resp.server_side_session_id.is_empty() {
-            match &self.server_side_session_id {
-                Some(seen) if *seen != resp.server_side_session_id => {
-                    let err = ReattachError::ServerSideSessionChanged {
-                        expected: seen.clone(),
-                        got: resp.server_side_session_id.clone(),
-                    };
-                    return Action::Fail(err, self.release_all());
-                }
-                Some(_) => {}
-                None => self.server_side_session_id = Some(resp.server_side_session_id.clone()),
-            }
         }
         self.counters.responses += 1;
         self.last_returned = Some(resp.response_id.clone());
@@ -373,6 +361,39 @@ impl ReattachCore {
                     response_id: id.clone(),
                 }),
             }),
+        }
+    }
+}
+
+/// The session-id check of every response (PySpark's
+/// `_verify_response_integrity`), for executions and the session's unary
+/// RPCs alike: the response must name the request's session; the first
+/// non-empty server-side session id is recorded in `seen`, and a different
+/// one later means the server restarted. An empty server-side id is ignored.
+pub(crate) fn check_session_ids(
+    expected: &str,
+    seen: &mut Option<String>,
+    session_id: &str,
+    server_side: &str,
+) -> Result<(), ReattachError> {
+    if session_id != expected {
+        return Err(ReattachError::SessionMismatch {
+            expected: expected.to_owned(),
+            got: session_id.to_owned(),
+        });
+    }
+    if server_side.is_empty() {
+        return Ok(());
+    }
+    match seen {
+        Some(s) if s != server_side => Err(ReattachError::ServerSideSessionChanged {
+            expected: s.clone(),
+            got: server_side.to_owned(),
+        }),
+        Some(_) => Ok(()),
+        None => {
+            *seen = Some(server_side.to_owned());
+            Ok(())
         }
     }
 }

@@ -102,7 +102,9 @@ impl Driver {
             Open::Execute(_) => self.options.deadlines.reattachable_execute_plan,
             Open::Reattach(_) => self.options.deadlines.reattach_execute,
         };
-        self.segment_deadline = deadline.map(|d| Instant::now() + d);
+        // `checked_add`: a deadline too far out to represent is no deadline,
+        // never a panic.
+        self.segment_deadline = deadline.and_then(|d| Instant::now().checked_add(d));
         let mut client = self.client.clone();
         let call = async move {
             match open {
@@ -157,7 +159,7 @@ impl Driver {
             return self.core.on_event(Event::Error(status), &self.retrying);
         };
         let idle = self.options.idle_timeout;
-        let idle_at = idle.map(|d| Instant::now() + d);
+        let idle_at = idle.and_then(|d| Instant::now().checked_add(d));
         let wake_at = match (self.segment_deadline, idle_at) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
