@@ -42,7 +42,7 @@ impl Service {
                 }),
                 // The DataType message is declared empty in this crate.
                 Some(Analyze::Schema(_)) => apr::Result::Schema(apr::Schema {
-                    schema: Some(proto::DataType {}),
+                    schema: Some(proto::DataType::default()),
                 }),
                 None => {
                     return Err(Status::unimplemented(
