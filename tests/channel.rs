@@ -163,8 +163,10 @@ fn parse(s: &str) -> ConnectionString {
 
 /// The string's session id, or a fixed one (sessions draw theirs at build).
 fn session_id(cs: &ConnectionString) -> String {
-    cs.session_id()
-        .map_or_else(|| "00112233-4455-6677-8899-aabbccddeeff".to_owned(), |u| u.to_string())
+    cs.session_id().map_or_else(
+        || "00112233-4455-6677-8899-aabbccddeeff".to_owned(),
+        |u| u.to_string(),
+    )
 }
 
 fn config_request(cs: &ConnectionString) -> ConfigRequest {

@@ -380,7 +380,9 @@ async fn bad_sql_has_class_and_sqlstate() {
     assert_eq!(err.sql_state(), Some("42P01"));
     let params = err.server_error().unwrap().message_parameters();
     assert!(
-        params.get("relationName").is_some_and(|n| n.contains("no_such_table_here")),
+        params
+            .get("relationName")
+            .is_some_and(|n| n.contains("no_such_table_here")),
         "{params:?}"
     );
 }

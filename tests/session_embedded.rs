@@ -83,7 +83,11 @@ async fn sql_through_every_kind_of_fault_is_exact() {
     spark.close().await.unwrap();
     assert_eq!(spark.releases().outstanding(), 0);
     assert_eq!(s.calls().release_all, 1);
-    assert_eq!(s.calls().release_session, 1, "close releases the server session");
+    assert_eq!(
+        s.calls().release_session,
+        1,
+        "close releases the server session"
+    );
 }
 
 #[tokio::test]

@@ -189,7 +189,9 @@ impl SparkSessionBuilder {
             .max_message_size()
             .saturating_sub(CHUNK_HEADROOM)
             .max(MIN_ARROW_CHUNK_SIZE);
-        Ok(Some(self.preferred_arrow_chunk_size.unwrap_or(fits).min(fits)))
+        Ok(Some(
+            self.preferred_arrow_chunk_size.unwrap_or(fits).min(fits),
+        ))
     }
 }
 
@@ -256,7 +258,10 @@ mod tests {
         let b = SparkSessionBuilder::default().preferred_arrow_chunk_size(1 << 30);
         assert_eq!(b.chunk_size(&small).unwrap(), Some(1024 * 1024 - 64 * 1024));
         let tiny = ConnectionString::parse("sc://h/;grpc_max_message_size=2000").unwrap();
-        assert_eq!(SparkSessionBuilder::default().chunk_size(&tiny).unwrap(), Some(1024));
+        assert_eq!(
+            SparkSessionBuilder::default().chunk_size(&tiny).unwrap(),
+            Some(1024)
+        );
         let off = SparkSessionBuilder::default().arrow_chunking(false);
         assert_eq!(off.chunk_size(&small).unwrap(), None);
     }
@@ -264,7 +269,10 @@ mod tests {
     #[tokio::test]
     async fn session_ids_are_drawn_per_build() {
         let config = ConnectionString::parse("sc://127.0.0.1:1").unwrap();
-        let a = SparkSession::builder().connection(config.clone()).build().unwrap();
+        let a = SparkSession::builder()
+            .connection(config.clone())
+            .build()
+            .unwrap();
         let b = SparkSession::builder().connection(config).build().unwrap();
         assert_ne!(a.session_id(), b.session_id());
         let given = "00112233-4455-6677-8899-aabbccddeeff";

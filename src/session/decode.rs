@@ -193,7 +193,10 @@ mod tests {
         for r in parts {
             results.push(s.absorb(r, 0).unwrap());
         }
-        assert!(matches!(results[..3], [Absorbed::Nothing, Absorbed::Nothing, Absorbed::Nothing]));
+        assert!(matches!(
+            results[..3],
+            [Absorbed::Nothing, Absorbed::Nothing, Absorbed::Nothing]
+        ));
         assert!(matches!(results[3], Absorbed::Rows(1000)));
         assert_eq!(s.pop().unwrap().num_rows(), 1000);
         assert_eq!(s.schema().unwrap().field(0).name(), "id");
@@ -222,7 +225,10 @@ mod tests {
             ..Default::default()
         });
         match s.absorb(b, 0) {
-            Err(SparkError::BatchOffset { expected: 0, got: 5 }) => {}
+            Err(SparkError::BatchOffset {
+                expected: 0,
+                got: 5,
+            }) => {}
             other => panic!("{other:?}"),
         }
     }

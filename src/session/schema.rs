@@ -76,9 +76,7 @@ fn convert(dt: &crate::proto::DataType, depth: usize) -> Result<DataType, SparkE
             let precision = d.precision.unwrap_or(DEFAULT_DECIMAL.0);
             let scale = d.scale.unwrap_or(DEFAULT_DECIMAL.1);
             match (u8::try_from(precision), i8::try_from(scale)) {
-                (Ok(p @ 1..=38), Ok(s)) if i32::from(s) <= precision => {
-                    DataType::Decimal128(p, s)
-                }
+                (Ok(p @ 1..=38), Ok(s)) if i32::from(s) <= precision => DataType::Decimal128(p, s),
                 _ => return Err(bad(format!("DECIMAL({precision}, {scale})"))),
             }
         }
@@ -118,10 +116,7 @@ fn convert(dt: &crate::proto::DataType, depth: usize) -> Result<DataType, SparkE
         ])),
         Some(Kind::Udt(u)) => child(&u.sql_type, "user-defined type")?,
         other => {
-            return Err(bad(format!(
-                "no Arrow type for {}",
-                kind_name(other)
-            )));
+            return Err(bad(format!("no Arrow type for {}", kind_name(other))));
         }
     })
 }
@@ -214,10 +209,15 @@ mod tests {
             &DataType::Timestamp(TimeUnit::Microsecond, None)
         );
         match schema.field(5).data_type() {
-            DataType::List(f) => assert_eq!((f.data_type(), f.is_nullable()), (&DataType::Int32, true)),
+            DataType::List(f) => {
+                assert_eq!((f.data_type(), f.is_nullable()), (&DataType::Int32, true))
+            }
             other => panic!("{other}"),
         }
-        assert!(matches!(schema.field(6).data_type(), DataType::Map(_, false)));
+        assert!(matches!(
+            schema.field(6).data_type(),
+            DataType::Map(_, false)
+        ));
     }
 
     #[test]

@@ -203,7 +203,11 @@ impl SparkSession {
     /// Turn a status into a [`SparkError`]: Spark's class, SQLSTATE and
     /// parameters, the operation id, the details FetchErrorDetails adds
     /// (once per error id); SESSION_CHANGED closes the session.
-    pub(super) async fn server_error(&self, status: Status, operation_id: Option<&str>) -> SparkError {
+    pub(super) async fn server_error(
+        &self,
+        status: Status,
+        operation_id: Option<&str>,
+    ) -> SparkError {
         let mut err = ServerError::from_status(status);
         if let Some(op) = operation_id {
             err.set_operation_id(op);
@@ -370,9 +374,11 @@ impl SparkSession {
             client_type: Some(self.inner.client_type.clone()),
         };
         let resp = self
-            .unary(self.inner.options.deadlines.config, req, |mut c, r| async move {
-                c.config(r).await
-            })
+            .unary(
+                self.inner.options.deadlines.config,
+                req,
+                |mut c, r| async move { c.config(r).await },
+            )
             .await?;
         self.verify(&resp.session_id, &resp.server_side_session_id)?;
         Ok(resp)
@@ -468,9 +474,11 @@ impl SparkSession {
             interrupt: target,
         };
         let resp = self
-            .unary(self.inner.options.deadlines.interrupt, req, |mut c, r| async move {
-                c.interrupt(r).await
-            })
+            .unary(
+                self.inner.options.deadlines.interrupt,
+                req,
+                |mut c, r| async move { c.interrupt(r).await },
+            )
             .await?;
         self.verify(&resp.session_id, &resp.server_side_session_id)?;
         Ok(resp.interrupted_ids)

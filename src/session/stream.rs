@@ -11,6 +11,7 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use tokio_stream::Stream;
 
@@ -141,11 +142,22 @@ impl ArrowStream {
 
     /// Interrupt the operation on the server, then release it; returns the
     /// ids the server interrupted (this operation's, if it was still
-    /// running). The stream ends; what was already received is dropped.
+    /// running). What was not yet read is discarded.
+    ///
+    /// After the interrupt the stream is read to its end (the server
+    /// answers an interrupted execution with `OPERATION_CANCELED`), and
+    /// only then released: a ReleaseExecute racing the interrupt makes
+    /// Spark 4.3 log an illegal-state error and can leave the job running.
     pub async fn cancel(mut self) -> Result<Vec<String>, SparkError> {
-        self.done = true;
         let interrupted = self.session.interrupt_operation(&self.operation_id).await;
-        // Dropping the execution sends ReleaseExecute(all) in the background.
+        self.held.clear();
+        if interrupted.is_ok()
+            && let Some(exec) = self.exec.as_mut()
+        {
+            drain(exec).await;
+        }
+        self.done = true;
+        // Dropping the execution sends ReleaseExecute(all) if the end did not.
         self.exec = None;
         interrupted
     }
@@ -287,17 +299,39 @@ impl Drop for ArrowStream {
         if self.done || !self.interrupt_on_drop {
             return; // dropping the execution releases it
         }
-        let (Some(exec), Ok(rt)) = (self.exec.take(), tokio::runtime::Handle::try_current())
-        else {
+        let (Some(exec), Ok(rt)) = (self.exec.take(), tokio::runtime::Handle::try_current()) else {
             return;
         };
         let session = self.session.clone();
         let op = std::mem::take(&mut self.operation_id);
         rt.spawn(async move {
-            if let Err(e) = session.interrupt_operation(&op).await {
-                tracing::debug!(operation_id = op, error = %e, "interrupt on drop failed");
+            let mut exec = exec;
+            match session.interrupt_operation(&op).await {
+                Ok(_) => drain(&mut exec).await,
+                Err(e) => {
+                    tracing::debug!(operation_id = op, error = %e, "interrupt on drop failed")
+                }
             }
             drop(exec); // then release
         });
+    }
+}
+
+/// How long an interrupted execution is read, waiting for the server to end
+/// it, before it is released anyway.
+const CANCEL_DRAIN: Duration = Duration::from_secs(10);
+
+/// Read an interrupted execution to its end (the server's
+/// `OPERATION_CANCELED`), at most [`CANCEL_DRAIN`], discarding what comes.
+async fn drain(exec: &mut ReattachableExecution) {
+    let end = async {
+        while let Some(item) = exec.next_response().await {
+            if item.is_err() {
+                break;
+            }
+        }
+    };
+    if tokio::time::timeout(CANCEL_DRAIN, end).await.is_err() {
+        tracing::debug!("interrupted execution still running; releasing it anyway");
     }
 }

@@ -2,16 +2,24 @@
 //! schemas of empty results, cancellation, tags, and rows larger than a
 //! gRPC message.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_array::{Array, StringArray};
 use arrow_schema::DataType;
 use spark_connect_retry::session::{ArrowStream, SparkError, SparkSession};
+use tokio::sync::Notify;
 
 use super::{remote, session};
 
-/// A query that runs until interrupted (minutes on two cores).
-const LONG_QUERY: &str = "SELECT count(*) AS c FROM range(0, 100000000000) a WHERE a.id % 7 = 3";
+/// A query that runs until interrupted (minutes), on one partition: one
+/// task slot of the server's two.
+const LONG_QUERY: &str =
+    "SELECT count(*) AS c FROM range(0, 100000000000, 1, 1) a WHERE a.id % 7 = 3";
+
+/// Held by tests that run [`LONG_QUERY`]s, so that at most two run at once
+/// and the other tests still find a free slot soon.
+static LONG_QUERIES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A table name no other run uses.
 fn unique_table(spark: &SparkSession) -> String {
@@ -81,11 +89,40 @@ async fn empty_result_keeps_its_schema() {
     spark.close().await.unwrap();
 }
 
+/// Start [`LONG_QUERY`] and return once its job runs (the server reports
+/// tasks in an ExecutionProgress). Interrupting earlier tests a different
+/// path: the execution ends before its job starts.
+async fn running_long_query(spark: &SparkSession) -> ArrowStream {
+    let seen = Arc::new(Notify::new());
+    let notify = seen.clone();
+    let mut stream = spark.sql(LONG_QUERY).await.unwrap().on_progress(move |p| {
+        if p.num_inflight_tasks > 0 {
+            notify.notify_one();
+        }
+    });
+    let running = async {
+        tokio::select! {
+            _ = seen.notified() => {}
+            item = stream.next_batch() => panic!("the query ended before it ran: {item:?}"),
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(120), running)
+        .await
+        .expect("the query's tasks start");
+    stream
+}
+
 /// Whether `op` is still running: interrupting everything would hit it.
 /// (Interrupting is harmless here: each test has its own session.)
 async fn still_running(spark: &SparkSession, op: &str) -> bool {
     for _ in 0..50 {
-        if !spark.interrupt_all().await.unwrap().iter().any(|id| id == op) {
+        if !spark
+            .interrupt_all()
+            .await
+            .unwrap()
+            .iter()
+            .any(|id| id == op)
+        {
             return false;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -98,8 +135,9 @@ async fn cancel_stops_a_long_query() {
     let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE") else {
         return;
     };
+    let _slots = LONG_QUERIES.lock().await;
     let spark = session(&url);
-    let stream = spark.sql(LONG_QUERY).await.unwrap();
+    let stream = running_long_query(&spark).await;
     let op = stream.operation_id().to_owned();
     let interrupted = stream.cancel().await.unwrap();
     assert_eq!(interrupted, [op.clone()], "the server interrupted it");
@@ -119,11 +157,13 @@ async fn interrupt_tag_stops_only_the_tagged_query() {
     let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE") else {
         return;
     };
+    let _slots = LONG_QUERIES.lock().await;
     let spark = session(&url);
     spark.add_tag("victim").unwrap();
-    let tagged = spark.sql(LONG_QUERY).await.unwrap();
+    let tagged = running_long_query(&spark).await;
     spark.remove_tag("victim").unwrap();
     spark.add_tag("bystander").unwrap();
+    // Started (sql() returned), whether or not its tasks found a slot yet.
     let other = spark.sql(LONG_QUERY).await.unwrap();
     spark.clear_tags();
     assert!(spark.tags().is_empty());
