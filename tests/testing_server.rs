@@ -178,6 +178,8 @@ async fn run_to_completion(
 #[tokio::test]
 async fn range_results_are_real_arrow_with_ids_and_offsets() {
     let server = TestServer::builder()
+        // Exact response positions below: batches only, no schema response.
+        .schema_response(false)
         .rows_per_batch(8192)
         .start()
         .await
@@ -361,6 +363,8 @@ async fn reattach_preempts_the_previous_stream() {
 #[tokio::test]
 async fn release_semantics_and_buffer_eviction() {
     let server = TestServer::builder()
+        // Exact response positions below: batches only, no schema response.
+        .schema_response(false)
         .rows_per_batch(1)
         .retry_buffer_bytes(0)
         .start()
@@ -441,6 +445,8 @@ async fn release_semantics_and_buffer_eviction() {
 async fn release_until_evicts_and_buffer_keeps_a_tail() {
     // Each 1-row batch is a few hundred bytes; a 2 KiB buffer keeps a tail.
     let server = TestServer::builder()
+        // Exact response positions below: batches only, no schema response.
+        .schema_response(false)
         .rows_per_batch(1)
         .retry_buffer_bytes(2048)
         .start()
@@ -560,6 +566,8 @@ async fn handle_errors_and_idempotent_execute() {
 #[tokio::test]
 async fn sql_grammar_and_parse_errors() {
     let server = TestServer::builder()
+        // Exact response positions below: batches only, no schema response.
+        .schema_response(false)
         .rows_per_batch(4)
         .start()
         .await
@@ -1322,6 +1330,8 @@ async fn any_faults_times_tags_and_connection_resets() {
 async fn plan_helpers_and_execution_progress() {
     use spark_connect_retry::testing::plans;
     let server = TestServer::builder()
+        // Exact response positions below: batches only, no schema response.
+        .schema_response(false)
         .rows_per_batch(3)
         .execution_progress(true)
         .start()

@@ -291,6 +291,32 @@ impl Query {
         u64::try_from(n).unwrap_or(u64::MAX)
     }
 
+    /// The schema as Spark describes it (`DataType`), sent before the rows.
+    pub(crate) fn spark_schema(&self) -> crate::proto::DataType {
+        use crate::proto::data_type::{self as dt, Kind};
+        let field = |name: &str, kind: Kind| dt::StructField {
+            name: name.to_owned(),
+            data_type: Some(crate::proto::DataType { kind: Some(kind) }),
+            nullable: false,
+            metadata: None,
+        };
+        let fields = self
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| match f.data_type() {
+                DataType::Int32 => field(f.name(), Kind::Integer(Default::default())),
+                _ => field(f.name(), Kind::Long(Default::default())),
+            })
+            .collect();
+        crate::proto::DataType {
+            kind: Some(Kind::Struct(dt::Struct {
+                fields,
+                type_variation_reference: 0,
+            })),
+        }
+    }
+
     fn schema(&self) -> Arc<Schema> {
         let fields = match self.columns {
             Columns::Id => vec![Field::new("id", DataType::Int64, false)],

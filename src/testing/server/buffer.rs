@@ -68,6 +68,8 @@ pub(super) struct Operation {
     pub(super) reattachable: bool,
     pub(super) tags: Vec<String>,
     pub(super) plan: Option<proto::Plan>,
+    /// The client's preferred Arrow chunk size, when it allows chunking.
+    pub(super) chunking: Option<usize>,
     pub(super) state: Mutex<OpState>,
     /// Pinged on every state change; senders and the producer wait on it.
     pub(super) changed: watch::Sender<()>,

@@ -105,6 +105,7 @@ impl Service {
             reattachable: reattachable(req),
             tags: req.tags.clone(),
             plan: req.plan.clone(),
+            chunking: chunking(req),
             state: Mutex::new(OpState::default()),
             changed: watch::Sender::new(()),
         });
@@ -238,6 +239,21 @@ fn operation_id(req: &proto::ExecutePlanRequest) -> Result<String, Status> {
 }
 
 /// Whether the request asks for a reattachable execution.
+/// The client's `ResultChunkingOptions`: its preferred chunk size (0: none
+/// given) when it allows chunking.
+fn chunking(req: &proto::ExecutePlanRequest) -> Option<usize> {
+    req.request_options.iter().find_map(|o| match &o.request_option {
+        Some(proto::execute_plan_request::request_option::RequestOption::ResultChunkingOptions(
+            c,
+        )) if c.allow_arrow_batch_chunking => Some(
+            c.preferred_arrow_chunk_size
+                .and_then(|s| usize::try_from(s).ok())
+                .unwrap_or(0),
+        ),
+        _ => None,
+    })
+}
+
 fn reattachable(req: &proto::ExecutePlanRequest) -> bool {
     req.request_options.iter().any(|o| {
         matches!(

@@ -40,10 +40,16 @@ impl Service {
                 Some(Analyze::SparkVersion(_)) => apr::Result::SparkVersion(apr::SparkVersion {
                     version: shared.settings.spark_version.clone(),
                 }),
-                // The DataType message is declared empty in this crate.
-                Some(Analyze::Schema(_)) => apr::Result::Schema(apr::Schema {
-                    schema: Some(proto::DataType::default()),
-                }),
+                Some(Analyze::Schema(s)) => {
+                    let schema = match crate::testing::plan::parse_plan(s.plan.as_ref()) {
+                        Ok(crate::testing::plan::Work::Rows(query)) => query.spark_schema(),
+                        Ok(_) => proto::DataType::default(),
+                        Err(e) => return Err(shared.spark_status(&e, Some(&session_id))),
+                    };
+                    apr::Result::Schema(apr::Schema {
+                        schema: Some(schema),
+                    })
+                }
                 None => {
                     return Err(Status::unimplemented(
                         "this AnalyzePlan request is not implemented by the test server",
