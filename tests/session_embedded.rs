@@ -57,7 +57,7 @@ async fn sql_through_every_kind_of_fault_is_exact() {
                 .on(Rpc::ReattachExecute),
         )
         .push(
-            Fault::spark(spark_connect_retry::testing::SparkError::cursor_disconnected())
+            Fault::spark(spark_connect_retry::testing::SparkException::cursor_disconnected())
                 .on(Rpc::ReattachExecute)
                 .after_responses(1),
         );

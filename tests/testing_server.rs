@@ -9,7 +9,7 @@ use spark_connect_retry::proto::{
     self, execute_plan_response::ResponseType,
     spark_connect_service_client::SparkConnectServiceClient,
 };
-use spark_connect_retry::testing::{Fault, Rpc, SparkError, TestServer};
+use spark_connect_retry::testing::{Fault, Rpc, SparkException, TestServer};
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 use tonic_types::StatusExt;
@@ -971,7 +971,7 @@ async fn fault_statuses_with_retry_info_and_spark_encoding() {
         .push(Fault::operation_not_found().on(Rpc::ReattachExecute))
         .push(Fault::session_not_found().on(Rpc::ReattachExecute))
         .push(
-            Fault::spark(SparkError::new(
+            Fault::spark(SparkException::new(
                 "CONNECT.EXECUTE_CONCURRENT_LIMIT_TIMEOUT",
                 "HY000",
                 "Busy.",

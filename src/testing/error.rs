@@ -20,7 +20,7 @@ const MAX_METADATA_SIZE: usize = 1024;
 /// A server-side Spark exception, encoded into a [`Status`] the way the real
 /// Spark Connect server does (`ErrorUtils.buildStatusFromThrowable`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SparkError {
+pub struct SparkException {
     /// The Java class hierarchy, most specific first. The first entry is
     /// `ErrorInfo.reason`; the whole list is the `classes` metadata.
     pub classes: Vec<String>,
@@ -43,7 +43,7 @@ const SQL_EXCEPTION: [&str; 4] = [
     "java.lang.Throwable",
 ];
 
-impl SparkError {
+impl SparkException {
     /// A `SparkThrowable` with an error class and SQLSTATE, thrown as
     /// `org.apache.spark.SparkException`.
     pub fn new(
@@ -51,7 +51,7 @@ impl SparkError {
         sql_state: impl Into<String>,
         text: impl Into<String>,
     ) -> Self {
-        SparkError {
+        SparkException {
             classes: to_strings(&[
                 "org.apache.spark.SparkException",
                 "java.lang.Exception",
@@ -67,7 +67,7 @@ impl SparkError {
     /// A plain Java exception (no error class, no SQLSTATE), e.g.
     /// `java.lang.IllegalArgumentException`.
     pub fn java(class: impl Into<String>, text: impl Into<String>) -> Self {
-        SparkError {
+        SparkException {
             classes: vec![
                 class.into(),
                 "java.lang.Exception".to_owned(),
@@ -162,7 +162,7 @@ impl SparkError {
     // ---- the error classes the server raises -------------------------------
 
     fn invalid_handle(sub: &str, handle: &str, tail: &str) -> Self {
-        SparkError::new(
+        SparkException::new(
             format!("INVALID_HANDLE.{sub}"),
             "HY000",
             format!("The handle {handle} is invalid. {tail}"),
@@ -215,7 +215,7 @@ impl SparkError {
     }
 
     fn invalid_cursor(sub: &str, tail: &str) -> Self {
-        SparkError::new(
+        SparkException::new(
             format!("INVALID_CURSOR.{sub}"),
             "HY109",
             format!("The cursor is invalid. {tail}"),
@@ -259,7 +259,7 @@ impl SparkError {
 
     /// `OPERATION_CANCELED` (interrupt, ReleaseAll or session close).
     pub fn operation_canceled() -> Self {
-        SparkError::new(
+        SparkException::new(
             "OPERATION_CANCELED",
             "HY008",
             "Operation has been canceled.",
@@ -268,7 +268,7 @@ impl SparkError {
 
     /// `PARSE_SYNTAX_ERROR` at the given token (`'tok'` or `end of input`).
     pub fn parse_syntax_error(near: &str) -> Self {
-        SparkError::new(
+        SparkException::new(
             "PARSE_SYNTAX_ERROR",
             "42601",
             format!("Syntax error at or near {near}."),
@@ -285,7 +285,7 @@ impl SparkError {
 
     /// `SQL_CONF_NOT_FOUND`: `conf.get` of a key that is not set.
     pub fn conf_not_found(key: &str) -> Self {
-        SparkError::new(
+        SparkException::new(
             "SQL_CONF_NOT_FOUND",
             "42K0I",
             format!(
@@ -355,7 +355,7 @@ mod tests {
 
     #[test]
     fn message_and_error_info() {
-        let e = SparkError::operation_not_found("abc");
+        let e = SparkException::operation_not_found("abc");
         assert_eq!(
             e.message(),
             "[INVALID_HANDLE.OPERATION_NOT_FOUND] The handle abc is invalid. Operation not found. SQLSTATE: HY000"

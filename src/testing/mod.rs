@@ -39,7 +39,7 @@
 //!   with `PARSE_SYNTAX_ERROR` (SQLSTATE 42601).
 //! * **Errors** are encoded like Spark's: gRPC `INTERNAL`, message
 //!   `[ERROR.CLASS] text SQLSTATE: xxxxx`, and a `google.rpc.ErrorInfo`
-//!   (see [`SparkError`]) with an `errorId` that **FetchErrorDetails** serves
+//!   (see [`SparkException`]) with an `errorId` that **FetchErrorDetails** serves
 //!   once.
 //! * **Config** (set/get/get_with_default/get_option/get_all/unset),
 //!   **AnalyzePlan** (`spark_version` → `"4.3.0"`, `schema` → an empty
@@ -118,7 +118,7 @@ pub mod plans;
 pub mod proxy;
 pub mod server;
 
-pub use error::SparkError;
+pub use error::SparkException;
 pub use faults::{BAD_STATUS_DETAILS, Fault, FaultScript, Rpc};
 pub use proxy::{FaultProxy, FaultProxyBuilder};
 pub use server::{BufferStats, CallCounts, RecordedCall, TestServer, TestServerBuilder};

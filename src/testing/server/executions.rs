@@ -13,7 +13,7 @@ use super::producer::produce;
 use super::sender::{ExecStream, attach_stream};
 use super::service::{Service, kill_switch};
 use crate::proto;
-use crate::testing::error::SparkError;
+use crate::testing::error::SparkException;
 use crate::testing::faults::{Rpc, lock};
 use crate::testing::plan::parse_plan;
 
@@ -82,13 +82,13 @@ impl Service {
     ) -> Result<(), Status> {
         let session_id = Some(req.session_id.as_str());
         if existing.plan != req.plan {
-            let e = SparkError::operation_already_exists(&existing.id);
+            let e = SparkException::operation_already_exists(&existing.id);
             return Err(self.shared.spark_status(&e, session_id));
         }
         if !existing.reattachable {
             return Err(self
                 .shared
-                .spark_status(&SparkError::not_reattachable(), session_id));
+                .spark_status(&SparkException::not_reattachable(), session_id));
         }
         Ok(())
     }
@@ -116,7 +116,7 @@ impl Service {
                 Ok(op)
             }
             // Released concurrently.
-            None => Err(SparkError::session_closed(&req.session_id).to_status(None)),
+            None => Err(SparkException::session_closed(&req.session_id).to_status(None)),
         }
     }
 
@@ -145,18 +145,18 @@ impl Service {
         )?;
         let Some(op) = shared.find_op(&session_id, &op_id) else {
             return Err(
-                shared.spark_status(&SparkError::operation_not_found(&op_id), Some(&session_id))
+                shared.spark_status(&SparkException::operation_not_found(&op_id), Some(&session_id))
             );
         };
         if !op.reattachable {
-            return Err(shared.spark_status(&SparkError::not_reattachable(), Some(&session_id)));
+            return Err(shared.spark_status(&SparkException::not_reattachable(), Some(&session_id)));
         }
         let start_after = match &req.last_response_id {
             None => 0,
             Some(id) => match op.index_of(id) {
                 Some(i) => i,
                 None => {
-                    let e = SparkError::position_not_found(id);
+                    let e = SparkException::position_not_found(id);
                     return Err(shared.spark_status(&e, Some(&session_id)));
                 }
             },
@@ -200,7 +200,7 @@ impl Service {
                 return Ok(resp); // Already gone: a no-op success.
             };
             if !op.reattachable {
-                return Err(shared.spark_status(&SparkError::not_reattachable(), Some(&session_id)));
+                return Err(shared.spark_status(&SparkException::not_reattachable(), Some(&session_id)));
             }
             match &req.release {
                 Some(Release::ReleaseAll(_)) => {
@@ -213,7 +213,7 @@ impl Service {
                     }
                 }
                 None => {
-                    let e = SparkError::java(
+                    let e = SparkException::java(
                         "java.lang.UnsupportedOperationException",
                         "ReleaseExecute needs release_all or release_until",
                     );
@@ -231,7 +231,7 @@ impl Service {
 fn operation_id(req: &proto::ExecutePlanRequest) -> Result<String, Status> {
     match &req.operation_id {
         Some(id) if uuid::Uuid::parse_str(id).is_err() => {
-            Err(SparkError::invalid_handle_format(id).to_status(None))
+            Err(SparkException::invalid_handle_format(id).to_status(None))
         }
         Some(id) => Ok(id.clone()),
         None => Ok(uuid::Uuid::new_v4().to_string()),

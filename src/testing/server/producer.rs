@@ -10,14 +10,14 @@ use tokio::sync::watch;
 use super::buffer::Operation;
 use super::state::Shared;
 use crate::proto::{self, execute_plan_response as epr};
-use crate::testing::error::SparkError;
+use crate::testing::error::SparkException;
 use crate::testing::plan::{Query, Work};
 
 /// Runs `work` for `op` until it completes, fails or is cancelled.
 pub(super) async fn produce(
     shared: Arc<Shared>,
     op: Arc<Operation>,
-    work: Result<Work, SparkError>,
+    work: Result<Work, SparkException>,
 ) {
     match work {
         Err(e) => fail(&shared, &op, &e),
@@ -104,7 +104,7 @@ async fn wait_for_consumer(op: &Operation, changed: &mut watch::Receiver<()>) ->
 }
 
 /// Ends `op` with `err`, Spark-encoded.
-fn fail(shared: &Shared, op: &Operation, err: &SparkError) {
+fn fail(shared: &Shared, op: &Operation, err: &SparkException) {
     let status = shared.spark_status(err, Some(&op.session_id));
     op.fail(status);
 }

@@ -9,7 +9,7 @@ use tonic::{Request, Response, Status};
 use super::buffer::Operation;
 use super::service::{Service, kill_switch};
 use crate::proto;
-use crate::testing::error::SparkError;
+use crate::testing::error::SparkException;
 use crate::testing::faults::{Rpc, lock};
 
 impl Service {
@@ -91,12 +91,12 @@ impl Service {
             let applied = {
                 let mut st = lock(&shared.state);
                 let Some(session) = st.sessions.get_mut(&session_id) else {
-                    return Err(SparkError::session_closed(&session_id).to_status(None));
+                    return Err(SparkException::session_closed(&session_id).to_status(None));
                 };
                 apply_config(&mut session.conf, op)
             };
             let pairs = applied.map_err(|missing| {
-                shared.spark_status(&SparkError::conf_not_found(&missing), Some(&session_id))
+                shared.spark_status(&SparkException::conf_not_found(&missing), Some(&session_id))
             })?;
             Ok(proto::ConfigResponse {
                 session_id: session_id.clone(),
@@ -145,7 +145,7 @@ impl Service {
                     ops.into_iter().filter(|o| &o.id == id).collect()
                 }
                 _ => {
-                    let e = SparkError::java(
+                    let e = SparkException::java(
                         "java.lang.IllegalArgumentException",
                         "Unsupported or incomplete interrupt type",
                     );
@@ -199,7 +199,7 @@ impl Service {
         };
         for op in ops {
             // The session is gone, so the cancel error carries no errorId.
-            op.fail(SparkError::operation_canceled().to_status(None));
+            op.fail(SparkException::operation_canceled().to_status(None));
             op.close();
         }
         let result = Ok(proto::ReleaseSessionResponse {
