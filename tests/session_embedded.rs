@@ -209,10 +209,7 @@ async fn token_is_sent_and_never_shown() {
 async fn bad_sql_surfaces_class_sqlstate_and_details_once() {
     let s = TestServer::start().await.unwrap();
     let spark = session(&s, &RecordingSleeper::new());
-    let err = match spark.sql("SELEC oops").await {
-        Ok(stream) => stream.collect().await.unwrap_err(),
-        Err(e) => e,
-    };
+    let err = spark.sql("SELEC oops").await.expect_err("fails at sql()");
     let server = err.server_error().expect("a server error");
     assert_eq!(server.error_class(), Some("PARSE_SYNTAX_ERROR"));
     assert_eq!(server.sql_state(), Some("42601"));

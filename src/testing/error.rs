@@ -120,11 +120,14 @@ impl SparkException {
     /// The `ErrorInfo` Spark attaches, with `errorId` when given.
     pub fn error_info(&self, error_id: Option<&str>) -> ErrorInfo {
         let mut metadata = HashMap::new();
-        metadata.insert("classes".to_owned(), json_array(&self.classes));
+        metadata.insert(
+            "classes".to_owned(),
+            serde_json::to_string(&self.classes).unwrap_or_default(),
+        );
         if let Some(state) = &self.sql_state {
             metadata.insert("sqlState".to_owned(), state.clone());
         }
-        let params = json_object(&self.message_parameters);
+        let params = serde_json::to_string(&self.message_parameters).unwrap_or_default();
         if let Some(class) = &self.error_class
             && params.len() <= MAX_METADATA_SIZE
         {
@@ -307,48 +310,6 @@ fn to_strings(s: &[&str]) -> Vec<String> {
     s.iter().map(|s| (*s).to_owned()).collect()
 }
 
-fn json_string(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-}
-
-fn json_array(items: &[String]) -> String {
-    let mut out = String::from("[");
-    for (i, item) in items.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        json_string(&mut out, item);
-    }
-    out.push(']');
-    out
-}
-
-fn json_object(map: &BTreeMap<String, String>) -> String {
-    let mut out = String::from("{");
-    for (i, (k, v)) in map.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        json_string(&mut out, k);
-        out.push(':');
-        json_string(&mut out, v);
-    }
-    out.push('}');
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -376,6 +337,10 @@ mod tests {
     fn json_escapes() {
         let mut m = BTreeMap::new();
         m.insert("a\"b".to_owned(), "x\\y\n".to_owned());
-        assert_eq!(json_object(&m), r#"{"a\"b":"x\\y\n"}"#);
+        m.insert("c".to_owned(), "\r\u{8}\u{c}😀".to_owned());
+        let text = serde_json::to_string(&m).unwrap();
+        assert_eq!(text, r#"{"a\"b":"x\\y\n","c":"\r\b\f😀"}"#);
+        let back: BTreeMap<String, String> = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, m);
     }
 }

@@ -144,9 +144,10 @@ impl Service {
             req.client_observed_server_side_session_id.as_deref(),
         )?;
         let Some(op) = shared.find_op(&session_id, &op_id) else {
-            return Err(
-                shared.spark_status(&SparkException::operation_not_found(&op_id), Some(&session_id))
-            );
+            return Err(shared.spark_status(
+                &SparkException::operation_not_found(&op_id),
+                Some(&session_id),
+            ));
         };
         if !op.reattachable {
             return Err(shared.spark_status(&SparkException::not_reattachable(), Some(&session_id)));
@@ -200,7 +201,9 @@ impl Service {
                 return Ok(resp); // Already gone: a no-op success.
             };
             if !op.reattachable {
-                return Err(shared.spark_status(&SparkException::not_reattachable(), Some(&session_id)));
+                return Err(
+                    shared.spark_status(&SparkException::not_reattachable(), Some(&session_id))
+                );
             }
             match &req.release {
                 Some(Release::ReleaseAll(_)) => {
@@ -242,16 +245,20 @@ fn operation_id(req: &proto::ExecutePlanRequest) -> Result<String, Status> {
 /// The client's `ResultChunkingOptions`: its preferred chunk size (0: none
 /// given) when it allows chunking.
 fn chunking(req: &proto::ExecutePlanRequest) -> Option<usize> {
-    req.request_options.iter().find_map(|o| match &o.request_option {
-        Some(proto::execute_plan_request::request_option::RequestOption::ResultChunkingOptions(
-            c,
-        )) if c.allow_arrow_batch_chunking => Some(
-            c.preferred_arrow_chunk_size
-                .and_then(|s| usize::try_from(s).ok())
-                .unwrap_or(0),
-        ),
-        _ => None,
-    })
+    req.request_options
+        .iter()
+        .find_map(|o| match &o.request_option {
+            Some(
+                proto::execute_plan_request::request_option::RequestOption::ResultChunkingOptions(
+                    c,
+                ),
+            ) if c.allow_arrow_batch_chunking => Some(
+                c.preferred_arrow_chunk_size
+                    .and_then(|s| usize::try_from(s).ok())
+                    .unwrap_or(0),
+            ),
+            _ => None,
+        })
 }
 
 fn reattachable(req: &proto::ExecutePlanRequest) -> bool {
