@@ -106,7 +106,9 @@ async fn run(args: Args) -> Result<(), SparkError> {
             let text = arrow_cast::pretty::pretty_format_batches(&table).map_err(output_error)?;
             writeln!(out, "{text}").map_err(output_error)?;
         }
-        Format::Summary => writeln!(out, "{rows} rows in {batches} batches").map_err(output_error)?,
+        Format::Summary => {
+            writeln!(out, "{rows} rows in {batches} batches").map_err(output_error)?
+        }
         Format::Csv if batches == 0 => {
             // No batch came, so the writer wrote no header: an empty batch
             // with the schema makes it write one.

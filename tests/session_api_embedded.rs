@@ -126,7 +126,7 @@ async fn cancel_interrupts_then_releases() {
     let mut stream = spark.sql("SELECT id FROM range(1000000)").await.unwrap();
     stream.next_batch().await.unwrap().unwrap();
     let op = stream.operation_id().to_owned();
-    assert_eq!(stream.cancel().await.unwrap(), [op.clone()]);
+    assert_eq!(stream.cancel().await.unwrap(), std::slice::from_ref(&op));
     assert_eq!(s.calls().interrupt, 1);
     eventually("the execution is released", || {
         s.live_executions().is_empty()
@@ -194,7 +194,7 @@ async fn batches_larger_than_a_message_arrive_in_chunks() {
     let chunking = options
         .iter()
         .find_map(|o| match &o.request_option {
-            Some(RequestOption::ResultChunkingOptions(c)) => Some(c.clone()),
+            Some(RequestOption::ResultChunkingOptions(c)) => Some(*c),
             _ => None,
         })
         .expect("chunking requested");

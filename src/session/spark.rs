@@ -620,14 +620,15 @@ fn error_details(resp: &proto::FetchErrorDetailsResponse) -> Option<ErrorDetails
         next = e.cause_idx;
     }
     let throwable = first.spark_throwable.as_ref();
-    let mut details = ErrorDetails::default();
-    details.message = first.message.clone();
-    details.causes = causes;
-    details.error_class = throwable.and_then(|t| t.error_class.clone());
-    details.sql_state = throwable.and_then(|t| t.sql_state.clone());
-    details.message_parameters = throwable
-        .map(|t| t.message_parameters.clone().into_iter().collect())
-        .unwrap_or_default();
+    let details = ErrorDetails {
+        message: first.message.clone(),
+        causes,
+        error_class: throwable.and_then(|t| t.error_class.clone()),
+        sql_state: throwable.and_then(|t| t.sql_state.clone()),
+        message_parameters: throwable
+            .map(|t| t.message_parameters.clone().into_iter().collect())
+            .unwrap_or_default(),
+    };
     Some(details)
 }
 

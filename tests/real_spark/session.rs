@@ -140,7 +140,11 @@ async fn cancel_stops_a_long_query() {
     let stream = running_long_query(&spark).await;
     let op = stream.operation_id().to_owned();
     let interrupted = stream.cancel().await.unwrap();
-    assert_eq!(interrupted, [op.clone()], "the server interrupted it");
+    assert_eq!(
+        interrupted,
+        std::slice::from_ref(&op),
+        "the server interrupted it"
+    );
     assert!(!still_running(&spark, &op).await);
     spark.close().await.unwrap();
 }
@@ -173,7 +177,7 @@ async fn interrupt_tag_stops_only_the_tagged_query() {
     );
 
     let interrupted = spark.interrupt_tag("victim").await.unwrap();
-    assert_eq!(interrupted, [tagged_op.clone()]);
+    assert_eq!(interrupted, std::slice::from_ref(&tagged_op));
     let err = first_item(tagged)
         .await
         .expect("an item")
