@@ -104,7 +104,11 @@ async fn run(remote: &str, case: &str) -> Result<String, BoxError> {
     }
     let wall = t0.elapsed();
     drop(stream);
-    let want = if case == "first_batch" { rows.max(1) } else { ROWS };
+    let want = if case == "first_batch" {
+        rows.max(1)
+    } else {
+        ROWS
+    };
     if rows != want {
         return Err(format!("wrong result: {rows} rows, want {want}").into());
     }
