@@ -55,7 +55,7 @@ fn child(remote: &str, rows: i64) {
         }
         assert_eq!(counted, rows);
         let secs = start.elapsed().as_secs_f64();
-        session.close().await;
+        session.close().await.expect("close");
         println!(
             "rows={counted} batches={batches} secs={secs:.3} vm_hwm_kib={}",
             vm_hwm_kib()

@@ -167,7 +167,7 @@ async fn run(args: &Args) -> Result<String, SparkError> {
         let _ = spark.interrupt_all().await;
     }
     drop(stream);
-    spark.close().await;
+    spark.close().await.expect("close");
 
     let (rows, sum_x) = verify(&batches)?;
     let expected_rows = if args.case == Case::FirstBatch {

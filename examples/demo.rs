@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use arrow_array::Int64Array;
 use spark_connect_retry::session::{SparkError, SparkSession};
-use spark_connect_retry::testing::{Fault, Rpc, SparkError as ServerSideError, TestServer};
+use spark_connect_retry::testing::{Fault, Rpc, SparkException, TestServer};
 use tonic::Code;
 
 const ROWS: i64 = 2_000_000;
@@ -58,7 +58,7 @@ async fn run(remote: &str) -> Result<(), SparkError> {
         s.policy_retries, s.immediate_retries
     );
     println!("elapsed:     {elapsed:.2?}");
-    spark.close().await;
+    spark.close().await.expect("close");
     let exact = rows == ROWS && sum_id == want_sum && sum_x == want_sum * 2 && in_order;
     if exact {
         println!("OK: every row arrived exactly once");
@@ -120,7 +120,7 @@ async fn main() -> std::process::ExitCode {
                 ),
                 (
                     "INVALID_CURSOR.DISCONNECTED after 15 responses",
-                    Fault::spark(ServerSideError::cursor_disconnected())
+                    Fault::spark(SparkException::cursor_disconnected())
                         .on(Rpc::ReattachExecute)
                         .after_responses(15),
                 ),

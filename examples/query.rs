@@ -5,102 +5,59 @@
 //! ```
 //!
 //! The remote defaults to `SPARK_REMOTE`. `table` is for people, `csv` (a
-//! header, then one line per row) for machines, `summary` prints counts only.
-//! `--stats` prints one JSON line on stderr. On a terminal, a progress line
-//! fed by ExecutionProgress is shown on stderr. Errors exit non-zero with the
-//! Spark error class and message.
+//! header, then one line per row, written by `arrow-csv`) for machines,
+//! `summary` prints counts only. `--stats` prints one JSON line on stderr.
+//! On a terminal, a progress bar fed by ExecutionProgress is shown on
+//! stderr. Errors exit non-zero with the Spark error class and message.
 
-use std::io::{IsTerminal, Write};
+use std::io::{BufWriter, IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use arrow_array::RecordBatch;
-use arrow_cast::display::{ArrayFormatter, FormatOptions};
+use clap::{Parser, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
 use spark_connect_retry::session::{SparkError, SparkSession};
 
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Format {
+    /// An aligned table, for people.
     Table,
+    /// CSV with a header line, for machines.
     Csv,
+    /// Row and batch counts only.
     Summary,
 }
 
+/// Run one SQL query against a Spark Connect server.
+#[derive(Parser)]
+#[command(name = "query")]
 struct Args {
+    /// The `sc://` connection string (default: `SPARK_REMOTE`).
+    #[arg(long)]
     remote: Option<String>,
+    /// How to print the result.
+    #[arg(long, value_enum, default_value = "table")]
     format: Format,
+    /// Print one JSON line of statistics on stderr.
+    #[arg(long)]
     stats: bool,
+    /// The SQL to run.
     sql: String,
 }
 
-const USAGE: &str = "usage: query [--remote URL] [--format table|csv|summary] [--stats] \"SQL\"";
-
-fn parse_args() -> Result<Args, String> {
-    let mut args = std::env::args().skip(1);
-    let mut out = Args {
-        remote: None,
-        format: Format::Table,
-        stats: false,
-        sql: String::new(),
-    };
-    let mut sql = None;
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--remote" => out.remote = Some(args.next().ok_or("--remote needs a URL")?),
-            "--format" => {
-                out.format = match args.next().as_deref() {
-                    Some("table") => Format::Table,
-                    Some("csv") => Format::Csv,
-                    Some("summary") => Format::Summary,
-                    other => return Err(format!("unknown --format {other:?}")),
-                }
-            }
-            "--stats" => out.stats = true,
-            "-h" | "--help" => return Err(USAGE.to_owned()),
-            s if s.starts_with("--") => return Err(format!("unknown option {s}\n{USAGE}")),
-            s => {
-                if sql.replace(s.to_owned()).is_some() {
-                    return Err(format!("give the SQL as one argument\n{USAGE}"));
-                }
-            }
-        }
-    }
-    out.sql = sql.ok_or_else(|| USAGE.to_owned())?;
-    Ok(out)
+fn output_error(e: impl std::fmt::Display) -> SparkError {
+    SparkError::Protocol(format!("writing output: {e}"))
 }
 
-fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_owned()
-    }
-}
-
-fn write_csv(out: &mut impl Write, batch: &RecordBatch, header: bool) -> Result<(), String> {
-    let opts = FormatOptions::default().with_null("");
-    if header {
-        let names: Vec<String> = batch
-            .schema()
-            .fields()
-            .iter()
-            .map(|f| csv_field(f.name()))
-            .collect();
-        writeln!(out, "{}", names.join(",")).map_err(|e| e.to_string())?;
-    }
-    let formatters = batch
-        .columns()
-        .iter()
-        .map(|c| ArrayFormatter::try_new(c.as_ref(), &opts))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| e.to_string())?;
-    for row in 0..batch.num_rows() {
-        let cells: Vec<String> = formatters
-            .iter()
-            .map(|f| csv_field(&f.value(row).to_string()))
-            .collect();
-        writeln!(out, "{}", cells.join(",")).map_err(|e| e.to_string())?;
-    }
-    Ok(())
+/// A progress bar on stderr fed by ExecutionProgress (tasks done / total).
+fn progress_bar() -> ProgressBar {
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template("[{bar:30}] {pos}/{len} tasks, {msg}")
+            .expect("a valid template")
+            .progress_chars("#> "),
+    );
+    bar
 }
 
 async fn run(args: Args) -> Result<(), SparkError> {
@@ -110,59 +67,61 @@ async fn run(args: Args) -> Result<(), SparkError> {
     }
     let spark = builder.build()?;
     let started = Instant::now();
-    let tty = std::io::stderr().is_terminal();
     let mut stream = spark.sql(&args.sql).await?;
-    if tty {
-        stream = stream.on_progress(|p| {
+    let bar = std::io::stderr().is_terminal().then(progress_bar);
+    if let Some(bar) = bar.clone() {
+        stream = stream.on_progress(move |p| {
             let (done, total) = p.stages.iter().fold((0, 0), |(d, t), s| {
                 (d + s.num_completed_tasks, t + s.num_tasks)
             });
-            if total > 0 {
-                let width = 30usize;
-                let filled = (done as usize * width) / total as usize;
-                eprint!(
-                    "\r[{}{}] {done}/{total} tasks, {} running ",
-                    "#".repeat(filled),
-                    " ".repeat(width - filled),
-                    p.num_inflight_tasks
-                );
-            }
+            bar.set_length(total.max(0) as u64);
+            bar.set_position(done.max(0) as u64);
+            bar.set_message(format!("{} running", p.num_inflight_tasks));
         });
     }
     let stats = stream.stats_handle();
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
+    let mut out = BufWriter::new(std::io::stdout().lock());
+    let mut csv = (args.format == Format::Csv).then(|| {
+        arrow_csv::WriterBuilder::new()
+            .with_header(true)
+            .build(BufWriter::new(std::io::stdout()))
+    });
     let mut table = Vec::new();
-    let mut first = true;
     let (mut rows, mut batches) = (0u64, 0u64);
     while let Some(batch) = stream.next_batch().await {
         let batch = batch?;
         rows += batch.num_rows() as u64;
         batches += 1;
-        match args.format {
-            Format::Csv => {
-                if let Err(e) = write_csv(&mut out, &batch, first) {
-                    return Err(SparkError::Protocol(format!("writing output: {e}")));
-                }
-            }
-            Format::Table => table.push(batch),
-            Format::Summary => {}
+        match (&mut csv, args.format) {
+            (Some(w), _) => w.write(&batch).map_err(output_error)?,
+            (None, Format::Table) => table.push(batch),
+            (None, _) => {}
         }
-        first = false;
     }
-    if tty {
-        eprint!("\r{}\r", " ".repeat(60));
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
     }
     match args.format {
         Format::Table => {
-            let text = arrow_cast::pretty::pretty_format_batches(&table)
-                .map_err(|e| SparkError::Protocol(e.to_string()))?;
-            let _ = writeln!(out, "{text}");
+            let text = arrow_cast::pretty::pretty_format_batches(&table).map_err(output_error)?;
+            writeln!(out, "{text}").map_err(output_error)?;
         }
         Format::Summary => {
-            let _ = writeln!(out, "{rows} rows in {batches} batches");
+            writeln!(out, "{rows} rows in {batches} batches").map_err(output_error)?
+        }
+        Format::Csv if batches == 0 => {
+            // No batch came, so the writer wrote no header: an empty batch
+            // with the schema makes it write one.
+            if let (Some(w), Some(schema)) = (&mut csv, stream.schema()) {
+                w.write(&arrow_array::RecordBatch::new_empty(schema))
+                    .map_err(output_error)?;
+            }
         }
         Format::Csv => {}
+    }
+    out.flush().map_err(output_error)?;
+    if let Some(w) = csv {
+        w.into_inner().flush().map_err(output_error)?;
     }
     let elapsed = started.elapsed();
     if args.stats {
@@ -175,19 +134,12 @@ async fn run(args: Args) -> Result<(), SparkError> {
             elapsed.as_millis()
         );
     }
-    spark.close().await;
-    Ok(())
+    spark.close().await
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
-    };
+    let args = Args::parse();
     match run(args).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Side-by-side benchmark: this crate's client vs PySpark 4.3.0's own Connect
-# client, against the same real Spark Connect server in the same run, runs
-# alternating rust, python, rust, python, ... per case (so load drift hits
-# both alike). Prints medians and the ratio rust/pyspark per case, plus the
-# machine; writes every JSON line to $SBS_OUT/results.jsonl.
+# client, the official Rust client (apache-spark-connect 4.2.0, built apart
+# from this crate, see scripts/side_by_side_official.rs) and a raw tonic
+# ExecutePlan drain (no decoding: the floor any client can reach), against
+# the same real Spark Connect server in the same run, runs alternating rust,
+# python, raw, official, rust, ... per case (so load drift hits all alike;
+# raw and official have no cuts10m arm). Prints medians and the ratios
+# rust/pyspark, raw/rust and rust/official per case, plus the machine;
+# writes every JSON line to $SBS_OUT/results.jsonl.
 #
 # Usage: scripts/side-by-side.sh [CASE ...]      (default: arrow10m first_batch cuts10m)
 #
@@ -23,6 +27,10 @@
 #                    buffer, a cut 10M-row stream made a 1g driver fail with
 #                    OutOfMemoryError -> TaskResultLost)
 #   SBS_OUT          output dir (default target/side-by-side/<timestamp>)
+#   SBS_OFFICIAL     1 (default) to run the official-client arm; 0 to skip it
+#   SBS_OFFICIAL_DIR where the official client is built (default
+#                    target/side-by-side-official; kept between runs). It needs
+#                    `protoc`: installed from Debian's protobuf-compiler if missing
 #   CARGO_TARGET_DIR honoured by cargo as usual
 set -euo pipefail
 
@@ -71,7 +79,7 @@ PY="$(dirname "$(dirname "$(dirname "$(dirname "$SPARK_HOME")")")")/bin/python"
 log "building the bench and the fault proxy (release)"
 build_json="$OUT/build.json"
 (cd "$ROOT" && cargo build --release --features testing \
-    --bench side_by_side --example fault_proxy --message-format=json) >"$build_json"
+    --bench side_by_side --bench raw_drain --example fault_proxy --message-format=json) >"$build_json"
 # Bench targets built with --release land under deps/ with a hash: take the
 # executables from cargo's own report rather than guessing paths.
 exe_of() {
@@ -85,8 +93,37 @@ PY
 }
 BENCH="$(exe_of side_by_side | tail -n1)"
 PROXY="$(exe_of fault_proxy | tail -n1)"
-if ! [ -x "$BENCH" ] || ! [ -x "$PROXY" ]; then
+RAW="$(exe_of raw_drain | tail -n1)"
+if ! [ -x "$BENCH" ] || ! [ -x "$PROXY" ] || ! [ -x "$RAW" ]; then
     die "build did not produce the bench and proxy executables"
+fi
+
+# The official Rust client, in a project of its own: it needs a system protoc.
+OFFICIAL=""
+if [ "${SBS_OFFICIAL:-1}" = 1 ]; then
+    if ! command -v protoc >/dev/null; then
+        log "installing protobuf-compiler (protoc) for the official client"
+        apt-get install -y protobuf-compiler >"$OUT/apt.log" 2>&1 ||
+            die "could not install protobuf-compiler (see $OUT/apt.log); or set SBS_OFFICIAL=0"
+    fi
+    ODIR="${SBS_OFFICIAL_DIR:-$ROOT/target/side-by-side-official}"
+    mkdir -p "$ODIR/src"
+    cat >"$ODIR/Cargo.toml" <<'TOML'
+[package]
+name = "sbs-official"
+version = "0.1.0"
+edition = "2021"
+
+[dependencies]
+apache-spark-connect = "=4.2.0"
+
+[workspace]
+TOML
+    cp "$ROOT/scripts/side_by_side_official.rs" "$ODIR/src/main.rs"
+    log "building the official client (apache-spark-connect 4.2.0, release)"
+    (cd "$ODIR" && env -u CARGO_TARGET_DIR cargo build --release --quiet) >"$OUT/official-build.log" 2>&1 ||
+        die "official client build failed (see $OUT/official-build.log)"
+    OFFICIAL="$ODIR/target/release/sbs-official"
 fi
 
 # --- server (one for all cases; the 128 MiB retry buffer lets deep cuts reattach)
@@ -145,6 +182,12 @@ run_one() {
     if [ "$client" = rust ]; then
         line="$("$BENCH" --remote "$remote" --case "$case" --proxy-cuts "$cuts")" ||
             die "rust $case failed (run $tag)"
+    elif [ "$client" = raw ]; then
+        line="$("$RAW" --remote "$remote" --case "$case")" ||
+            die "raw $case failed (run $tag)"
+    elif [ "$client" = official ]; then
+        line="$("$OFFICIAL" --remote "$remote" --case "$case" 2>"$OUT/official-$tag.err")" ||
+            die "official $case failed (run $tag): $(tail -n5 "$OUT/official-$tag.err")"
     else
         line="$("$PY" "$ROOT/scripts/side_by_side_pyspark.py" --remote "$remote" --case "$case" \
             --proxy-cuts "$cuts" --first-batch-api "$FIRST_BATCH_API" 2>"$OUT/py-$tag.err")" ||
@@ -167,6 +210,10 @@ for case in "${CASES[@]}"; do
         [ "$i" -le 0 ] && warm=1
         run_one rust "$case" "$case-$i-rust" "$warm"
         run_one pyspark "$case" "$case-$i-py" "$warm"
+        if [ "$case" != cuts10m ]; then
+            run_one raw "$case" "$case-$i-raw" "$warm"
+            if [ -n "$OFFICIAL" ]; then run_one official "$case" "$case-$i-official" "$warm"; fi
+        fi
     done
 done
 LOAD_END="$(cat /proc/loadavg)"
@@ -187,16 +234,18 @@ for r in rows:
     if r["case"] not in cases:
         cases.append(r["case"])
 print(f"{'case':<12} {'rust ms (median)':>17} {'pyspark ms (median)':>20} {'ratio r/p':>10}  "
-      f"{'rust cpu':>9} {'py cpu':>8}  runs (ms)")
+      f"{'raw ms':>7} {'raw/rust':>9} {'official ms':>12} {'rust/off':>9}  {'rust cpu':>9} {'py cpu':>8}  runs (ms)")
 for c in cases:
     m = [r for r in rows if r["case"] == c and not r["warmup"]]
     def med(client, key):
         v = [r[key] for r in m if r["client"] == client and r.get(key) is not None]
         return statistics.median(v) if v else float("nan")
-    rw, pw = med("rust", "wall_ms"), med("pyspark", "wall_ms")
+    rw, pw, xw = med("rust", "wall_ms"), med("pyspark", "wall_ms"), med("raw", "wall_ms")
+    ow = med("official", "wall_ms")
     rc, pc = med("rust", "cpu_ms"), med("pyspark", "cpu_ms")
-    runs = " ".join(f"{r['client'][0]}{r['wall_ms']:.0f}" for r in m)
-    print(f"{c:<12} {rw:>17.1f} {pw:>20.1f} {rw / pw:>10.3f}  {rc:>9.0f} {pc:>8.0f}  {runs}")
+    runs = " ".join(f"{r['client'][:2]}{r['wall_ms']:.0f}" for r in m)
+    print(f"{c:<12} {rw:>17.1f} {pw:>20.1f} {rw / pw:>10.3f}  {xw:>7.1f} {xw / rw:>9.3f} "
+          f"{ow:>12.1f} {rw / ow:>9.3f}  {rc:>9.0f} {pc:>8.0f}  {runs}")
     bad = [r["run"] for r in m if r.get("proxy") and r["proxy"]["cuts"] != r["proxy_cuts"]]
     if bad:
         print(f"  warning: proxy made fewer cuts than scheduled in {bad}")

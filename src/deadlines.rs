@@ -5,7 +5,6 @@
 //! covers the time to response headers, so the client enforces these over
 //! the whole call itself.
 
-use std::fmt;
 use std::time::Duration;
 
 /// Deadlines per RPC; `None` means no deadline.
@@ -56,17 +55,31 @@ impl Default for RpcDeadlines {
     }
 }
 
-/// A deadline of zero was given.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InvalidDeadline(pub &'static str);
+/// The longest deadline or timeout accepted: 100 years. Anything longer is
+/// a mistake (use `None` for "no deadline"), and `Instant::now() + d` must
+/// not overflow on any platform.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
-impl fmt::Display for InvalidDeadline {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "RPC deadline `{}` must be greater than zero", self.0)
-    }
+/// A deadline that cannot be used, naming the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("RPC deadline `{field}` {reason}")]
+pub struct InvalidDeadline {
+    /// The field of [`RpcDeadlines`], e.g. `config`.
+    pub field: &'static str,
+    /// What is wrong with it.
+    pub reason: &'static str,
 }
 
-impl std::error::Error for InvalidDeadline {}
+/// Check one timeout: not zero, not above [`MAX_TIMEOUT`]; `Err(reason)`.
+pub(crate) fn check_timeout(d: Duration) -> Result<(), &'static str> {
+    if d.is_zero() {
+        Err("must be greater than zero")
+    } else if d > MAX_TIMEOUT {
+        Err("must be at most 100 years (use None for no deadline)")
+    } else {
+        Ok(())
+    }
+}
 
 impl RpcDeadlines {
     /// Every deadline off.
@@ -86,7 +99,8 @@ impl RpcDeadlines {
         }
     }
 
-    /// Check that no deadline is zero (PySpark rejects values ≤ 0).
+    /// Check that no deadline is zero (PySpark rejects values ≤ 0) or
+    /// longer than [`MAX_TIMEOUT`].
     pub fn validate(&self) -> Result<(), InvalidDeadline> {
         let all = [
             ("reattachable_execute_plan", self.reattachable_execute_plan),
@@ -101,9 +115,9 @@ impl RpcDeadlines {
             ("get_status", self.get_status),
             ("fetch_error_details", self.fetch_error_details),
         ];
-        for (name, d) in all {
-            if d == Some(Duration::ZERO) {
-                return Err(InvalidDeadline(name));
+        for (field, d) in all {
+            if let Some(d) = d {
+                check_timeout(d).map_err(|reason| InvalidDeadline { field, reason })?;
             }
         }
         Ok(())
@@ -126,6 +140,18 @@ mod tests {
             config: Some(Duration::ZERO),
             ..d
         };
-        assert_eq!(bad.validate(), Err(InvalidDeadline("config")));
+        assert_eq!(bad.validate().unwrap_err().field, "config");
+        let huge = RpcDeadlines {
+            interrupt: Some(Duration::MAX),
+            ..d
+        };
+        let err = huge.validate().unwrap_err();
+        assert_eq!(err.field, "interrupt");
+        assert!(err.to_string().contains("at most 100 years"), "{err}");
+        let edge = RpcDeadlines {
+            interrupt: Some(MAX_TIMEOUT),
+            ..d
+        };
+        assert!(edge.validate().is_ok());
     }
 }

@@ -24,6 +24,9 @@ use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
 use spark_connect_retry::session::{SparkError, SparkSession};
 use spark_connect_retry::testing::proxy::{CutMode, CutSchedule, Direction, FaultProxy};
 
+#[path = "real_spark/session.rs"]
+mod session_api;
+
 const TEN_M: i64 = 10_000_000;
 
 fn remote(var: &str) -> Option<String> {
@@ -165,7 +168,7 @@ async fn graceful_stream_ends_10m_rows() {
         "the server's 1s/1m limits must end segments: {stats:?}"
     );
     assert_eq!(stats.policy_retries, 0);
-    spark.close().await;
+    spark.close().await.expect("close");
 }
 
 #[tokio::test]
@@ -206,7 +209,7 @@ async fn seeded_cut_schedules_through_the_proxy() {
             stats.stalls,
             check.max_gap
         );
-        spark.close().await;
+        spark.close().await.expect("close");
         proxy.shutdown().await;
     }
 }
@@ -259,7 +262,7 @@ async fn black_hole_mid_stream(params: &str, label: &str) {
         "{label}: recovered after {:.2?}, target {BLACK_HOLE_TARGET:?}",
         check.max_gap
     );
-    spark.close().await;
+    spark.close().await.expect("close");
     proxy.shutdown().await;
 }
 
@@ -318,7 +321,7 @@ async fn long_silent_query_completes_with_default_settings() {
         "silent query, progress reports on: {} responses, {} stalls",
         stats.responses, stats.stalls
     );
-    spark.close().await;
+    spark.close().await.expect("close");
 }
 
 #[tokio::test]
@@ -340,7 +343,7 @@ async fn long_silent_query_without_progress_reports_completes() {
     );
     // Truly silent on the wire: stall detection fired, and only reattached.
     assert!(stats.stalls >= 3, "{stats:?}");
-    spark.close().await;
+    spark.close().await.expect("close");
 }
 
 /// `n` rows through `proxy` with default settings, exact; the counters and
@@ -357,7 +360,7 @@ async fn exact_through(
         .unwrap();
     assert_exact(&check, n);
     let took = started.elapsed();
-    spark.close().await;
+    spark.close().await.expect("close");
     (stats, took)
 }
 
@@ -431,7 +434,7 @@ async fn deep_cuts_with_the_default_buffer_are_exact_or_a_clear_error() {
                 lost += 1;
             }
         }
-        spark.close().await;
+        spark.close().await.expect("close");
         proxy.shutdown().await;
     }
     eprintln!("default buffer, deep cuts: {ok} exact, {lost} POSITION_NOT_AVAILABLE");
@@ -581,7 +584,7 @@ async fn server_restarted_mid_query_fails_clearly_in_bounded_time() {
             || matches!(err, SparkError::SessionChanged { .. }),
         "{err:?}"
     );
-    spark.close().await;
+    spark.close().await.expect("close");
 }
 
 #[tokio::test]
@@ -621,19 +624,26 @@ async fn bad_sql_has_class_and_sqlstate() {
         return;
     };
     let spark = session(&url);
-    let err = match spark.sql("SELEC 1 FROM").await {
-        Ok(s) => s.collect().await.unwrap_err(),
-        Err(e) => e,
-    };
+    // Eager: the error comes from sql() itself, not from reading the stream.
+    let err = spark.sql("SELEC 1 FROM").await.expect_err("fails at sql()");
     let server = err.server_error().expect("server error");
     assert_eq!(server.error_class(), Some("PARSE_SYNTAX_ERROR"), "{err}");
     assert_eq!(server.sql_state(), Some("42601"));
-    let err = match spark.sql("SELECT * FROM no_such_table_here").await {
-        Ok(s) => s.collect().await.unwrap_err(),
-        Err(e) => e,
-    };
+    assert!(server.operation_id().is_some(), "{server:?}");
+    assert!(!server.message_parameters().is_empty(), "{server:?}");
+    let err = spark
+        .sql("SELECT * FROM no_such_table_here")
+        .await
+        .expect_err("fails at sql()");
     assert_eq!(err.error_class(), Some("TABLE_OR_VIEW_NOT_FOUND"), "{err}");
-    assert_eq!(err.server_error().unwrap().sql_state(), Some("42P01"));
+    assert_eq!(err.sql_state(), Some("42P01"));
+    let params = err.server_error().unwrap().message_parameters();
+    assert!(
+        params
+            .get("relationName")
+            .is_some_and(|n| n.contains("no_such_table_here")),
+        "{params:?}"
+    );
 }
 
 #[tokio::test]

@@ -19,7 +19,7 @@ use spark_connect_retry::proto::ExecutePlanRequest;
 use spark_connect_retry::proto::execute_plan_response::ResponseType;
 use spark_connect_retry::reattach::{ReattachOptions, ReattachableExecution, ReleaseTracker};
 use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
-use spark_connect_retry::testing::{Fault, Rpc, SparkError, TestServer, plans};
+use spark_connect_retry::testing::{Fault, Rpc, SparkException, TestServer, plans};
 use spark_connect_retry::transport::spark_client;
 use tonic::Code;
 
@@ -51,7 +51,7 @@ fn random_fault(rng: &mut StdRng, first: bool) -> (String, Fault) {
         ),
         2 => (
             format!("disconnected {rpc:?} after {k}"),
-            Fault::spark(SparkError::cursor_disconnected())
+            Fault::spark(SparkException::cursor_disconnected())
                 .on(rpc)
                 .after_responses(k),
         ),

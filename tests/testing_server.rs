@@ -9,7 +9,7 @@ use spark_connect_retry::proto::{
     self, execute_plan_response::ResponseType,
     spark_connect_service_client::SparkConnectServiceClient,
 };
-use spark_connect_retry::testing::{Fault, Rpc, SparkError, TestServer};
+use spark_connect_retry::testing::{Fault, Rpc, SparkException, TestServer};
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 use tonic_types::StatusExt;
@@ -178,6 +178,8 @@ async fn run_to_completion(
 #[tokio::test]
 async fn range_results_are_real_arrow_with_ids_and_offsets() {
     let server = TestServer::builder()
+        // Exact response positions below: batches only, no schema response.
+        .schema_response(false)
         .rows_per_batch(8192)
         .start()
         .await
@@ -361,6 +363,8 @@ async fn reattach_preempts_the_previous_stream() {
 #[tokio::test]
 async fn release_semantics_and_buffer_eviction() {
     let server = TestServer::builder()
+        // Exact response positions below: batches only, no schema response.
+        .schema_response(false)
         .rows_per_batch(1)
         .retry_buffer_bytes(0)
         .start()
@@ -441,6 +445,8 @@ async fn release_semantics_and_buffer_eviction() {
 async fn release_until_evicts_and_buffer_keeps_a_tail() {
     // Each 1-row batch is a few hundred bytes; a 2 KiB buffer keeps a tail.
     let server = TestServer::builder()
+        // Exact response positions below: batches only, no schema response.
+        .schema_response(false)
         .rows_per_batch(1)
         .retry_buffer_bytes(2048)
         .start()
@@ -560,6 +566,8 @@ async fn handle_errors_and_idempotent_execute() {
 #[tokio::test]
 async fn sql_grammar_and_parse_errors() {
     let server = TestServer::builder()
+        // Exact response positions below: batches only, no schema response.
+        .schema_response(false)
         .rows_per_batch(4)
         .start()
         .await
@@ -963,7 +971,7 @@ async fn fault_statuses_with_retry_info_and_spark_encoding() {
         .push(Fault::operation_not_found().on(Rpc::ReattachExecute))
         .push(Fault::session_not_found().on(Rpc::ReattachExecute))
         .push(
-            Fault::spark(SparkError::new(
+            Fault::spark(SparkException::new(
                 "CONNECT.EXECUTE_CONCURRENT_LIMIT_TIMEOUT",
                 "HY000",
                 "Busy.",
@@ -1322,6 +1330,8 @@ async fn any_faults_times_tags_and_connection_resets() {
 async fn plan_helpers_and_execution_progress() {
     use spark_connect_retry::testing::plans;
     let server = TestServer::builder()
+        // Exact response positions below: batches only, no schema response.
+        .schema_response(false)
         .rows_per_batch(3)
         .execution_progress(true)
         .start()

@@ -21,7 +21,7 @@ use crate::proto::{
 use crate::retrying::{AttemptError, Retrying};
 
 use super::ReattachError;
-use super::ids::{SessionIdMismatch, check_session_ids, is_canonical_uuid};
+use super::ids::{check_session_ids, is_canonical_uuid};
 
 /// `INVALID_HANDLE.OPERATION_NOT_FOUND`: the server has no such execution.
 pub const OPERATION_NOT_FOUND: &str = "INVALID_HANDLE.OPERATION_NOT_FOUND";
@@ -279,15 +279,7 @@ impl ReattachCore {
             &resp.session_id,
             &resp.server_side_session_id,
         ) {
-            let err = match mismatch {
-                SessionIdMismatch::Session { expected, got } => {
-                    ReattachError::SessionMismatch { expected, got }
-                }
-                SessionIdMismatch::ServerSide { expected, got } => {
-                    ReattachError::ServerSideSessionChanged { expected, got }
-                }
-            };
-            return Action::Fail(err, self.release_all());
+            return Action::Fail(mismatch.into(), self.release_all());
         }
         self.counters.responses += 1;
         self.last_returned = Some(resp.response_id.clone());

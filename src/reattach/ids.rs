@@ -70,6 +70,19 @@ pub(crate) fn check_session_ids(
     }
 }
 
+impl From<SessionIdMismatch> for super::ReattachError {
+    fn from(m: SessionIdMismatch) -> Self {
+        match m {
+            SessionIdMismatch::Session { expected, got } => {
+                super::ReattachError::SessionMismatch { expected, got }
+            }
+            SessionIdMismatch::ServerSide { expected, got } => {
+                super::ReattachError::ServerSideSessionChanged { expected, got }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

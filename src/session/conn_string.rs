@@ -16,7 +16,7 @@
 //! | `use_ssl` | `false` | `true` / `false`, any case |
 //! | `user_id` | env `SPARK_USER`, else `USER`, else none | non-empty |
 //! | `user_agent` | env `SPARK_CONNECT_USER_AGENT`, else `_SPARK_CONNECT_RUST` | non-empty, ≤ 2048 chars once percent-encoded |
-//! | `session_id` | a random UUID v4 | canonical `8-4-4-4-12` hex UUID |
+//! | `session_id` | a random UUID v4, drawn per session built | canonical `8-4-4-4-12` hex UUID |
 //! | `grpc_max_message_size` | `134217728` (128 MiB) | `1..=4294967295` |
 //! | `grpc_keepalive_enabled` | `true` | `true` / `false`, any case |
 //! | `grpc_keepalive_time_ms` | `60000` | positive integer |
@@ -385,8 +385,7 @@ pub struct ConnectionString {
     use_ssl: bool,
     user_id: Option<String>,
     user_agent: String,
-    session_id: Uuid,
-    session_id_given: bool,
+    session_id: Option<Uuid>,
     max_message_size: usize,
     keepalive: Keepalive,
     metadata: MetadataMap,
@@ -503,8 +502,7 @@ impl ConnectionString {
             use_ssl: false,
             user_id: None,
             user_agent: String::new(),
-            session_id: Uuid::nil(),
-            session_id_given: false,
+            session_id: None,
             max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
             keepalive: Keepalive::default(),
             metadata: MetadataMap::new(),
@@ -580,8 +578,7 @@ impl ConnectionString {
             return Err(ConnectionStringError::UserAgentTooLong { encoded_len });
         }
         cs.user_agent = user_agent;
-        cs.session_id_given = session_id.is_some();
-        cs.session_id = session_id.unwrap_or_else(Uuid::new_v4);
+        cs.session_id = session_id;
 
         for (key, value) in extra {
             insert_metadata(&mut cs.metadata, &key, &value, cs.token.is_some())?;
@@ -688,14 +685,11 @@ impl ConnectionString {
         )
     }
 
-    /// Session id: the `session_id` parameter, else a random UUID v4 drawn at parse time.
-    pub fn session_id(&self) -> Uuid {
+    /// The `session_id` parameter, if the string has one. Without it, every
+    /// session built from this configuration draws its own random UUID v4
+    /// (so two sessions built from one string never share an id).
+    pub fn session_id(&self) -> Option<Uuid> {
         self.session_id
-    }
-
-    /// Whether the session id came from the connection string.
-    pub fn session_id_given(&self) -> bool {
-        self.session_id_given
     }
 
     /// Maximum gRPC message size in bytes, for `max_decoding_message_size` and

@@ -1,4 +1,10 @@
-//! The session's error type.
+//! The session's errors.
+//!
+//! A Spark user matches on what Spark says went wrong: the error class
+//! (`TABLE_OR_VIEW_NOT_FOUND`), the SQLSTATE (`42P01`), the message
+//! parameters and the operation that failed. [`ServerError`] carries all of
+//! them next to the original `tonic::Status`; [`SparkError`] is the one error
+//! type every session call returns.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -24,15 +30,23 @@ pub struct ServerError {
 
 /// The full message and cause chain recovered by FetchErrorDetails.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ErrorDetails {
     /// The root error's full (unabbreviated) message.
     pub message: String,
     /// The messages of its causes, outermost first.
     pub causes: Vec<String>,
+    /// The root error's class, as FetchErrorDetails reports it.
+    pub error_class: Option<String>,
+    /// The root error's SQLSTATE, as FetchErrorDetails reports it.
+    pub sql_state: Option<String>,
+    /// The root error's message parameters, as FetchErrorDetails reports them.
+    pub message_parameters: HashMap<String, String>,
 }
 
 impl ServerError {
-    /// Build from a status, parsing ErrorInfo (or a `[CLASS]` prefix).
+    /// Build from a status, parsing ErrorInfo (or a `[CLASS]` prefix and a
+    /// `SQLSTATE: xxxxx` suffix of the message).
     pub fn from_status(status: tonic::Status) -> Self {
         let info = crate::status::error_info(&status);
         let error_class = crate::status::spark_error_class(&status);
@@ -43,7 +57,7 @@ impl ServerError {
         let message_parameters = info
             .as_ref()
             .and_then(|i| i.metadata.get("messageParameters"))
-            .map(|json| parse_flat_json_object(json))
+            .map(|json| parse_message_parameters(json))
             .unwrap_or_default();
         let error_id = info.as_ref().and_then(|i| i.error_id().map(str::to_owned));
         ServerError {
@@ -72,7 +86,8 @@ impl ServerError {
     pub fn sql_state(&self) -> Option<&str> {
         self.sql_state.as_deref()
     }
-    /// Spark's message parameters.
+    /// Spark's message parameters (values that are not JSON strings keep
+    /// their JSON text).
     pub fn message_parameters(&self) -> &HashMap<String, String> {
         &self.message_parameters
     }
@@ -99,7 +114,18 @@ impl ServerError {
     pub(crate) fn set_operation_id(&mut self, id: &str) {
         self.operation_id = Some(id.to_owned());
     }
+    /// Attach FetchErrorDetails' answer; it fills what ErrorInfo lacked
+    /// (Spark drops large message parameters from the status).
     pub(crate) fn set_details(&mut self, details: ErrorDetails) {
+        if self.error_class.is_none() {
+            self.error_class = details.error_class.clone();
+        }
+        if self.sql_state.is_none() {
+            self.sql_state = details.sql_state.clone();
+        }
+        if self.message_parameters.is_empty() {
+            self.message_parameters = details.message_parameters.clone();
+        }
         self.details = Some(details);
     }
     fn is_deadline(&self) -> bool {
@@ -130,81 +156,85 @@ fn sqlstate_from_message(msg: &str) -> Option<String> {
     (code.len() == 5 && code.chars().all(|c| c.is_ascii_alphanumeric())).then_some(code)
 }
 
-/// Parses `{"k":"v",...}` with string values (Spark's messageParameters). Best effort.
-fn parse_flat_json_object(s: &str) -> HashMap<String, String> {
-    let mut out = HashMap::new();
-    let mut chars = s.trim().chars().peekable();
-    if chars.next() != Some('{') {
-        return out;
-    }
-    let read_string = |chars: &mut std::iter::Peekable<std::str::Chars<'_>>| -> Option<String> {
-        while chars.peek().is_some_and(|c| c.is_whitespace() || *c == ',') {
-            chars.next();
-        }
-        if chars.next()? != '"' {
-            return None;
-        }
-        let mut v = String::new();
-        loop {
-            match chars.next()? {
-                '"' => return Some(v),
-                '\\' => match chars.next()? {
-                    'n' => v.push('\n'),
-                    't' => v.push('\t'),
-                    'u' => {
-                        let hex: String = (0..4).filter_map(|_| chars.next()).collect();
-                        v.push(
-                            u32::from_str_radix(&hex, 16)
-                                .ok()
-                                .and_then(char::from_u32)?,
-                        );
-                    }
-                    c => v.push(c),
-                },
-                c => v.push(c),
-            }
-        }
+/// Spark's `messageParameters`: a JSON object. String values are taken as
+/// they are; other values keep their JSON text. Anything else is no
+/// parameters (the status message still says what happened).
+fn parse_message_parameters(json: &str) -> HashMap<String, String> {
+    let Ok(map) = serde_json::from_str::<HashMap<String, serde_json::Value>>(json) else {
+        return HashMap::new();
     };
-    while let Some(k) = read_string(&mut chars) {
-        while chars.peek().is_some_and(|c| c.is_whitespace() || *c == ':') {
-            chars.next();
-        }
-        match read_string(&mut chars) {
-            Some(v) => {
-                out.insert(k, v);
-            }
-            None => break,
-        }
-    }
-    out
+    map.into_iter()
+        .map(|(k, v)| match v {
+            serde_json::Value::String(s) => (k, s),
+            other => (k, other.to_string()),
+        })
+        .collect()
 }
 
 /// Everything a [`SparkSession`](super::SparkSession) can fail with.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SparkError {
     /// The server returned an error (after any retries).
-    Server(Box<ServerError>),
+    #[error("{0}")]
+    Server(#[source] Box<ServerError>),
     /// The server lost the operation or session after results were received.
-    ResponseAlreadyReceived(Box<ServerError>),
+    #[error(
+        "[RESPONSE_ALREADY_RECEIVED] the server lost the execution{op} after responses were received: {0}",
+        op = operation_suffix(.0)
+    )]
+    ResponseAlreadyReceived(#[source] Box<ServerError>),
     /// The server-side session id changed (a server restart): the session is closed.
+    #[error(
+        "[INVALID_HANDLE.SESSION_CHANGED] server-side session changed from {expected} to {got}; create a new session"
+    )]
     SessionChanged {
         /// The id seen first.
         expected: String,
         /// The id received.
         got: String,
     },
-    /// The session was released or closed.
+    /// The session was closed ([`close`](super::SparkSession::close) or
+    /// [`release_session`](super::SparkSession::release_session)), or its
+    /// server session changed.
+    #[error(
+        "[INVALID_HANDLE.SESSION_CLOSED] no active session: this SparkSession was closed; build a new one"
+    )]
     SessionClosed,
     /// The connection string is invalid.
-    ConnectionString(ConnectionStringError),
+    #[error(transparent)]
+    ConnectionString(#[from] ConnectionStringError),
     /// The channel could not be built.
-    Channel(ChannelError),
+    #[error(transparent)]
+    Channel(#[from] ChannelError),
+    /// An RPC deadline cannot be used (it names the field).
+    #[error(transparent)]
+    Deadline(#[from] crate::deadlines::InvalidDeadline),
+    /// A builder option has a value the session cannot use.
+    #[error("invalid session option `{field}`: {reason}")]
+    InvalidOption {
+        /// The option, e.g. `idle_timeout` or `deadlines.config`.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A session tag is empty or contains a comma (PySpark's rule).
+    #[error("invalid tag {tag:?}: {reason}")]
+    InvalidTag {
+        /// The tag given.
+        tag: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
     /// Arrow data could not be decoded.
     #[cfg(feature = "arrow")]
-    Arrow(arrow_schema::ArrowError),
+    #[error("invalid Arrow data from server: {0}")]
+    Arrow(#[source] arrow_schema::ArrowError),
     /// An Arrow batch did not start where the previous one ended: a dropped
     /// or replayed batch, never silently accepted.
+    #[error(
+        "Arrow batch starts at row {got}, expected {expected}: a batch was dropped or replayed"
+    )]
     BatchOffset {
         /// The row offset expected.
         expected: i64,
@@ -212,57 +242,29 @@ pub enum SparkError {
         got: i64,
     },
     /// The server answered something this client cannot use.
+    #[error("protocol error: {0}")]
     Protocol(String),
     /// A caller-provided operation id is not a UUID.
+    #[error("operation id {0:?} is not a UUID")]
     InvalidOperationId(String),
 }
 
-impl fmt::Display for SparkError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            SparkError::Server(e) => e.fmt(f),
-            SparkError::ResponseAlreadyReceived(e) => {
-                f.write_str("[RESPONSE_ALREADY_RECEIVED] the server lost the execution")?;
-                if let Some(op) = e.operation_id() {
-                    write!(f, " {op}")?;
-                }
-                write!(f, " after responses were received: {e}")
-            }
-            SparkError::SessionChanged { expected, got } => write!(
-                f,
-                "[INVALID_HANDLE.SESSION_CHANGED] server-side session changed from {expected} to {got}; create a new session"
-            ),
-            SparkError::SessionClosed => {
-                f.write_str("[INVALID_HANDLE.SESSION_CLOSED] the session is closed")
-            }
-            SparkError::ConnectionString(e) => e.fmt(f),
-            SparkError::Channel(e) => e.fmt(f),
-            #[cfg(feature = "arrow")]
-            SparkError::Arrow(e) => write!(f, "invalid Arrow data from server: {e}"),
-            SparkError::BatchOffset { expected, got } => write!(
-                f,
-                "Arrow batch starts at row {got}, expected {expected}: a batch was dropped or replayed"
-            ),
-            SparkError::Protocol(m) => write!(f, "protocol error: {m}"),
-            SparkError::InvalidOperationId(id) => write!(f, "operation id {id:?} is not a UUID"),
-        }
-    }
-}
-
-impl std::error::Error for SparkError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            SparkError::Server(e) | SparkError::ResponseAlreadyReceived(e) => Some(e.as_ref()),
-            SparkError::ConnectionString(e) => Some(e),
-            SparkError::Channel(e) => Some(e),
-            #[cfg(feature = "arrow")]
-            SparkError::Arrow(e) => Some(e),
-            _ => None,
-        }
-    }
+/// ` <operation id>`, when the error names one.
+fn operation_suffix(e: &ServerError) -> String {
+    e.operation_id()
+        .map(|op| format!(" {op}"))
+        .unwrap_or_default()
 }
 
 impl SparkError {
+    /// Tags a server error with the operation it belongs to.
+    pub(crate) fn with_operation_id(mut self, id: &str) -> Self {
+        if let SparkError::Server(e) | SparkError::ResponseAlreadyReceived(e) = &mut self {
+            e.set_operation_id(id);
+        }
+        self
+    }
+
     /// The server error, if this is one.
     pub fn server_error(&self) -> Option<&ServerError> {
         match self {
@@ -278,23 +280,15 @@ impl SparkError {
             other => other.server_error().and_then(ServerError::error_class),
         }
     }
+    /// The SQLSTATE, when the server gave one.
+    pub fn sql_state(&self) -> Option<&str> {
+        self.server_error().and_then(ServerError::sql_state)
+    }
 }
 
 impl From<tonic::Status> for SparkError {
     fn from(s: tonic::Status) -> Self {
         SparkError::Server(Box::new(ServerError::from_status(s)))
-    }
-}
-
-impl From<ConnectionStringError> for SparkError {
-    fn from(e: ConnectionStringError) -> Self {
-        SparkError::ConnectionString(e)
-    }
-}
-
-impl From<ChannelError> for SparkError {
-    fn from(e: ChannelError) -> Self {
-        SparkError::Channel(e)
     }
 }
 
@@ -322,16 +316,43 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_message_parameters_and_sqlstate() {
-        let m = parse_flat_json_object(r#"{"error":"'x'","hint":"a \"q\" \u0041"}"#);
+    fn parses_message_parameters_with_every_json_escape() {
+        let m = parse_message_parameters(
+            r#"{"error":"'x'","hint":"a \"q\" \u0041\r\b\f\t\n\/","pair":"\ud83d\ude00","n":3}"#,
+        );
         assert_eq!(m["error"], "'x'");
-        assert_eq!(m["hint"], "a \"q\" A");
-        assert!(parse_flat_json_object("garbage").is_empty());
-        assert!(parse_flat_json_object("{\"unterminated").is_empty());
+        assert_eq!(m["hint"], "a \"q\" A\r\u{8}\u{c}\t\n/");
+        assert_eq!(m["pair"], "😀");
+        assert_eq!(m["n"], "3");
+        assert!(parse_message_parameters("garbage").is_empty());
+        assert!(parse_message_parameters("{\"unterminated").is_empty());
+        assert!(parse_message_parameters("[1,2]").is_empty());
+    }
+
+    #[test]
+    fn sqlstate_from_the_message_suffix() {
         assert_eq!(
             sqlstate_from_message("[X] bad. SQLSTATE: 42601").as_deref(),
             Some("42601")
         );
+        assert_eq!(sqlstate_from_message("SQLSTATE: 42"), None);
+    }
+
+    #[test]
+    fn details_fill_what_error_info_lacked() {
+        let mut e = ServerError::from_status(tonic::Status::internal("boom"));
+        assert_eq!(e.error_class(), None);
+        e.set_details(ErrorDetails {
+            message: "full boom".into(),
+            error_class: Some("DIVIDE_BY_ZERO".into()),
+            sql_state: Some("22012".into()),
+            message_parameters: [("config".to_owned(), "x".to_owned())].into(),
+            ..Default::default()
+        });
+        assert_eq!(e.error_class(), Some("DIVIDE_BY_ZERO"));
+        assert_eq!(e.sql_state(), Some("22012"));
+        assert_eq!(e.message_parameters()["config"], "x");
+        assert_eq!(e.message(), "full boom");
     }
 
     #[test]
@@ -342,5 +363,11 @@ mod tests {
             s.contains("RPC deadline exceeded") && s.contains("RpcDeadlines::disabled()"),
             "{s}"
         );
+    }
+
+    #[test]
+    fn closed_session_says_so() {
+        let s = SparkError::SessionClosed.to_string();
+        assert!(s.contains("no active session"), "{s}");
     }
 }

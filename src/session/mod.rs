@@ -1,7 +1,15 @@
-//! A Spark Connect session on the retry core: `sc://` connection strings
-//! ([`conn_string`]), the tonic channel with TLS, token and keepalive
-//! ([`channel`]), and [`SparkSession`]: SQL in, Arrow `RecordBatch`es out,
-//! every RPC under the policy.
+//! A Spark Connect session on the retry core.
+//!
+//! Talking to Spark through raw generated gRPC stubs means rebuilding what
+//! every Spark client has: connection strings, authentication, retries,
+//! reattachable results, Arrow decoding, Spark's errors. This module is that
+//! client: `sc://` connection strings ([`conn_string`]), the tonic channel
+//! with TLS, token and keepalive ([`channel`]), and [`SparkSession`]: SQL
+//! in, Arrow `RecordBatch`es out, every RPC under the policy, behaving like
+//! PySpark's session (eager `sql()`, tags and interrupts, `close()` ending
+//! the server session, errors with Spark's class and SQLSTATE).
+//!
+//! A session needs a tokio runtime.
 //!
 //! ```no_run
 //! # #[tokio::main(flavor = "current_thread")]
@@ -9,18 +17,30 @@
 //! use spark_connect_retry::session::SparkSession;
 //!
 //! let spark = SparkSession::builder().remote("sc://localhost:15002").build()?;
-//! let batches = spark.sql("SELECT id, id*2 AS x FROM range(10)").await?.collect().await?;
-//! let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
-//! assert_eq!(rows, 10);
-//! spark.close().await;
+//! spark.sql("CREATE TABLE IF NOT EXISTS t (id BIGINT) USING parquet").await?;
+//! let rows = spark.sql("SELECT id, id*2 AS x FROM range(10)").await?;
+//! let schema = rows.schema().expect("sql() returns once the schema is known");
+//! assert_eq!(schema.field(1).name(), "x");
+//! let batches = rows.collect().await?;
+//! let n: usize = batches.iter().map(|b| b.num_rows()).sum();
+//! assert_eq!(n, 10);
+//! spark.close().await?;
 //! # Ok(())
 //! # }
 //! ```
 
+mod builder;
 pub mod channel;
 pub mod conn_string;
+#[cfg(feature = "arrow")]
+mod decode;
 mod error;
+#[cfg(feature = "arrow")]
+pub mod schema;
 mod spark;
+mod stream;
 
+pub use builder::{DEFAULT_RELEASE_WAIT, MIN_ARROW_CHUNK_SIZE, SparkSessionBuilder};
 pub use error::{ErrorDetails, ServerError, SparkError};
-pub use spark::{ArrowStream, DEFAULT_RELEASE_WAIT, SparkSession, SparkSessionBuilder};
+pub use spark::SparkSession;
+pub use stream::ArrowStream;

@@ -20,7 +20,7 @@ const MAX_METADATA_SIZE: usize = 1024;
 /// A server-side Spark exception, encoded into a [`Status`] the way the real
 /// Spark Connect server does (`ErrorUtils.buildStatusFromThrowable`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SparkError {
+pub struct SparkException {
     /// The Java class hierarchy, most specific first. The first entry is
     /// `ErrorInfo.reason`; the whole list is the `classes` metadata.
     pub classes: Vec<String>,
@@ -43,7 +43,7 @@ const SQL_EXCEPTION: [&str; 4] = [
     "java.lang.Throwable",
 ];
 
-impl SparkError {
+impl SparkException {
     /// A `SparkThrowable` with an error class and SQLSTATE, thrown as
     /// `org.apache.spark.SparkException`.
     pub fn new(
@@ -51,7 +51,7 @@ impl SparkError {
         sql_state: impl Into<String>,
         text: impl Into<String>,
     ) -> Self {
-        SparkError {
+        SparkException {
             classes: to_strings(&[
                 "org.apache.spark.SparkException",
                 "java.lang.Exception",
@@ -67,7 +67,7 @@ impl SparkError {
     /// A plain Java exception (no error class, no SQLSTATE), e.g.
     /// `java.lang.IllegalArgumentException`.
     pub fn java(class: impl Into<String>, text: impl Into<String>) -> Self {
-        SparkError {
+        SparkException {
             classes: vec![
                 class.into(),
                 "java.lang.Exception".to_owned(),
@@ -120,11 +120,14 @@ impl SparkError {
     /// The `ErrorInfo` Spark attaches, with `errorId` when given.
     pub fn error_info(&self, error_id: Option<&str>) -> ErrorInfo {
         let mut metadata = HashMap::new();
-        metadata.insert("classes".to_owned(), json_array(&self.classes));
+        metadata.insert(
+            "classes".to_owned(),
+            serde_json::to_string(&self.classes).unwrap_or_default(),
+        );
         if let Some(state) = &self.sql_state {
             metadata.insert("sqlState".to_owned(), state.clone());
         }
-        let params = json_object(&self.message_parameters);
+        let params = serde_json::to_string(&self.message_parameters).unwrap_or_default();
         if let Some(class) = &self.error_class
             && params.len() <= MAX_METADATA_SIZE
         {
@@ -162,7 +165,7 @@ impl SparkError {
     // ---- the error classes the server raises -------------------------------
 
     fn invalid_handle(sub: &str, handle: &str, tail: &str) -> Self {
-        SparkError::new(
+        SparkException::new(
             format!("INVALID_HANDLE.{sub}"),
             "HY000",
             format!("The handle {handle} is invalid. {tail}"),
@@ -215,7 +218,7 @@ impl SparkError {
     }
 
     fn invalid_cursor(sub: &str, tail: &str) -> Self {
-        SparkError::new(
+        SparkException::new(
             format!("INVALID_CURSOR.{sub}"),
             "HY109",
             format!("The cursor is invalid. {tail}"),
@@ -259,7 +262,7 @@ impl SparkError {
 
     /// `OPERATION_CANCELED` (interrupt, ReleaseAll or session close).
     pub fn operation_canceled() -> Self {
-        SparkError::new(
+        SparkException::new(
             "OPERATION_CANCELED",
             "HY008",
             "Operation has been canceled.",
@@ -268,7 +271,7 @@ impl SparkError {
 
     /// `PARSE_SYNTAX_ERROR` at the given token (`'tok'` or `end of input`).
     pub fn parse_syntax_error(near: &str) -> Self {
-        SparkError::new(
+        SparkException::new(
             "PARSE_SYNTAX_ERROR",
             "42601",
             format!("Syntax error at or near {near}."),
@@ -285,7 +288,7 @@ impl SparkError {
 
     /// `SQL_CONF_NOT_FOUND`: `conf.get` of a key that is not set.
     pub fn conf_not_found(key: &str) -> Self {
-        SparkError::new(
+        SparkException::new(
             "SQL_CONF_NOT_FOUND",
             "42K0I",
             format!(
@@ -307,55 +310,13 @@ fn to_strings(s: &[&str]) -> Vec<String> {
     s.iter().map(|s| (*s).to_owned()).collect()
 }
 
-fn json_string(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-}
-
-fn json_array(items: &[String]) -> String {
-    let mut out = String::from("[");
-    for (i, item) in items.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        json_string(&mut out, item);
-    }
-    out.push(']');
-    out
-}
-
-fn json_object(map: &BTreeMap<String, String>) -> String {
-    let mut out = String::from("{");
-    for (i, (k, v)) in map.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        json_string(&mut out, k);
-        out.push(':');
-        json_string(&mut out, v);
-    }
-    out.push('}');
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn message_and_error_info() {
-        let e = SparkError::operation_not_found("abc");
+        let e = SparkException::operation_not_found("abc");
         assert_eq!(
             e.message(),
             "[INVALID_HANDLE.OPERATION_NOT_FOUND] The handle abc is invalid. Operation not found. SQLSTATE: HY000"
@@ -376,6 +337,10 @@ mod tests {
     fn json_escapes() {
         let mut m = BTreeMap::new();
         m.insert("a\"b".to_owned(), "x\\y\n".to_owned());
-        assert_eq!(json_object(&m), r#"{"a\"b":"x\\y\n"}"#);
+        m.insert("c".to_owned(), "\r\u{8}\u{c}😀".to_owned());
+        let text = serde_json::to_string(&m).unwrap();
+        assert_eq!(text, r#"{"a\"b":"x\\y\n","c":"\r\b\f😀"}"#);
+        let back: BTreeMap<String, String> = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, m);
     }
 }

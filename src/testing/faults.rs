@@ -29,7 +29,7 @@ use tonic::metadata::MetadataMap;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
-use super::error::SparkError;
+use super::error::SparkException;
 
 /// The value sent in `grpc-status-details-bin` by
 /// [`Fault::bad_status_details`]: `!` is not in the base64 alphabet.
@@ -86,7 +86,7 @@ pub(crate) enum Action {
 #[derive(Debug, Clone)]
 pub(crate) enum FailWith {
     Status(Code, String),
-    Spark(SparkError),
+    Spark(SparkException),
     SessionNotFound,
     OperationNotFound,
 }
@@ -139,7 +139,7 @@ impl Fault {
     }
 
     /// Fail with a Spark-encoded error (gRPC `INTERNAL` with `ErrorInfo`).
-    pub fn spark(error: SparkError) -> Self {
+    pub fn spark(error: SparkException) -> Self {
         Self::new(Action::Fail(FailWith::Spark(error)))
     }
 
@@ -240,8 +240,8 @@ impl Fault {
                 };
             }
             FailWith::Spark(e) => e.clone(),
-            FailWith::SessionNotFound => SparkError::session_not_found(session_id),
-            FailWith::OperationNotFound => SparkError::operation_not_found(operation_id),
+            FailWith::SessionNotFound => SparkException::session_not_found(session_id),
+            FailWith::OperationNotFound => SparkException::operation_not_found(operation_id),
         };
         spark.to_status_with(Code::Internal, None, self.retry_info)
     }

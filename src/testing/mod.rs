@@ -35,14 +35,19 @@
 //!   `SELECT id, id*2 AS x FROM range(..)` with `range(end)`,
 //!   `range(start, end)` or `range(start, end, step)`. Results are real Arrow
 //!   IPC streams (one schema plus one batch per `ArrowBatch`, column `id`
-//!   Int64 not null), with `row_count` and `start_offset`. Other SQL fails
-//!   with `PARSE_SYNTAX_ERROR` (SQLSTATE 42601).
+//!   Int64 not null), with `row_count` and `start_offset`, after a response
+//!   carrying the schema as Spark's `DataType`, as Spark sends it
+//!   ([`schema_response`](TestServerBuilder::schema_response)). A client
+//!   that allows result chunking (`ResultChunkingOptions`) gets batches
+//!   larger than its preferred size, or
+//!   [`max_chunk_bytes`](TestServerBuilder::max_chunk_bytes), in chunks.
+//!   Other SQL fails with `PARSE_SYNTAX_ERROR` (SQLSTATE 42601).
 //! * **Errors** are encoded like Spark's: gRPC `INTERNAL`, message
 //!   `[ERROR.CLASS] text SQLSTATE: xxxxx`, and a `google.rpc.ErrorInfo`
-//!   (see [`SparkError`]) with an `errorId` that **FetchErrorDetails** serves
+//!   (see [`SparkException`]) with an `errorId` that **FetchErrorDetails** serves
 //!   once.
 //! * **Config** (set/get/get_with_default/get_option/get_all/unset),
-//!   **AnalyzePlan** (`spark_version` → `"4.3.0"`, `schema` → an empty
+//!   **AnalyzePlan** (`spark_version` → `"4.3.0"`, `schema` → the plan's
 //!   `DataType`), **Interrupt** (all, by tag, by operation id; running
 //!   executions end with `OPERATION_CANCELED`), **ReleaseSession**. The other
 //!   RPCs answer `UNIMPLEMENTED`.
@@ -118,7 +123,7 @@ pub mod plans;
 pub mod proxy;
 pub mod server;
 
-pub use error::SparkError;
+pub use error::SparkException;
 pub use faults::{BAD_STATUS_DETAILS, Fault, FaultScript, Rpc};
 pub use proxy::{FaultProxy, FaultProxyBuilder};
 pub use server::{BufferStats, CallCounts, RecordedCall, TestServer, TestServerBuilder};

@@ -7,7 +7,7 @@ use arrow_array::{ArrayRef, Int32Array, Int64Array, RecordBatch};
 use arrow_ipc::writer::StreamWriter;
 use arrow_schema::{DataType, Field, Schema};
 
-use super::error::SparkError;
+use super::error::SparkException;
 use crate::proto::{Plan, Relation, command, plan, relation};
 
 /// The columns a query returns.
@@ -40,15 +40,15 @@ pub(crate) enum Work {
     SqlCommand(Relation),
 }
 
-fn unsupported(what: &str) -> SparkError {
-    SparkError::java(
+fn unsupported(what: &str) -> SparkException {
+    SparkException::java(
         "java.lang.UnsupportedOperationException",
         format!("The spark-connect-retry test server does not implement {what}."),
     )
 }
 
 /// Maps a plan to the work it asks for, or to the error Spark would raise.
-pub(crate) fn parse_plan(plan: Option<&Plan>) -> Result<Work, SparkError> {
+pub(crate) fn parse_plan(plan: Option<&Plan>) -> Result<Work, SparkException> {
     match plan.and_then(|p| p.op_type.as_ref()) {
         Some(plan::OpType::Root(rel)) => Ok(Work::Rows(parse_relation(rel)?)),
         Some(plan::OpType::Command(cmd)) => match &cmd.command_type {
@@ -70,14 +70,14 @@ pub(crate) fn parse_plan(plan: Option<&Plan>) -> Result<Work, SparkError> {
             },
             None => Err(unsupported("this command")),
         },
-        None => Err(SparkError::java(
+        None => Err(SparkException::java(
             "java.lang.IllegalArgumentException",
             "requirement failed: the plan is empty",
         )),
     }
 }
 
-fn parse_relation(rel: &Relation) -> Result<Query, SparkError> {
+fn parse_relation(rel: &Relation) -> Result<Query, SparkException> {
     match &rel.rel_type {
         Some(relation::RelType::Range(r)) => range(r.start.unwrap_or(0), r.end, r.step),
         Some(relation::RelType::Sql(s)) => parse_sql(&s.query),
@@ -87,9 +87,9 @@ fn parse_relation(rel: &Relation) -> Result<Query, SparkError> {
 
 /// `step == 0` is rejected like Spark's `Range` does. A proto3 `step` of 0
 /// also means "unset", which Spark clients never send; PySpark sends 1.
-fn range(start: i64, end: i64, step: i64) -> Result<Query, SparkError> {
+fn range(start: i64, end: i64, step: i64) -> Result<Query, SparkException> {
     if step == 0 {
-        return Err(SparkError::java(
+        return Err(SparkException::java(
             "java.lang.IllegalArgumentException",
             "requirement failed: step (0) cannot be 0",
         ));
@@ -119,7 +119,7 @@ impl Tok {
     }
 }
 
-fn tokenize(q: &str) -> Result<Vec<Tok>, SparkError> {
+fn tokenize(q: &str) -> Result<Vec<Tok>, SparkException> {
     let mut toks = Vec::new();
     let mut chars = q.chars().peekable();
     while let Some(&c) = chars.peek() {
@@ -148,13 +148,13 @@ fn tokenize(q: &str) -> Result<Vec<Tok>, SparkError> {
             }
             let v = n
                 .parse::<i64>()
-                .map_err(|_| SparkError::parse_syntax_error(&format!("'{n}'")))?;
+                .map_err(|_| SparkException::parse_syntax_error(&format!("'{n}'")))?;
             toks.push(Tok::Num(v));
         } else if "(),*;-".contains(c) {
             toks.push(Tok::Sym(c));
             chars.next();
         } else {
-            return Err(SparkError::parse_syntax_error(&format!("'{c}'")));
+            return Err(SparkException::parse_syntax_error(&format!("'{c}'")));
         }
     }
     // A trailing semicolon is allowed, as in spark.sql.
@@ -170,10 +170,10 @@ struct Parser {
 }
 
 impl Parser {
-    fn error(&self) -> SparkError {
+    fn error(&self) -> SparkException {
         match self.toks.get(self.pos) {
-            Some(t) => SparkError::parse_syntax_error(&t.shown()),
-            None => SparkError::parse_syntax_error("end of input"),
+            Some(t) => SparkException::parse_syntax_error(&t.shown()),
+            None => SparkException::parse_syntax_error("end of input"),
         }
     }
 
@@ -186,7 +186,7 @@ impl Parser {
         }
     }
 
-    fn expect(&mut self, t: Tok) -> Result<(), SparkError> {
+    fn expect(&mut self, t: Tok) -> Result<(), SparkException> {
         if self.eat(&t) {
             Ok(())
         } else {
@@ -194,11 +194,11 @@ impl Parser {
         }
     }
 
-    fn word(&mut self, w: &str) -> Result<(), SparkError> {
+    fn word(&mut self, w: &str) -> Result<(), SparkException> {
         self.expect(Tok::Word(w.to_owned()))
     }
 
-    fn number(&mut self) -> Result<i64, SparkError> {
+    fn number(&mut self) -> Result<i64, SparkException> {
         let neg = self.eat(&Tok::Sym('-'));
         match self.toks.get(self.pos) {
             Some(Tok::Num(n)) => {
@@ -218,7 +218,7 @@ impl Parser {
 /// `SELECT 1`, `SELECT * FROM range(..)`, `SELECT id FROM range(..)`,
 /// `SELECT id, id*2 AS x FROM range(..)`, where `range(..)` is `range(end)`,
 /// `range(start, end)` or `range(start, end, step)`.
-pub(crate) fn parse_sql(q: &str) -> Result<Query, SparkError> {
+pub(crate) fn parse_sql(q: &str) -> Result<Query, SparkException> {
     let mut p = Parser {
         toks: tokenize(q)?,
         pos: 0,
@@ -291,6 +291,32 @@ impl Query {
         u64::try_from(n).unwrap_or(u64::MAX)
     }
 
+    /// The schema as Spark describes it (`DataType`), sent before the rows.
+    pub(crate) fn spark_schema(&self) -> crate::proto::DataType {
+        use crate::proto::data_type::{self as dt, Kind};
+        let field = |name: &str, kind: Kind| dt::StructField {
+            name: name.to_owned(),
+            data_type: Some(crate::proto::DataType { kind: Some(kind) }),
+            nullable: false,
+            metadata: None,
+        };
+        let fields = self
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| match f.data_type() {
+                DataType::Int32 => field(f.name(), Kind::Integer(Default::default())),
+                _ => field(f.name(), Kind::Long(Default::default())),
+            })
+            .collect();
+        crate::proto::DataType {
+            kind: Some(Kind::Struct(dt::Struct {
+                fields,
+                type_variation_reference: 0,
+            })),
+        }
+    }
+
     fn schema(&self) -> Arc<Schema> {
         let fields = match self.columns {
             Columns::Id => vec![Field::new("id", DataType::Int64, false)],
@@ -305,7 +331,7 @@ impl Query {
 
     /// One Arrow IPC stream (schema + one record batch) holding rows
     /// `first .. first + len`.
-    pub(crate) fn ipc_batch(&self, first: u64, len: u64) -> Result<Vec<u8>, SparkError> {
+    pub(crate) fn ipc_batch(&self, first: u64, len: u64) -> Result<Vec<u8>, SparkException> {
         let schema = self.schema();
         let columns: Vec<ArrayRef> = match self.columns {
             Columns::One => vec![Arc::new(Int32Array::from(vec![1; len as usize]))],
@@ -326,7 +352,7 @@ impl Query {
             }
         };
         let internal = |e: arrow_schema::ArrowError| {
-            SparkError::java("java.lang.IllegalStateException", format!("arrow: {e}"))
+            SparkException::java("java.lang.IllegalStateException", format!("arrow: {e}"))
         };
         let batch = RecordBatch::try_new(schema.clone(), columns).map_err(internal)?;
         let mut writer = StreamWriter::try_new(Vec::new(), &schema).map_err(internal)?;

@@ -14,7 +14,7 @@ use tonic::Status;
 
 use super::PRODUCER_WINDOW;
 use crate::proto::{self, execute_plan_response as epr};
-use crate::testing::error::SparkError;
+use crate::testing::error::SparkException;
 use crate::testing::faults::lock;
 
 #[derive(Debug, Default)]
@@ -68,6 +68,8 @@ pub(super) struct Operation {
     pub(super) reattachable: bool,
     pub(super) tags: Vec<String>,
     pub(super) plan: Option<proto::Plan>,
+    /// The client's preferred Arrow chunk size, when it allows chunking.
+    pub(super) chunking: Option<usize>,
     pub(super) state: Mutex<OpState>,
     /// Pinged on every state change; senders and the producer wait on it.
     pub(super) changed: watch::Sender<()>,
@@ -177,12 +179,12 @@ impl Operation {
     }
 
     /// ReleaseUntil: evict up to and including `response_id`.
-    pub(super) fn release_until(&self, response_id: &str) -> Result<(), SparkError> {
+    pub(super) fn release_until(&self, response_id: &str) -> Result<(), SparkException> {
         let mut st = lock(&self.state);
         let index = *st
             .index_of
             .get(response_id)
-            .ok_or_else(|| SparkError::position_not_found(response_id))?;
+            .ok_or_else(|| SparkException::position_not_found(response_id))?;
         st.buffer = st.buffer.split_off(&(index + 1));
         Ok(())
     }

@@ -15,7 +15,7 @@ use super::service::{Service, kill_switch};
 use super::state::Shared;
 use crate::proto;
 use crate::proto::release_execute_request::Release;
-use crate::testing::error::SparkError;
+use crate::testing::error::SparkException;
 use crate::testing::faults::{Rpc, lock};
 use crate::testing::plan::parse_plan;
 
@@ -84,13 +84,13 @@ impl Service {
     ) -> Result<(), Status> {
         let session_id = Some(req.session_id.as_str());
         if existing.plan != req.plan {
-            let e = SparkError::operation_already_exists(&existing.id);
+            let e = SparkException::operation_already_exists(&existing.id);
             return Err(self.shared.spark_status(&e, session_id));
         }
         if !existing.reattachable {
             return Err(self
                 .shared
-                .spark_status(&SparkError::not_reattachable(), session_id));
+                .spark_status(&SparkException::not_reattachable(), session_id));
         }
         Ok(())
     }
@@ -106,6 +106,7 @@ impl Service {
             session_id: req.session_id.clone(),
             reattachable: reattachable(req),
             tags: req.tags.clone(),
+            chunking: chunking(req),
             plan: req.plan.clone(),
             state: Mutex::new(OpState::default()),
             changed: watch::Sender::new(()),
@@ -117,7 +118,7 @@ impl Service {
                 Ok(op)
             }
             // Released concurrently.
-            None => Err(SparkError::session_closed(&req.session_id).to_status(None)),
+            None => Err(SparkException::session_closed(&req.session_id).to_status(None)),
         }
     }
 
@@ -145,19 +146,20 @@ impl Service {
             req.client_observed_server_side_session_id.as_deref(),
         )?;
         let Some(op) = shared.find_op(&session_id, &op_id) else {
-            return Err(
-                shared.spark_status(&SparkError::operation_not_found(&op_id), Some(&session_id))
-            );
+            return Err(shared.spark_status(
+                &SparkException::operation_not_found(&op_id),
+                Some(&session_id),
+            ));
         };
         if !op.reattachable {
-            return Err(shared.spark_status(&SparkError::not_reattachable(), Some(&session_id)));
+            return Err(shared.spark_status(&SparkException::not_reattachable(), Some(&session_id)));
         }
         let start_after = match &req.last_response_id {
             None => 0,
             Some(id) => match op.index_of(id) {
                 Some(i) => i,
                 None => {
-                    let e = SparkError::position_not_found(id);
+                    let e = SparkException::position_not_found(id);
                     return Err(shared.spark_status(&e, Some(&session_id)));
                 }
             },
@@ -204,9 +206,9 @@ fn release(
     let Some(op) = shared.find_op(session_id, op_id) else {
         return Ok(resp); // Already gone: a no-op success.
     };
-    let spark_status = |e: &SparkError| shared.spark_status(e, Some(session_id));
+    let spark_status = |e: &SparkException| shared.spark_status(e, Some(session_id));
     if !op.reattachable {
-        return Err(spark_status(&SparkError::not_reattachable()));
+        return Err(spark_status(&SparkException::not_reattachable()));
     }
     match &req.release {
         Some(Release::ReleaseAll(_)) => {
@@ -218,7 +220,7 @@ fn release(
                 .map_err(|e| spark_status(&e))?;
         }
         None => {
-            return Err(spark_status(&SparkError::java(
+            return Err(spark_status(&SparkException::java(
                 "java.lang.UnsupportedOperationException",
                 "ReleaseExecute needs release_all or release_until",
             )));
@@ -232,7 +234,7 @@ fn release(
 fn operation_id(req: &proto::ExecutePlanRequest) -> Result<String, Status> {
     match &req.operation_id {
         Some(id) if uuid::Uuid::parse_str(id).is_err() => {
-            Err(SparkError::invalid_handle_format(id).to_status(None))
+            Err(SparkException::invalid_handle_format(id).to_status(None))
         }
         Some(id) => Ok(id.clone()),
         None => Ok(uuid::Uuid::new_v4().to_string()),
@@ -247,4 +249,23 @@ fn reattachable(req: &proto::ExecutePlanRequest) -> bool {
             Some(proto::execute_plan_request::request_option::RequestOption::ReattachOptions(r)) if r.reattachable
         )
     })
+}
+
+/// The client's `ResultChunkingOptions`: its preferred chunk size (0: none
+/// given) when it allows chunking.
+fn chunking(req: &proto::ExecutePlanRequest) -> Option<usize> {
+    req.request_options
+        .iter()
+        .find_map(|o| match &o.request_option {
+            Some(
+                proto::execute_plan_request::request_option::RequestOption::ResultChunkingOptions(
+                    c,
+                ),
+            ) if c.allow_arrow_batch_chunking => Some(
+                c.preferred_arrow_chunk_size
+                    .and_then(|s| usize::try_from(s).ok())
+                    .unwrap_or(0),
+            ),
+            _ => None,
+        })
 }

@@ -22,7 +22,7 @@ use super::state::{Counters, Log, Shared, State};
 use super::{MAX_MESSAGE_BYTES, Settings, TestServerBuilder};
 use crate::proto::{self, spark_connect_service_server::SparkConnectServiceServer};
 use crate::testing::conn::{Connections, KillableTcp};
-use crate::testing::error::SparkError;
+use crate::testing::error::SparkException;
 use crate::testing::faults::{FaultScript, Rpc, lock};
 
 /// How many times each RPC was called (including calls that failed or were
@@ -251,7 +251,7 @@ impl TestServer {
                 .collect()
         };
         for op in ops {
-            op.fail(SparkError::operation_canceled().to_status(None));
+            op.fail(SparkException::operation_canceled().to_status(None));
             op.close();
         }
         id

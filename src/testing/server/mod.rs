@@ -47,6 +47,9 @@ pub const DEFAULT_MAX_STREAM_DURATION: Duration = Duration::from_secs(120);
 /// huge `range` from filling memory when nobody reads it.
 const PRODUCER_WINDOW: u64 = 256;
 
+/// Default of [`TestServerBuilder::max_chunk_bytes`]: 4 MiB.
+pub const DEFAULT_MAX_CHUNK_BYTES: usize = 4 * 1024 * 1024;
+
 /// The gRPC message-size limit of the real server (128 MiB).
 const MAX_MESSAGE_BYTES: usize = 128 * 1024 * 1024;
 
@@ -59,6 +62,8 @@ struct Settings {
     rows_per_batch: u64,
     batch_delay: Duration,
     execution_progress: bool,
+    schema_response: bool,
+    max_chunk_bytes: usize,
     required_token: Option<String>,
     spark_version: String,
 }
@@ -73,6 +78,8 @@ impl Default for Settings {
             rows_per_batch: DEFAULT_ROWS_PER_BATCH,
             batch_delay: Duration::ZERO,
             execution_progress: false,
+            schema_response: true,
+            max_chunk_bytes: DEFAULT_MAX_CHUNK_BYTES,
             required_token: None,
             spark_version: DEFAULT_SPARK_VERSION.to_owned(),
         }
@@ -137,6 +144,21 @@ impl TestServerBuilder {
     /// Clients must skip them. Default: off.
     pub fn execution_progress(mut self, on: bool) -> Self {
         self.settings.execution_progress = on;
+        self
+    }
+
+    /// Send the result's schema (Spark's `DataType`) in a response of its
+    /// own before the first batch, as the real server does. Default: on.
+    pub fn schema_response(mut self, on: bool) -> Self {
+        self.settings.schema_response = on;
+        self
+    }
+
+    /// The largest Arrow chunk sent to a client that allows result chunking
+    /// (`ResultChunkingOptions`); a client's smaller preferred size (at least
+    /// 1 KiB) wins. Default [`DEFAULT_MAX_CHUNK_BYTES`].
+    pub fn max_chunk_bytes(mut self, bytes: usize) -> Self {
+        self.settings.max_chunk_bytes = bytes.max(1024);
         self
     }
 

@@ -10,14 +10,14 @@ use tokio::sync::watch;
 use super::buffer::Operation;
 use super::state::Shared;
 use crate::proto::{self, execute_plan_response as epr};
-use crate::testing::error::SparkError;
+use crate::testing::error::SparkException;
 use crate::testing::plan::{Query, Work};
 
 /// Runs `work` for `op` until it completes, fails or is cancelled.
 pub(super) async fn produce(
     shared: Arc<Shared>,
     op: Arc<Operation>,
-    work: Result<Work, SparkError>,
+    work: Result<Work, SparkException>,
 ) {
     match work {
         Err(e) => fail(&shared, &op, &e),
@@ -45,6 +45,16 @@ async fn produce_rows(shared: &Shared, op: &Operation, query: &Query) -> bool {
     let total = query.row_count();
     let mut changed = op.changed.subscribe();
     let mut offset = 0u64;
+    if settings.schema_response && !op.push(schema(query)) {
+        return false;
+    }
+    let chunk = op.chunking.map(|preferred| {
+        if (1024..settings.max_chunk_bytes).contains(&preferred) {
+            preferred
+        } else {
+            settings.max_chunk_bytes
+        }
+    });
     loop {
         let len = settings.rows_per_batch.min(total - offset);
         let data = match query.ipc_batch(offset, len) {
@@ -57,7 +67,10 @@ async fn produce_rows(shared: &Shared, op: &Operation, query: &Query) -> bool {
         if settings.execution_progress && !op.push(progress()) {
             return false;
         }
-        if !op.push(arrow_batch(data, offset, len)) {
+        if !arrow_batch(data, offset, len, chunk)
+            .into_iter()
+            .all(|r| op.push(r))
+        {
             return false;
         }
         offset += len;
@@ -91,7 +104,7 @@ async fn wait_for_consumer(op: &Operation, changed: &mut watch::Receiver<()>) ->
 }
 
 /// Ends `op` with `err`, Spark-encoded.
-fn fail(shared: &Shared, op: &Operation, err: &SparkError) {
+fn fail(shared: &Shared, op: &Operation, err: &SparkException) {
     let status = shared.spark_status(err, Some(&op.session_id));
     op.fail(status);
 }
@@ -112,12 +125,40 @@ fn progress() -> proto::ExecutePlanResponse {
     ))
 }
 
-fn arrow_batch(data: Vec<u8>, offset: u64, len: u64) -> proto::ExecutePlanResponse {
-    response(epr::ResponseType::ArrowBatch(epr::ArrowBatch {
-        row_count: len as i64,
-        data,
-        start_offset: Some(offset as i64),
-        chunk_index: None,
-        num_chunks_in_batch: None,
-    }))
+/// The responses of one batch: one, or its chunks when the client allows
+/// chunking and the batch is larger than `chunk` bytes.
+fn arrow_batch(
+    data: Vec<u8>,
+    offset: u64,
+    len: u64,
+    chunk: Option<usize>,
+) -> Vec<proto::ExecutePlanResponse> {
+    let one = |data: Vec<u8>, index: Option<i64>, chunks: Option<i64>| {
+        response(epr::ResponseType::ArrowBatch(epr::ArrowBatch {
+            row_count: len as i64,
+            data,
+            start_offset: Some(offset as i64),
+            chunk_index: index,
+            num_chunks_in_batch: chunks,
+        }))
+    };
+    match chunk {
+        Some(size) if data.len() > size => {
+            let n = data.len().div_ceil(size) as i64;
+            data.chunks(size)
+                .enumerate()
+                .map(|(i, c)| one(c.to_vec(), Some(i as i64), Some(n)))
+                .collect()
+        }
+        Some(_) => vec![one(data, Some(0), Some(1))],
+        None => vec![one(data, None, None)],
+    }
+}
+
+/// The schema response Spark sends before the first batch.
+fn schema(query: &Query) -> proto::ExecutePlanResponse {
+    proto::ExecutePlanResponse {
+        schema: Some(query.spark_schema()),
+        ..Default::default()
+    }
 }

@@ -15,7 +15,7 @@ use super::buffer::{Operation, Step};
 use super::state::Shared;
 use crate::proto;
 use crate::testing::conn::KillSwitch;
-use crate::testing::error::SparkError;
+use crate::testing::error::SparkException;
 use crate::testing::faults::{Action, Fault, lock};
 
 /// The response stream of ExecutePlan and ReattachExecute.
@@ -187,9 +187,9 @@ impl<'a> Sender<'a> {
             Step::Send(resp, size) => self.send(*resp, size).await,
             Step::Wait => self.wait().await,
             Step::Finished(outcome) => ControlFlow::Break(outcome.err()),
-            Step::Disconnected => self.end_with(&SparkError::cursor_disconnected()),
+            Step::Disconnected => self.end_with(&SparkException::cursor_disconnected()),
             Step::Evicted(id, index) => {
-                self.end_with(&SparkError::position_not_available(&id, index))
+                self.end_with(&SparkException::position_not_available(&id, index))
             }
         }
     }
@@ -241,7 +241,7 @@ impl<'a> Sender<'a> {
         }
     }
 
-    fn end_with(&self, err: &SparkError) -> Flow {
+    fn end_with(&self, err: &SparkException) -> Flow {
         ControlFlow::Break(Some(
             self.shared.spark_status(err, Some(&self.op.session_id)),
         ))

@@ -10,7 +10,7 @@ use super::buffer::Operation;
 use super::service::Service;
 use super::state::Shared;
 use crate::proto;
-use crate::testing::error::SparkError;
+use crate::testing::error::SparkException;
 use crate::testing::faults::{Rpc, lock};
 
 impl Service {
@@ -65,7 +65,7 @@ impl Service {
     }
 }
 
-/// AnalyzePlan: `spark_version`, and `schema` (an empty `DataType`).
+/// AnalyzePlan: `spark_version`, and `schema` (the plan's Spark schema).
 fn analyze(
     shared: &Shared,
     req: proto::AnalyzePlanRequest,
@@ -75,10 +75,16 @@ fn analyze(
         Some(Analyze::SparkVersion(_)) => apr::Result::SparkVersion(apr::SparkVersion {
             version: shared.settings.spark_version.clone(),
         }),
-        // The DataType message is declared empty in this crate.
-        Some(Analyze::Schema(_)) => apr::Result::Schema(apr::Schema {
-            schema: Some(proto::DataType {}),
-        }),
+        Some(Analyze::Schema(s)) => {
+            let schema = match crate::testing::plan::parse_plan(s.plan.as_ref()) {
+                Ok(crate::testing::plan::Work::Rows(query)) => query.spark_schema(),
+                Ok(_) => proto::DataType::default(),
+                Err(e) => return Err(shared.spark_status(&e, Some(&req.session_id))),
+            };
+            apr::Result::Schema(apr::Schema {
+                schema: Some(schema),
+            })
+        }
         None => {
             return Err(Status::unimplemented(
                 "this AnalyzePlan request is not implemented by the test server",
@@ -99,12 +105,12 @@ fn config(shared: &Shared, req: proto::ConfigRequest) -> Result<proto::ConfigRes
     let applied = {
         let mut st = lock(&shared.state);
         let Some(session) = st.sessions.get_mut(session_id) else {
-            return Err(SparkError::session_closed(session_id).to_status(None));
+            return Err(SparkException::session_closed(session_id).to_status(None));
         };
         apply_config(&mut session.conf, op)
     };
     let pairs = applied.map_err(|missing| {
-        shared.spark_status(&SparkError::conf_not_found(&missing), Some(session_id))
+        shared.spark_status(&SparkException::conf_not_found(&missing), Some(session_id))
     })?;
     Ok(proto::ConfigResponse {
         session_id: session_id.clone(),
@@ -136,7 +142,7 @@ fn interrupt(
             ops.into_iter().filter(|o| &o.id == id).collect()
         }
         _ => {
-            let e = SparkError::java(
+            let e = SparkException::java(
                 "java.lang.IllegalArgumentException",
                 "Unsupported or incomplete interrupt type",
             );
@@ -178,7 +184,7 @@ fn release_session(
     };
     for op in ops {
         // The session is gone, so the cancel error carries no errorId.
-        op.fail(SparkError::operation_canceled().to_status(None));
+        op.fail(SparkException::operation_canceled().to_status(None));
         op.close();
     }
     Ok(proto::ReleaseSessionResponse {

@@ -14,7 +14,7 @@ use super::buffer::Operation;
 use super::handle::RecordedCall;
 use crate::proto;
 use crate::testing::conn::Connections;
-use crate::testing::error::SparkError;
+use crate::testing::error::SparkException;
 use crate::testing::faults::{FaultScript, lock};
 
 #[derive(Debug, Default)]
@@ -50,7 +50,7 @@ pub(super) struct State {
     pub(super) sessions: HashMap<String, Session>,
     pub(super) closed: HashSet<String>,
     /// errorId → (session id, error), served once by FetchErrorDetails.
-    pub(super) errors: HashMap<String, (String, SparkError)>,
+    pub(super) errors: HashMap<String, (String, SparkException)>,
 }
 
 #[derive(Debug)]
@@ -72,7 +72,7 @@ impl Shared {
 
     /// A Spark-encoded status; when the session exists the error gets an
     /// `errorId` that FetchErrorDetails serves once.
-    pub(super) fn spark_status(&self, err: &SparkError, session_id: Option<&str>) -> Status {
+    pub(super) fn spark_status(&self, err: &SparkException, session_id: Option<&str>) -> Status {
         let id = session_id.and_then(|sid| {
             let mut st = lock(&self.state);
             st.sessions.contains_key(sid).then(|| {
@@ -87,7 +87,7 @@ impl Shared {
     fn check_observed(&self, session_id: &str, observed: Option<&str>) -> Result<(), Status> {
         match observed {
             Some(o) if o != self.ssid() => {
-                Err(self.spark_status(&SparkError::session_changed(session_id), None))
+                Err(self.spark_status(&SparkException::session_changed(session_id), None))
             }
             _ => Ok(()),
         }
@@ -99,12 +99,12 @@ impl Shared {
         observed: Option<&str>,
     ) -> Result<(), Status> {
         if uuid::Uuid::parse_str(session_id).is_err() {
-            return Err(SparkError::invalid_handle_format(session_id).to_status(None));
+            return Err(SparkException::invalid_handle_format(session_id).to_status(None));
         }
         {
             let mut st = lock(&self.state);
             if st.closed.contains(session_id) {
-                return Err(SparkError::session_closed(session_id).to_status(None));
+                return Err(SparkException::session_closed(session_id).to_status(None));
             }
             st.sessions.entry(session_id.to_owned()).or_default();
         }
@@ -119,10 +119,10 @@ impl Shared {
         {
             let st = lock(&self.state);
             if st.closed.contains(session_id) {
-                return Err(SparkError::session_closed(session_id).to_status(None));
+                return Err(SparkException::session_closed(session_id).to_status(None));
             }
             if !st.sessions.contains_key(session_id) {
-                return Err(SparkError::session_not_found(session_id).to_status(None));
+                return Err(SparkException::session_not_found(session_id).to_status(None));
             }
         }
         self.check_observed(session_id, observed)
@@ -147,7 +147,7 @@ impl Shared {
     }
 
     pub(super) fn canceled_status(&self, session_id: &str) -> Status {
-        self.spark_status(&SparkError::operation_canceled(), Some(session_id))
+        self.spark_status(&SparkException::operation_canceled(), Some(session_id))
     }
 
     /// Cancels (if still running) and disconnects these executions.

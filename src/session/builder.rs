@@ -1,0 +1,293 @@
+//! [`SparkSessionBuilder`]: every option of a session, checked once, at
+//! [`build`](SparkSessionBuilder::build).
+//!
+//! A bad value (a zero or hundred-year timeout, a tiny chunk size) is a
+//! typed error naming the option when the session is built, never a panic
+//! or a surprise on the first query.
+
+use std::time::Duration;
+
+use tonic::service::interceptor::InterceptedService;
+use tower::ServiceExt;
+use tower::util::BoxCloneSyncService;
+
+use super::channel::{AuthInterceptor, ChannelBuilder, DEFAULT_CONNECT_TIMEOUT};
+use super::conn_string::ConnectionString;
+use super::error::SparkError;
+use super::spark::{Options, SparkSession};
+use crate::deadlines::{RpcDeadlines, check_timeout};
+use crate::policy::RetryPolicy;
+use crate::reattach::DEFAULT_IDLE_TIMEOUT;
+use crate::renew::RenewableChannel;
+use crate::retrying::Retrying;
+use crate::transport::{GrpcChannel, SparkClient, grpc_channel};
+
+/// How long [`SparkSession::close`] waits for background releases (PySpark: 10 s).
+pub const DEFAULT_RELEASE_WAIT: Duration = Duration::from_secs(10);
+
+/// The smallest preferred Arrow chunk the server accepts (PySpark: 1 KiB).
+pub const MIN_ARROW_CHUNK_SIZE: usize = 1024;
+
+/// Room left in a gRPC message for the response around an Arrow chunk.
+const CHUNK_HEADROOM: usize = 64 * 1024;
+
+/// Builds a [`SparkSession`].
+///
+/// The session needs a tokio runtime (any flavour): [`build`](Self::build)
+/// only prepares a lazily connecting channel, but RPCs, background releases
+/// and the interrupt sent when a stream is dropped run on the current
+/// runtime.
+#[derive(Debug, Default)]
+#[must_use]
+pub struct SparkSessionBuilder {
+    remote: Option<String>,
+    config: Option<ConnectionString>,
+    retrying: Option<Retrying>,
+    deadlines: Option<RpcDeadlines>,
+    /// `None`: not set, the default applies; `Some(None)`: turned off.
+    idle_timeout: Option<Option<Duration>>,
+    release_wait: Option<Duration>,
+    connect_timeout: Option<Duration>,
+    channel: Option<GrpcChannel>,
+    arrow_chunking: Option<bool>,
+    preferred_arrow_chunk_size: Option<usize>,
+    interrupt_on_drop: bool,
+}
+
+impl SparkSessionBuilder {
+    /// Connect to this `sc://` URL (default: `SPARK_REMOTE`).
+    pub fn remote(mut self, url: impl Into<String>) -> Self {
+        self.remote = Some(url.into());
+        self
+    }
+    /// Use an already parsed connection string.
+    pub fn connection(mut self, config: ConnectionString) -> Self {
+        self.config = Some(config);
+        self
+    }
+    /// The retry policies, in order (default: one PySpark `DefaultPolicy`).
+    pub fn retry_policies(mut self, policies: Vec<RetryPolicy>) -> Self {
+        self.retrying = Some(Retrying::new(policies));
+        self
+    }
+    /// A fully configured retry loop (policies, sleeper, clock, seed).
+    pub fn retrying(mut self, retrying: Retrying) -> Self {
+        self.retrying = Some(retrying);
+        self
+    }
+    /// Per-RPC deadlines (default: PySpark 4.3's).
+    pub fn deadlines(mut self, deadlines: RpcDeadlines) -> Self {
+        self.deadlines = Some(deadlines);
+        self
+    }
+    /// Stall detection: reattach, over a fresh connection, when a result
+    /// stream is silent for this long (default
+    /// [`crate::reattach::DEFAULT_IDLE_TIMEOUT`], 10 s; `None` turns it off).
+    pub fn idle_timeout(mut self, idle: Option<Duration>) -> Self {
+        self.idle_timeout = Some(idle);
+        self
+    }
+    /// How long [`SparkSession::close`] waits for background releases.
+    pub fn release_wait(mut self, wait: Duration) -> Self {
+        self.release_wait = Some(wait);
+        self
+    }
+    /// How long to wait for a TCP (and TLS) connection (default 10 s).
+    /// Ignored with [`channel`](Self::channel), which brings its own.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = Some(timeout);
+        self
+    }
+    /// Let the server split an Arrow batch over several responses (default
+    /// on, as in PySpark), so a row larger than one gRPC message still
+    /// arrives. Chunks are reassembled before decoding.
+    pub fn arrow_chunking(mut self, enabled: bool) -> Self {
+        self.arrow_chunking = Some(enabled);
+        self
+    }
+    /// The chunk size to ask the server for, in bytes (at least
+    /// [`MIN_ARROW_CHUNK_SIZE`]). By default the client's maximum message
+    /// size less 64 KiB, so every chunk fits in a message; the server uses
+    /// its own maximum (`spark.connect.session.resultChunking.maxChunkSize`)
+    /// when that is smaller.
+    pub fn preferred_arrow_chunk_size(mut self, bytes: usize) -> Self {
+        self.preferred_arrow_chunk_size = Some(bytes);
+        self
+    }
+    /// When an unfinished [`ArrowStream`](super::ArrowStream) is dropped,
+    /// interrupt its operation on the server before releasing it (default
+    /// off: the release alone frees the server's buffers, as in PySpark).
+    pub fn interrupt_on_drop(mut self, enabled: bool) -> Self {
+        self.interrupt_on_drop = enabled;
+        self
+    }
+    /// Send RPCs through this service stack instead of a channel built from
+    /// the connection string (for example a channel wrapped in the retry
+    /// layer, or a test proxy). Token and metadata headers are still added.
+    pub fn channel(mut self, channel: GrpcChannel) -> Self {
+        self.channel = Some(channel);
+        self
+    }
+
+    /// Build the session. The channel connects lazily, on the first RPC; the
+    /// session id is drawn here (unless the connection string gives one), so
+    /// two sessions built from one string never share it.
+    pub fn build(mut self) -> Result<SparkSession, SparkError> {
+        let config = match (self.config.take(), self.remote.take()) {
+            (Some(c), _) => c,
+            (None, Some(url)) => ConnectionString::parse(&url)?,
+            (None, None) => ConnectionString::from_env()?,
+        };
+        let deadlines = self.deadlines.unwrap_or_default();
+        deadlines.validate()?;
+        let idle_timeout = self.idle_timeout.unwrap_or(Some(DEFAULT_IDLE_TIMEOUT));
+        check_option("idle_timeout", idle_timeout)?;
+        check_option("connect_timeout", self.connect_timeout)?;
+        let chunk = self.chunk_size(&config)?;
+        let auth = AuthInterceptor::new(&config);
+        // Wrapped once: a channel built here is intercepted, sanitized and
+        // boxed in one step; a caller's channel is already a sanitized
+        // `GrpcChannel`, so it is only intercepted and boxed again.
+        let channel = match self.channel {
+            Some(c) => BoxCloneSyncService::new(
+                InterceptedService::new(c, auth)
+                    .map_response(|r: http::Response<_>| r.map(tonic::body::Body::new)),
+            ),
+            None => {
+                let timeout = self.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
+                // A renewable channel: a stall reattach dials a fresh
+                // connection instead of waiting on a dead one.
+                let tonic = RenewableChannel::new(
+                    ChannelBuilder::new(&config)
+                        .connect_timeout(timeout)
+                        .endpoint()?,
+                );
+                grpc_channel(InterceptedService::new(tonic, auth))
+            }
+        };
+        let client = SparkClient::new(channel)
+            .max_decoding_message_size(config.max_message_size())
+            .max_encoding_message_size(config.max_message_size());
+        Ok(SparkSession::new(
+            client,
+            &config,
+            Options {
+                retrying: self.retrying.unwrap_or_default(),
+                deadlines,
+                idle_timeout,
+                release_wait: self.release_wait.unwrap_or(DEFAULT_RELEASE_WAIT),
+                arrow_chunk_size: chunk,
+                interrupt_on_drop: self.interrupt_on_drop,
+            },
+        ))
+    }
+
+    /// The preferred chunk size to send, or `None` with chunking off.
+    fn chunk_size(&self, config: &ConnectionString) -> Result<Option<usize>, SparkError> {
+        if self.arrow_chunking == Some(false) {
+            return Ok(None);
+        }
+        if let Some(bytes) = self.preferred_arrow_chunk_size
+            && bytes < MIN_ARROW_CHUNK_SIZE
+        {
+            return Err(SparkError::InvalidOption {
+                field: "preferred_arrow_chunk_size",
+                reason: "must be at least 1024 bytes",
+            });
+        }
+        let fits = config
+            .max_message_size()
+            .saturating_sub(CHUNK_HEADROOM)
+            .max(MIN_ARROW_CHUNK_SIZE);
+        Ok(Some(
+            self.preferred_arrow_chunk_size.unwrap_or(fits).min(fits),
+        ))
+    }
+}
+
+/// A timeout option: not zero, not absurdly long (`Instant + d` must not overflow).
+fn check_option(field: &'static str, value: Option<Duration>) -> Result<(), SparkError> {
+    match value {
+        Some(d) => check_timeout(d).map_err(|reason| SparkError::InvalidOption { field, reason }),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn builder() -> SparkSessionBuilder {
+        SparkSession::builder().remote("sc://127.0.0.1:1")
+    }
+
+    fn invalid_field(result: Result<SparkSession, SparkError>) -> &'static str {
+        match result {
+            Err(SparkError::InvalidOption { field, .. }) => field,
+            Err(SparkError::Deadline(e)) => e.field,
+            other => panic!("expected an invalid option, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn bad_timeouts_name_the_field() {
+        let huge = Some(Duration::MAX);
+        assert_eq!(
+            invalid_field(builder().idle_timeout(huge).build()),
+            "idle_timeout"
+        );
+        assert_eq!(
+            invalid_field(builder().idle_timeout(Some(Duration::ZERO)).build()),
+            "idle_timeout"
+        );
+        assert_eq!(
+            invalid_field(builder().connect_timeout(Duration::MAX).build()),
+            "connect_timeout"
+        );
+        let deadlines = RpcDeadlines {
+            reattach_execute: huge,
+            ..RpcDeadlines::default()
+        };
+        assert_eq!(
+            invalid_field(builder().deadlines(deadlines).build()),
+            "reattach_execute"
+        );
+        assert_eq!(
+            invalid_field(builder().preferred_arrow_chunk_size(10).build()),
+            "preferred_arrow_chunk_size"
+        );
+    }
+
+    #[test]
+    fn chunk_size_fits_the_message_limit() {
+        let small = ConnectionString::parse("sc://h/;grpc_max_message_size=1048576").unwrap();
+        let b = SparkSessionBuilder::default();
+        assert_eq!(b.chunk_size(&small).unwrap(), Some(1024 * 1024 - 64 * 1024));
+        let b = SparkSessionBuilder::default().preferred_arrow_chunk_size(4096);
+        assert_eq!(b.chunk_size(&small).unwrap(), Some(4096));
+        let b = SparkSessionBuilder::default().preferred_arrow_chunk_size(1 << 30);
+        assert_eq!(b.chunk_size(&small).unwrap(), Some(1024 * 1024 - 64 * 1024));
+        let tiny = ConnectionString::parse("sc://h/;grpc_max_message_size=2000").unwrap();
+        assert_eq!(
+            SparkSessionBuilder::default().chunk_size(&tiny).unwrap(),
+            Some(1024)
+        );
+        let off = SparkSessionBuilder::default().arrow_chunking(false);
+        assert_eq!(off.chunk_size(&small).unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn session_ids_are_drawn_per_build() {
+        let config = ConnectionString::parse("sc://127.0.0.1:1").unwrap();
+        let a = SparkSession::builder()
+            .connection(config.clone())
+            .build()
+            .unwrap();
+        let b = SparkSession::builder().connection(config).build().unwrap();
+        assert_ne!(a.session_id(), b.session_id());
+        let given = "00112233-4455-6677-8899-aabbccddeeff";
+        let url = format!("sc://127.0.0.1:1/;session_id={given}");
+        let c = SparkSession::builder().remote(url).build().unwrap();
+        assert_eq!(c.session_id(), given);
+    }
+}

@@ -1,0 +1,337 @@
+//! [`ArrowStream`]: the rows of one execution as Arrow record batches.
+//!
+//! A result must arrive whole or fail loudly: every batch exactly once, in
+//! order (checked by `start_offset`), large batches reassembled from their
+//! chunks, and every error enriched the same way whether the stream is read
+//! with [`next_batch`](ArrowStream::next_batch) or as a `Stream`: both run
+//! one poll loop. The stream can also be cancelled (interrupt, then
+//! release), and knows its schema before its first batch.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio_stream::Stream;
+
+use super::error::SparkError;
+use super::spark::SparkSession;
+use crate::proto::{self, ExecutePlanResponse};
+use crate::reattach::core::CoreCounters;
+use crate::reattach::{ExecutionStats, ReattachableExecution};
+
+/// A callback for ExecutionProgress messages.
+type ProgressFn = Box<dyn FnMut(&proto::execute_plan_response::ExecutionProgress) + Send>;
+
+/// A server error being enriched (FetchErrorDetails) before it is returned.
+type Enriching = Pin<Box<dyn Future<Output = SparkError> + Send>>;
+
+/// Rows of a query as Arrow record batches, in order, each exactly once.
+///
+/// A `Stream` of `RecordBatch`es (with the `arrow` feature), or read with
+/// [`next_batch`](Self::next_batch); the two share one loop and give the
+/// same errors. The ArrowBatch `start_offset` of each batch is checked
+/// against the rows seen so far, so a dropped or replayed batch is an
+/// error, never silent.
+///
+/// Dropping an unfinished stream releases the execution on the server
+/// (ReleaseExecute); with
+/// [`interrupt_on_drop`](super::SparkSessionBuilder::interrupt_on_drop) it
+/// is interrupted first. [`cancel`](Self::cancel) does both and waits for
+/// the interrupt.
+pub struct ArrowStream {
+    session: SparkSession,
+    exec: Option<ReattachableExecution>,
+    operation_id: String,
+    rows: u64,
+    batches: u64,
+    /// Responses read by [`SparkSession::sql`] before it returned.
+    held: VecDeque<ExecutePlanResponse>,
+    enriching: Option<Enriching>,
+    on_progress: Option<ProgressFn>,
+    /// No more responses will come (end, error or cancel).
+    done: bool,
+    interrupt_on_drop: bool,
+    #[cfg(feature = "arrow")]
+    arrow: super::decode::ArrowState,
+}
+
+impl std::fmt::Debug for ArrowStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArrowStream")
+            .field("operation_id", &self.operation_id)
+            .field("rows", &self.rows)
+            .field("batches", &self.batches)
+            .field("done", &self.done)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ArrowStream {
+    pub(super) fn new(
+        session: SparkSession,
+        exec: ReattachableExecution,
+        interrupt_on_drop: bool,
+    ) -> Self {
+        let operation_id = exec.operation_id().to_owned();
+        ArrowStream {
+            session,
+            exec: Some(exec),
+            operation_id,
+            rows: 0,
+            batches: 0,
+            held: VecDeque::new(),
+            enriching: None,
+            on_progress: None,
+            done: false,
+            interrupt_on_drop,
+            #[cfg(feature = "arrow")]
+            arrow: Default::default(),
+        }
+    }
+
+    /// The operation id of the execution.
+    pub fn operation_id(&self) -> &str {
+        &self.operation_id
+    }
+    /// Rows received so far.
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+    /// Arrow batches (responses) received so far.
+    pub fn batches(&self) -> u64 {
+        self.batches
+    }
+    /// Reattach and retry counters of the execution.
+    pub fn stats(&self) -> CoreCounters {
+        self.stats_handle().snapshot()
+    }
+    /// A live handle to the execution's counters.
+    pub fn stats_handle(&self) -> ExecutionStats {
+        self.exec.as_ref().map(|e| e.stats()).unwrap_or_default()
+    }
+    /// Call `f` for every ExecutionProgress the server sends from now on.
+    pub fn on_progress(
+        mut self,
+        f: impl FnMut(&proto::execute_plan_response::ExecutionProgress) + Send + 'static,
+    ) -> Self {
+        self.on_progress = Some(Box::new(f));
+        self
+    }
+
+    /// Read until the first response that is not progress (the server has
+    /// analysed the plan), or the first error: the eager half of
+    /// [`SparkSession::sql`]. Responses read are held for the consumer.
+    pub(super) async fn start(&mut self) -> Result<(), SparkError> {
+        while let Some(item) = std::future::poll_fn(|cx| self.poll_response(cx)).await {
+            let resp = item?;
+            let progress = matches!(
+                resp.response_type,
+                Some(proto::execute_plan_response::ResponseType::ExecutionProgress(_))
+            );
+            #[cfg(feature = "arrow")]
+            self.arrow.note_schema(&resp)?;
+            self.held.push_back(resp);
+            if !progress {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Interrupt the operation on the server, then release it; returns the
+    /// ids the server interrupted (this operation's, if it was still
+    /// running). What was not yet read is discarded.
+    ///
+    /// After the interrupt the stream is read to its end (the server
+    /// answers an interrupted execution with `OPERATION_CANCELED`), and
+    /// only then released: a ReleaseExecute racing the interrupt makes
+    /// Spark 4.3 log an illegal-state error and can leave the job running.
+    pub async fn cancel(mut self) -> Result<Vec<String>, SparkError> {
+        let interrupted = self.session.interrupt_operation(&self.operation_id).await;
+        self.held.clear();
+        if interrupted.is_ok()
+            && let Some(exec) = self.exec.as_mut()
+        {
+            drain(exec).await;
+        }
+        self.done = true;
+        // Dropping the execution sends ReleaseExecute(all) if the end did not.
+        self.exec = None;
+        interrupted
+    }
+
+    /// The next raw response of the execution (session ids verified, errors
+    /// enriched), for callers that decode results themselves. Do not mix
+    /// with [`next_batch`](Self::next_batch) on the same stream.
+    pub async fn next_response(&mut self) -> Option<Result<ExecutePlanResponse, SparkError>> {
+        std::future::poll_fn(|cx| self.poll_response(cx)).await
+    }
+
+    /// The one loop under every read: held responses first, then the
+    /// execution; a server error is enriched (FetchErrorDetails) before it
+    /// is returned, and ends the stream.
+    fn poll_response(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<ExecutePlanResponse, SparkError>>> {
+        if let Some(resp) = self.held.pop_front() {
+            return Poll::Ready(Some(Ok(resp)));
+        }
+        loop {
+            if let Some(fut) = self.enriching.as_mut() {
+                let err = std::task::ready!(fut.as_mut().poll(cx));
+                self.enriching = None;
+                return Poll::Ready(Some(Err(err)));
+            }
+            if self.done {
+                return Poll::Ready(None);
+            }
+            let Some(exec) = self.exec.as_mut() else {
+                self.done = true;
+                continue;
+            };
+            let Some(item) = std::task::ready!(Pin::new(exec).poll_next(cx)) else {
+                self.done = true;
+                continue;
+            };
+            match self.session.check_item(item) {
+                Ok(resp) => return Poll::Ready(Some(Ok(resp))),
+                Err(Ok(status)) => {
+                    self.done = true;
+                    let session = self.session.clone();
+                    let op = self.operation_id.clone();
+                    self.enriching = Some(Box::pin(async move {
+                        session.server_error(status, Some(&op)).await
+                    }));
+                }
+                Err(Err(e)) => {
+                    self.fail();
+                    return Poll::Ready(Some(Err(e.with_operation_id(&self.operation_id))));
+                }
+            }
+        }
+    }
+
+    /// End the stream after an error: the execution is released.
+    fn fail(&mut self) {
+        self.done = true;
+        self.exec = None;
+    }
+
+    #[cfg(feature = "arrow")]
+    fn progress(&mut self, p: &proto::execute_plan_response::ExecutionProgress) {
+        if let Some(f) = self.on_progress.as_mut() {
+            f(p);
+        }
+    }
+}
+
+#[cfg(feature = "arrow")]
+impl ArrowStream {
+    /// The result's schema: known when [`SparkSession::sql`] returns (Spark
+    /// sends it first), even for an empty result. Converted from Spark's
+    /// type description until the first batch arrives; from then on the
+    /// batches' own Arrow schema (which also carries the session time zone
+    /// of timestamps). `None` for a lazy stream not yet read, or a server
+    /// that sent neither.
+    pub fn schema(&self) -> Option<arrow_schema::SchemaRef> {
+        self.arrow.schema()
+    }
+
+    /// The next record batch, or `None` at the end.
+    pub async fn next_batch(&mut self) -> Option<Result<arrow_array::RecordBatch, SparkError>> {
+        std::future::poll_fn(|cx| Pin::new(&mut *self).poll_next(cx)).await
+    }
+
+    /// Collect every batch. An empty result gives one empty batch with the
+    /// result's schema (when the server sent one), so the schema is never
+    /// lost.
+    pub async fn collect(mut self) -> Result<Vec<arrow_array::RecordBatch>, SparkError> {
+        let mut out = Vec::new();
+        while let Some(b) = self.next_batch().await {
+            out.push(b?);
+        }
+        if out.is_empty()
+            && let Some(schema) = self.schema()
+        {
+            out.push(arrow_array::RecordBatch::new_empty(schema));
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(feature = "arrow")]
+impl Stream for ArrowStream {
+    type Item = Result<arrow_array::RecordBatch, SparkError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        use super::decode::Absorbed;
+        let this = &mut *self;
+        loop {
+            if let Some(b) = this.arrow.pop() {
+                return Poll::Ready(Some(Ok(b)));
+            }
+            let resp = match std::task::ready!(this.poll_response(cx)) {
+                None => return Poll::Ready(None),
+                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+                Some(Ok(resp)) => resp,
+            };
+            match this.arrow.absorb(resp, this.rows) {
+                Ok(Absorbed::Rows(n)) => {
+                    this.rows += n;
+                    this.batches += 1;
+                }
+                Ok(Absorbed::Progress(p)) => this.progress(&p),
+                Ok(Absorbed::Nothing) => {}
+                Err(e) => {
+                    this.fail();
+                    return Poll::Ready(Some(Err(e)));
+                }
+            }
+        }
+    }
+}
+
+impl Drop for ArrowStream {
+    fn drop(&mut self) {
+        if self.done || !self.interrupt_on_drop {
+            return; // dropping the execution releases it
+        }
+        let (Some(exec), Ok(rt)) = (self.exec.take(), tokio::runtime::Handle::try_current()) else {
+            return;
+        };
+        let session = self.session.clone();
+        let op = std::mem::take(&mut self.operation_id);
+        rt.spawn(async move {
+            let mut exec = exec;
+            match session.interrupt_operation(&op).await {
+                Ok(_) => drain(&mut exec).await,
+                Err(e) => {
+                    tracing::debug!(operation_id = op, error = %e, "interrupt on drop failed")
+                }
+            }
+            drop(exec); // then release
+        });
+    }
+}
+
+/// How long an interrupted execution is read, waiting for the server to end
+/// it, before it is released anyway.
+const CANCEL_DRAIN: Duration = Duration::from_secs(10);
+
+/// Read an interrupted execution to its end (the server's
+/// `OPERATION_CANCELED`), at most [`CANCEL_DRAIN`], discarding what comes.
+async fn drain(exec: &mut ReattachableExecution) {
+    let end = async {
+        while let Some(item) = exec.next_response().await {
+            if item.is_err() {
+                break;
+            }
+        }
+    };
+    if tokio::time::timeout(CANCEL_DRAIN, end).await.is_err() {
+        tracing::debug!("interrupted execution still running; releasing it anyway");
+    }
+}
