@@ -119,6 +119,7 @@ mod attempt;
 mod body;
 mod config;
 pub mod decide;
+pub mod hedge;
 #[allow(clippy::module_inception)]
 mod layer;
 mod service;
@@ -126,6 +127,7 @@ mod stats;
 mod throttle;
 
 pub use config::{MethodEntry, MethodName, ServiceConfig, ServiceConfigError};
+pub use hedge::{HedgingError, HedgingPolicy, MAX_HEDGED_ATTEMPTS};
 pub use layer::{
     DEFAULT_MAX_REQUEST_BUFFER, DEFAULT_MAX_RESPONSE_BUFFER, MethodConfig, ResponseKind,
     RetryLayer, SPARK_CONNECT_SERVICE,
