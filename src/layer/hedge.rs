@@ -20,7 +20,7 @@
 //! | 4 | a non-fatal failure | takes a token; pushback negative or garbled stops hedging (`pushback_stop`), positive sets the next hedge that long after now, none sends it at once |
 //! | 5 | the first attempt | at once |
 //! | 6 | `maxAttempts` started | no more hedges (`exhausted` once all failed) |
-//! | 7 | the next hedge would start at or past the deadline | no more hedges (`deadline`) |
+//! | 7 | a hedge would start at or past the deadline (the first attempt always starts, as an unhedged call's does) | no more hedges (`deadline`) |
 //! | 8 | the token bucket is at or below half | no more hedges (`throttled`) |
 //! | 9 | otherwise | a hedge at the hedge time, the next one `hedgingDelay` later (`hedge`) |
 //!
@@ -176,7 +176,7 @@ impl Hedge {
             let started = self.call.attempts();
             let stop = if started >= self.policy.max_attempts {
                 Some(Reason::Exhausted)
-            } else if self.call.deadline().is_some_and(|d| at.max(now) >= d) {
+            } else if started > 0 && self.call.deadline().is_some_and(|d| at.max(now) >= d) {
                 Some(Reason::Deadline)
             } else if at > now {
                 return Step::Wait(Some(at));
@@ -454,6 +454,15 @@ mod tests {
         let c = h.on_outcome(0, Outcome::TimedOut, at(20), None).unwrap();
         assert_eq!(c.reason, Reason::Deadline);
         assert!(matches!(c.next, Next::Fail(ref s) if s.code() == Code::DeadlineExceeded));
+    }
+
+    #[test]
+    fn the_first_attempt_starts_even_past_the_deadline() {
+        let mut h = hedge(3, 10, Some(0));
+        assert!(
+            matches!(h.next(at(5), None), Step::Start { attempt: 0, limit: Some(l) } if l.is_zero())
+        );
+        assert_eq!(h.next(at(10), None), Step::Wait(None));
     }
 
     #[test]
