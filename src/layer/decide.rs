@@ -243,6 +243,14 @@ impl CallState {
         self.deadline
     }
 
+    /// Whether `status` is the channel's own timeout for the limit the
+    /// layer set (its `grpc-timeout`): the same limit as the layer's timer,
+    /// so it counts as [`Outcome::TimedOut`].
+    pub fn timed_out_by_channel(&self, status: &Status) -> bool {
+        (self.deadline.is_some() || self.per_attempt.is_some())
+            && crate::policy::classify_failure(status) == FailureKind::Deadline
+    }
+
     /// The call's path.
     pub fn path(&self) -> &str {
         self.path.path()
@@ -283,10 +291,7 @@ pub fn decide(
         }
         // The channel enforces the grpc-timeout we set, too: whichever
         // timer fires first, it is the same limit.
-        Outcome::Failed { status, pushback }
-            if state.limit.limit.is_none()
-                || crate::policy::classify_failure(status) != FailureKind::Deadline =>
-        {
+        Outcome::Failed { status, pushback } if !state.timed_out_by_channel(status) => {
             (status, pushback, None)
         }
         _ if !state.limit.own => {

@@ -218,6 +218,12 @@ impl Hedge {
         throttle: Option<&RetryThrottle>,
     ) -> Option<Commit> {
         self.in_flight = self.in_flight.saturating_sub(1);
+        let outcome = match outcome {
+            Outcome::Failed { status, .. } if self.call.timed_out_by_channel(status) => {
+                Outcome::TimedOut
+            }
+            other => other,
+        };
         let timeout;
         let (status, pushback) = match outcome {
             Outcome::Done => {
