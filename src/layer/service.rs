@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response};
@@ -210,8 +211,11 @@ async fn hedged<S: Inner + Clone>(
     let mut hedge = Hedge::new(policy.clone(), call, clock.now());
     let mut running = FuturesUnordered::new();
     let mut last = None;
+    // A timer that fired means its time has come, whatever the clock says
+    // (an injected sleeper may return at once).
+    let mut fired = Duration::ZERO;
     loop {
-        let now = clock.now();
+        let now = clock.now().max(fired);
         let until = match hedge.next(now, throttle) {
             Step::Start { attempt: k, limit } => {
                 stats.attempt();
@@ -240,7 +244,7 @@ async fn hedged<S: Inner + Clone>(
             Some((k, result)) = running.next() => {
                 let outcome = result.outcome();
                 let Some(Commit { attempt, next, reason }) =
-                    hedge.on_outcome(k, outcome, clock.now(), throttle)
+                    hedge.on_outcome(k, outcome, clock.now().max(fired), throttle)
                 else {
                     last = Some(result);
                     continue;
@@ -254,7 +258,7 @@ async fn hedged<S: Inner + Clone>(
                     _ => result.into_result(),
                 };
             }
-            () = timer => {}
+            () = timer => fired = until.unwrap_or_default(),
         }
     }
 }
