@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use futures_util::{Stream, StreamExt};
 use spark_connect_retry::layer::{
-    HedgingError, HedgingPolicy, RetryLayer, RetryService, RetryStatsSnapshot, RetryThrottle,
+    HedgingError, HedgingPolicy, RetryLayer, RetryService, RetryStats, RetryStatsSnapshot,
+    RetryThrottle,
 };
 use spark_connect_retry::proto::spark_connect_service_client::SparkConnectServiceClient;
 use spark_connect_retry::proto::spark_connect_service_server::{
@@ -291,18 +292,48 @@ async fn config(client: &mut Client) -> Result<String, Status> {
     Ok(client.config(req).await?.into_inner().session_id)
 }
 
+/// A scripted server, a virtual sleeper, and a client whose layer hedges
+/// `Config` and `ReattachExecute` with `policy`.
+struct Setup {
+    server: Server_,
+    sleeper: VirtualSleeper,
+    stats: RetryStats,
+    client: Client,
+}
+
+async fn setup(
+    script: impl Fn(u32) -> BoxFuture<Result<(), Status>> + Send + Sync + 'static,
+    policy: HedgingPolicy,
+) -> Setup {
+    let server = Server_::new(script);
+    let addr = serve(server.clone()).await;
+    let sleeper = VirtualSleeper::default();
+    let layer = layer(&sleeper, policy);
+    let stats = layer.stats();
+    Setup {
+        server,
+        stats,
+        client: client(addr, layer),
+        sleeper,
+    }
+}
+
 fn hedges(s: RetryStatsSnapshot) -> (u64, u64, u64, u64) {
     (s.attempts, s.hedges_sent, s.hedges_won, s.hedges_cancelled)
 }
 
 #[tokio::test]
 async fn a_slow_first_attempt_is_beaten_by_the_hedge_and_cancelled() {
-    let server = Server_::new(|k| if k == 0 { forever() } else { ready(Ok(())) });
-    let addr = serve(server.clone()).await;
-    let sleeper = VirtualSleeper::default();
-    let layer = layer(&sleeper, policy(2, Duration::from_millis(5)));
-    let stats = layer.stats();
-    let mut client = client(addr, layer);
+    let Setup {
+        server,
+        sleeper,
+        stats,
+        mut client,
+    } = setup(
+        |k| if k == 0 { forever() } else { ready(Ok(())) },
+        policy(2, Duration::from_millis(5)),
+    )
+    .await;
     assert_eq!(config(&mut client).await.unwrap(), "attempt 1");
     assert_eq!(sleeper.waits(), [Duration::from_millis(5)]);
     assert_eq!(hedges(stats.snapshot()), (2, 1, 1, 1));
@@ -312,12 +343,16 @@ async fn a_slow_first_attempt_is_beaten_by_the_hedge_and_cancelled() {
 
 #[tokio::test]
 async fn all_at_once_the_first_ok_wins_and_every_loser_is_cancelled() {
-    let server = Server_::new(|k| if k == 2 { ready(Ok(())) } else { forever() });
-    let addr = serve(server.clone()).await;
-    let sleeper = VirtualSleeper::default();
-    let layer = layer(&sleeper, policy(4, Duration::ZERO));
-    let stats = layer.stats();
-    let mut client = client(addr, layer);
+    let Setup {
+        server,
+        sleeper: _,
+        stats,
+        mut client,
+    } = setup(
+        |k| if k == 2 { ready(Ok(())) } else { forever() },
+        policy(4, Duration::ZERO),
+    )
+    .await;
     assert_eq!(config(&mut client).await.unwrap(), "attempt 2");
     assert_eq!(hedges(stats.snapshot()), (4, 3, 1, 3));
     server.saw_cancelled(3).await;
@@ -325,17 +360,21 @@ async fn all_at_once_the_first_ok_wins_and_every_loser_is_cancelled() {
 
 #[tokio::test]
 async fn a_non_fatal_code_sends_the_next_hedge_at_once() {
-    let server = Server_::new(|k| {
-        ready(match k {
-            0 => Err(Status::unavailable("busy")),
-            _ => Ok(()),
-        })
-    });
-    let addr = serve(server.clone()).await;
-    let sleeper = VirtualSleeper::default();
-    let layer = layer(&sleeper, policy(3, NEVER));
-    let stats = layer.stats();
-    let mut client = client(addr, layer);
+    let Setup {
+        server,
+        sleeper,
+        stats,
+        mut client,
+    } = setup(
+        |k| {
+            ready(match k {
+                0 => Err(Status::unavailable("busy")),
+                _ => Ok(()),
+            })
+        },
+        policy(3, NEVER),
+    )
+    .await;
     assert_eq!(config(&mut client).await.unwrap(), "attempt 1");
     assert_eq!(sleeper.waits(), [NEVER, NEVER], "no wait before the hedge");
     assert_eq!(hedges(stats.snapshot()), (2, 1, 1, 0));
@@ -344,15 +383,19 @@ async fn a_non_fatal_code_sends_the_next_hedge_at_once() {
 
 #[tokio::test]
 async fn a_fatal_code_commits_and_cancels_the_others() {
-    let server = Server_::new(|k| match k {
-        1 => ready(Err(Status::internal("broken"))),
-        _ => forever(),
-    });
-    let addr = serve(server.clone()).await;
-    let sleeper = VirtualSleeper::default();
-    let layer = layer(&sleeper, policy(3, Duration::ZERO));
-    let stats = layer.stats();
-    let mut client = client(addr, layer);
+    let Setup {
+        server,
+        sleeper: _,
+        stats,
+        mut client,
+    } = setup(
+        |k| match k {
+            1 => ready(Err(Status::internal("broken"))),
+            _ => forever(),
+        },
+        policy(3, Duration::ZERO),
+    )
+    .await;
     let err = config(&mut client).await.unwrap_err();
     assert_eq!((err.code(), err.message()), (Code::Internal, "broken"));
     assert_eq!(hedges(stats.snapshot()), (3, 2, 1, 2));
@@ -361,12 +404,12 @@ async fn a_fatal_code_commits_and_cancels_the_others() {
 
 #[tokio::test]
 async fn negative_pushback_stops_the_hedges() {
-    let server = Server_::new(|_| ready(Err(with_pushback("-1"))));
-    let addr = serve(server.clone()).await;
-    let sleeper = VirtualSleeper::default();
-    let layer = layer(&sleeper, policy(5, NEVER));
-    let stats = layer.stats();
-    let mut client = client(addr, layer);
+    let Setup {
+        server,
+        sleeper: _,
+        stats,
+        mut client,
+    } = setup(|_| ready(Err(with_pushback("-1"))), policy(5, NEVER)).await;
     let err = config(&mut client).await.unwrap_err();
     assert_eq!((err.code(), err.message()), (Code::Unavailable, "pushback"));
     assert_eq!(server.arrivals(), [0]);
@@ -375,14 +418,19 @@ async fn negative_pushback_stops_the_hedges() {
 
 #[tokio::test]
 async fn positive_pushback_delays_the_next_hedge() {
-    let server = Server_::new(|k| match k {
-        0 => ready(Err(with_pushback("40"))),
-        _ => ready(Ok(())),
-    });
-    let addr = serve(server.clone()).await;
-    let sleeper = VirtualSleeper::default();
-    let layer = layer(&sleeper, policy(3, NEVER));
-    let mut client = client(addr, layer);
+    let Setup {
+        server,
+        sleeper,
+        stats: _,
+        mut client,
+    } = setup(
+        |k| match k {
+            0 => ready(Err(with_pushback("40"))),
+            _ => ready(Ok(())),
+        },
+        policy(3, NEVER),
+    )
+    .await;
     assert_eq!(config(&mut client).await.unwrap(), "attempt 1");
     assert_eq!(sleeper.waits(), [NEVER, Duration::from_millis(40), NEVER]);
     assert_eq!(server.arrivals(), [0, 1]);
@@ -461,12 +509,16 @@ async fn the_deadline_bounds_the_hedges() {
 /// caller reads that attempt's stream to its end.
 #[tokio::test]
 async fn a_stream_is_committed_by_its_first_message() {
-    let server = Server_::new(|k| if k == 0 { forever() } else { ready(Ok(())) });
-    let addr = serve(server.clone()).await;
-    let sleeper = VirtualSleeper::default();
-    let layer = layer(&sleeper, policy(2, Duration::from_millis(5)));
-    let stats = layer.stats();
-    let mut client = client(addr, layer);
+    let Setup {
+        server,
+        sleeper: _,
+        stats,
+        mut client,
+    } = setup(
+        |k| if k == 0 { forever() } else { ready(Ok(())) },
+        policy(2, Duration::from_millis(5)),
+    )
+    .await;
     let mut stream = client
         .reattach_execute(ReattachExecuteRequest::default())
         .await

@@ -168,6 +168,16 @@ fn kind(e: &ServiceConfigError) -> Kind {
     }
 }
 
+/// Each document fails with its kind of error, naming its path.
+fn expect_errors(cases: Vec<(String, Kind, String)>) {
+    for (json, want_kind, want_path) in cases {
+        let e = ServiceConfig::from_json(&json).unwrap_err();
+        assert_eq!(kind(&e), want_kind, "{json}: {e}");
+        assert_eq!(e.path(), want_path, "{json}: {e}");
+        assert!(e.to_string().contains(&want_path), "{e}");
+    }
+}
+
 /// Every rule of the module's table, broken once.
 #[test]
 fn each_rule_broken_once() {
@@ -270,12 +280,7 @@ fn each_rule_broken_once() {
             "retryThrottling.tokenRatio".into(),
         ),
     ];
-    for (json, want_kind, want_path) in cases {
-        let e = ServiceConfig::from_json(&json).unwrap_err();
-        assert_eq!(kind(&e), want_kind, "{json}: {e}");
-        assert_eq!(e.path(), want_path, "{json}: {e}");
-        assert!(e.to_string().contains(&want_path), "{e}");
-    }
+    expect_errors(cases);
 }
 
 /// A hedged method: A6's `hedgingPolicy`, read into the layer.
@@ -369,12 +374,7 @@ fn each_hedging_rule_broken_once() {
             hp(".nonFatalStatusCodes[0]"),
         ),
     ];
-    for (json, want_kind, want_path) in cases {
-        let e = ServiceConfig::from_json(&json).unwrap_err();
-        assert_eq!(kind(&e), want_kind, "{json}: {e}");
-        assert_eq!(e.path(), want_path, "{json}: {e}");
-        assert!(e.to_string().contains(&want_path), "{e}");
-    }
+    expect_errors(cases);
 }
 
 /// Hedging in code: only idempotent methods, typed errors.
