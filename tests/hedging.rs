@@ -324,48 +324,33 @@ fn hedges(s: RetryStatsSnapshot) -> (u64, u64, u64, u64) {
 
 #[tokio::test]
 async fn a_slow_first_attempt_is_beaten_by_the_hedge_and_cancelled() {
-    let Setup {
-        server,
-        sleeper,
-        stats,
-        mut client,
-    } = setup(
+    let mut t = setup(
         |k| if k == 0 { forever() } else { ready(Ok(())) },
         policy(2, Duration::from_millis(5)),
     )
     .await;
-    assert_eq!(config(&mut client).await.unwrap(), "attempt 1");
-    assert_eq!(sleeper.waits(), [Duration::from_millis(5)]);
-    assert_eq!(hedges(stats.snapshot()), (2, 1, 1, 1));
-    server.saw_cancelled(1).await;
-    assert_eq!(server.arrivals(), [0, 1]);
+    assert_eq!(config(&mut t.client).await.unwrap(), "attempt 1");
+    assert_eq!(t.sleeper.waits(), [Duration::from_millis(5)]);
+    assert_eq!(hedges(t.stats.snapshot()), (2, 1, 1, 1));
+    t.server.saw_cancelled(1).await;
+    assert_eq!(t.server.arrivals(), [0, 1]);
 }
 
 #[tokio::test]
 async fn all_at_once_the_first_ok_wins_and_every_loser_is_cancelled() {
-    let Setup {
-        server,
-        sleeper: _,
-        stats,
-        mut client,
-    } = setup(
+    let mut t = setup(
         |k| if k == 2 { ready(Ok(())) } else { forever() },
         policy(4, Duration::ZERO),
     )
     .await;
-    assert_eq!(config(&mut client).await.unwrap(), "attempt 2");
-    assert_eq!(hedges(stats.snapshot()), (4, 3, 1, 3));
-    server.saw_cancelled(3).await;
+    assert_eq!(config(&mut t.client).await.unwrap(), "attempt 2");
+    assert_eq!(hedges(t.stats.snapshot()), (4, 3, 1, 3));
+    t.server.saw_cancelled(3).await;
 }
 
 #[tokio::test]
 async fn a_non_fatal_code_sends_the_next_hedge_at_once() {
-    let Setup {
-        server,
-        sleeper,
-        stats,
-        mut client,
-    } = setup(
+    let mut t = setup(
         |k| {
             ready(match k {
                 0 => Err(Status::unavailable("busy")),
@@ -375,20 +360,19 @@ async fn a_non_fatal_code_sends_the_next_hedge_at_once() {
         policy(3, NEVER),
     )
     .await;
-    assert_eq!(config(&mut client).await.unwrap(), "attempt 1");
-    assert_eq!(sleeper.waits(), [NEVER, NEVER], "no wait before the hedge");
-    assert_eq!(hedges(stats.snapshot()), (2, 1, 1, 0));
-    assert_eq!(server.arrivals(), [0, 1]);
+    assert_eq!(config(&mut t.client).await.unwrap(), "attempt 1");
+    assert_eq!(
+        t.sleeper.waits(),
+        [NEVER, NEVER],
+        "no wait before the hedge"
+    );
+    assert_eq!(hedges(t.stats.snapshot()), (2, 1, 1, 0));
+    assert_eq!(t.server.arrivals(), [0, 1]);
 }
 
 #[tokio::test]
 async fn a_fatal_code_commits_and_cancels_the_others() {
-    let Setup {
-        server,
-        sleeper: _,
-        stats,
-        mut client,
-    } = setup(
+    let mut t = setup(
         |k| match k {
             1 => ready(Err(Status::internal("broken"))),
             _ => forever(),
@@ -396,34 +380,24 @@ async fn a_fatal_code_commits_and_cancels_the_others() {
         policy(3, Duration::ZERO),
     )
     .await;
-    let err = config(&mut client).await.unwrap_err();
+    let err = config(&mut t.client).await.unwrap_err();
     assert_eq!((err.code(), err.message()), (Code::Internal, "broken"));
-    assert_eq!(hedges(stats.snapshot()), (3, 2, 1, 2));
-    server.saw_cancelled(2).await;
+    assert_eq!(hedges(t.stats.snapshot()), (3, 2, 1, 2));
+    t.server.saw_cancelled(2).await;
 }
 
 #[tokio::test]
 async fn negative_pushback_stops_the_hedges() {
-    let Setup {
-        server,
-        sleeper: _,
-        stats,
-        mut client,
-    } = setup(|_| ready(Err(with_pushback("-1"))), policy(5, NEVER)).await;
-    let err = config(&mut client).await.unwrap_err();
+    let mut t = setup(|_| ready(Err(with_pushback("-1"))), policy(5, NEVER)).await;
+    let err = config(&mut t.client).await.unwrap_err();
     assert_eq!((err.code(), err.message()), (Code::Unavailable, "pushback"));
-    assert_eq!(server.arrivals(), [0]);
-    assert_eq!(hedges(stats.snapshot()), (1, 0, 0, 0));
+    assert_eq!(t.server.arrivals(), [0]);
+    assert_eq!(hedges(t.stats.snapshot()), (1, 0, 0, 0));
 }
 
 #[tokio::test]
 async fn positive_pushback_delays_the_next_hedge() {
-    let Setup {
-        server,
-        sleeper,
-        stats: _,
-        mut client,
-    } = setup(
+    let mut t = setup(
         |k| match k {
             0 => ready(Err(with_pushback("40"))),
             _ => ready(Ok(())),
@@ -431,9 +405,9 @@ async fn positive_pushback_delays_the_next_hedge() {
         policy(3, NEVER),
     )
     .await;
-    assert_eq!(config(&mut client).await.unwrap(), "attempt 1");
-    assert_eq!(sleeper.waits(), [NEVER, Duration::from_millis(40), NEVER]);
-    assert_eq!(server.arrivals(), [0, 1]);
+    assert_eq!(config(&mut t.client).await.unwrap(), "attempt 1");
+    assert_eq!(t.sleeper.waits(), [NEVER, Duration::from_millis(40), NEVER]);
+    assert_eq!(t.server.arrivals(), [0, 1]);
 }
 
 /// Six calls at once, every first attempt UNAVAILABLE once all six have
@@ -509,17 +483,13 @@ async fn the_deadline_bounds_the_hedges() {
 /// caller reads that attempt's stream to its end.
 #[tokio::test]
 async fn a_stream_is_committed_by_its_first_message() {
-    let Setup {
-        server,
-        sleeper: _,
-        stats,
-        mut client,
-    } = setup(
+    let mut t = setup(
         |k| if k == 0 { forever() } else { ready(Ok(())) },
         policy(2, Duration::from_millis(5)),
     )
     .await;
-    let mut stream = client
+    let mut stream = t
+        .client
         .reattach_execute(ReattachExecuteRequest::default())
         .await
         .unwrap()
@@ -529,8 +499,8 @@ async fn a_stream_is_committed_by_its_first_message() {
         ids.push(m.response_id);
     }
     assert_eq!(ids, ["1.0", "1.1"]);
-    assert_eq!(hedges(stats.snapshot()), (2, 1, 1, 1));
-    server.saw_cancelled(1).await;
+    assert_eq!(hedges(t.stats.snapshot()), (2, 1, 1, 1));
+    t.server.saw_cancelled(1).await;
 }
 
 #[test]
