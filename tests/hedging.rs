@@ -35,6 +35,8 @@ const EXECUTE: &str = "/spark.connect.SparkConnectService/ExecutePlan";
 const NEVER: Duration = Duration::from_secs(3600);
 /// A guard against a hang (a failing test), not a timed assertion.
 const HANG: Duration = Duration::from_secs(20);
+/// The request every `Config` call sends, replayed to each hedge.
+const BODY: &str = "a request body replayed to every hedge";
 
 type Script = dyn Fn(u32) -> BoxFuture<Result<(), Status>> + Send + Sync;
 
@@ -45,6 +47,8 @@ type Script = dyn Fn(u32) -> BoxFuture<Result<(), Status>> + Send + Sync;
 struct Server_ {
     script: Arc<Script>,
     arrivals: Arc<Mutex<Vec<u32>>>,
+    /// The session id of every `Config` request, as the server read it.
+    bodies: Arc<Mutex<Vec<String>>>,
     cancelled: Arc<Semaphore>,
     cancelled_count: Arc<AtomicU32>,
 }
@@ -69,6 +73,7 @@ impl Server_ {
         Server_ {
             script: Arc::new(script),
             arrivals: Arc::default(),
+            bodies: Arc::default(),
             cancelled: Arc::new(Semaphore::new(0)),
             cancelled_count: Arc::default(),
         }
@@ -132,6 +137,8 @@ impl SparkConnectService for Server_ {
         req: Request<ConfigRequest>,
     ) -> Result<Response<ConfigResponse>, Status> {
         let (k, mut guard) = self.arrive(&req);
+        let body = req.get_ref().session_id.clone();
+        self.bodies.lock().unwrap().push(body);
         let r = (self.script)(k).await;
         guard.done = true;
         r?;
@@ -288,7 +295,10 @@ fn layer(sleeper: &VirtualSleeper, policy: HedgingPolicy) -> RetryLayer {
 }
 
 async fn config(client: &mut Client) -> Result<String, Status> {
-    let req = ConfigRequest::default();
+    let req = ConfigRequest {
+        session_id: BODY.to_owned(),
+        ..Default::default()
+    };
     Ok(client.config(req).await?.into_inner().session_id)
 }
 
@@ -346,6 +356,11 @@ async fn all_at_once_the_first_ok_wins_and_every_loser_is_cancelled() {
     assert_eq!(config(&mut t.client).await.unwrap(), "attempt 2");
     assert_eq!(hedges(t.stats.snapshot()), (4, 3, 1, 3));
     t.server.saw_cancelled(3).await;
+    assert_eq!(
+        *t.server.bodies.lock().unwrap(),
+        [BODY; 4],
+        "the same bytes"
+    );
 }
 
 #[tokio::test]
