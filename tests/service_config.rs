@@ -168,6 +168,16 @@ fn kind(e: &ServiceConfigError) -> Kind {
     }
 }
 
+/// Each document fails with its kind of error, naming its path.
+fn expect_errors(cases: Vec<(String, Kind, String)>) {
+    for (json, want_kind, want_path) in cases {
+        let e = ServiceConfig::from_json(&json).unwrap_err();
+        assert_eq!(kind(&e), want_kind, "{json}: {e}");
+        assert_eq!(e.path(), want_path, "{json}: {e}");
+        assert!(e.to_string().contains(&want_path), "{e}");
+    }
+}
+
 /// Every rule of the module's table, broken once.
 #[test]
 fn each_rule_broken_once() {
@@ -270,10 +280,132 @@ fn each_rule_broken_once() {
             "retryThrottling.tokenRatio".into(),
         ),
     ];
-    for (json, want_kind, want_path) in cases {
-        let e = ServiceConfig::from_json(&json).unwrap_err();
-        assert_eq!(kind(&e), want_kind, "{json}: {e}");
-        assert_eq!(e.path(), want_path, "{json}: {e}");
-        assert!(e.to_string().contains(&want_path), "{e}");
+    expect_errors(cases);
+}
+
+/// A hedged method: A6's `hedgingPolicy`, read into the layer.
+#[test]
+fn a_hedging_policy() {
+    let config = ServiceConfig::from_json(
+        r#"{"methodConfig": [
+          {"name": [{"service": "kv.Store", "method": "Get"}],
+           "hedgingPolicy": {"maxAttempts": 7, "hedgingDelay": "0.005s",
+                             "nonFatalStatusCodes": ["UNAVAILABLE", 10]}},
+          {"name": [{"service": "kv.Store", "method": "Scan"}],
+           "hedgingPolicy": {"maxAttempts": 2, "hedgingDelay": "0s"}},
+          {"name": [{"service": "kv.Store", "method": "List"}],
+           "hedgingPolicy": {"maxAttempts": 3}}
+        ]}"#,
+    )
+    .unwrap();
+    let policies: Vec<_> = config
+        .method_configs()
+        .iter()
+        .map(|e| e.hedging_policy().unwrap().clone())
+        .collect();
+    assert_eq!(policies[0].max_attempts(), 5, "A6's cap");
+    assert_eq!(policies[0].delay(), Duration::from_millis(5));
+    assert!(policies[0].is_non_fatal(Code::Unavailable) && policies[0].is_non_fatal(Code::Aborted));
+    assert!(!policies[0].is_non_fatal(Code::Internal));
+    assert_eq!(
+        (policies[1].max_attempts(), policies[1].delay()),
+        (2, Duration::ZERO)
+    );
+    assert_eq!(policies[2].delay(), Duration::ZERO, "absent: 0");
+    assert!(!policies[2].is_non_fatal(Code::Unavailable), "absent: none");
+    let layer = RetryLayer::from_service_config(&config, Retrying::default());
+    let get = layer.method_config("/kv.Store/Get");
+    assert!(get.is_idempotent());
+    assert_eq!(get.hedging(), Some(&policies[0]));
+    assert!(get.retrying().is_none());
+    assert!(layer.method_config("/kv.Store/Put").hedging().is_none());
+}
+
+/// Every rule of `hedgingPolicy`, broken once.
+#[test]
+fn each_hedging_rule_broken_once() {
+    let hp = |k: &str| format!("methodConfig[0].hedgingPolicy{k}");
+    let doc = |policy: &str| format!(r#"{{"methodConfig": [{{"hedgingPolicy": {policy}}}]}}"#);
+    let both = r#"{"methodConfig": [{"hedgingPolicy": {"maxAttempts": 2},
+        "retryPolicy": {"maxAttempts": 2, "initialBackoff": "1s", "maxBackoff": "1s",
+        "backoffMultiplier": 2, "retryableStatusCodes": [14]}}]}"#;
+    let cases: Vec<(String, Kind, String)> = vec![
+        (both.into(), Kind::Invalid, "methodConfig[0]".into()),
+        (doc("[]"), Kind::WrongType, hp("")),
+        (doc("{}"), Kind::Missing, hp(".maxAttempts")),
+        (
+            doc(r#"{"maxAttempts": 1}"#),
+            Kind::Invalid,
+            hp(".maxAttempts"),
+        ),
+        (
+            doc(r#"{"maxAttempts": -3}"#),
+            Kind::WrongType,
+            hp(".maxAttempts"),
+        ),
+        (
+            doc(r#"{"maxAttempts": 2, "hedgingDelay": 5}"#),
+            Kind::WrongType,
+            hp(".hedgingDelay"),
+        ),
+        (
+            doc(r#"{"maxAttempts": 2, "hedgingDelay": "-1s"}"#),
+            Kind::Invalid,
+            hp(".hedgingDelay"),
+        ),
+        (
+            doc(r#"{"maxAttempts": 2, "hedgingDelay": "315576000001s"}"#),
+            Kind::Invalid,
+            hp(".hedgingDelay"),
+        ),
+        (
+            doc(r#"{"maxAttempts": 2, "nonFatalStatusCodes": 14}"#),
+            Kind::WrongType,
+            hp(".nonFatalStatusCodes"),
+        ),
+        (
+            doc(r#"{"maxAttempts": 2, "nonFatalStatusCodes": [14, "OK"]}"#),
+            Kind::Invalid,
+            hp(".nonFatalStatusCodes[1]"),
+        ),
+        (
+            doc(r#"{"maxAttempts": 2, "nonFatalStatusCodes": ["NOPE"]}"#),
+            Kind::Invalid,
+            hp(".nonFatalStatusCodes[0]"),
+        ),
+    ];
+    expect_errors(cases);
+}
+
+/// Hedging in code: only idempotent methods, typed errors.
+#[test]
+fn hedging_in_code_needs_an_idempotent_method() {
+    use spark_connect_retry::layer::{HedgingError, HedgingPolicy, MethodConfig};
+    let policy = HedgingPolicy::new(3, Duration::from_millis(5)).unwrap();
+    assert_eq!(
+        HedgingPolicy::new(1, Duration::ZERO),
+        Err(HedgingError::MaxAttempts(1))
+    );
+    assert!(
+        MethodConfig::idempotent()
+            .with_hedging(policy.clone())
+            .is_ok()
+    );
+    for m in [MethodConfig::non_idempotent(), MethodConfig::passthrough()] {
+        let e = m.with_hedging(policy.clone()).unwrap_err();
+        assert!(matches!(e, HedgingError::NotIdempotent(_)), "{e}");
     }
+    let layer = RetryLayer::new(Retrying::default());
+    let e = layer.hedge("/kv.Store/Put", policy.clone()).unwrap_err();
+    assert_eq!(e, HedgingError::NotIdempotent("/kv.Store/Put".into()));
+    assert!(e.to_string().contains("/kv.Store/Put"), "{e}");
+    let layer = RetryLayer::new(Retrying::default())
+        .service("kv.Store", MethodConfig::idempotent())
+        .hedge("/kv.Store/Get", policy.clone())
+        .unwrap();
+    assert_eq!(
+        layer.method_config("/kv.Store/Get").hedging(),
+        Some(&policy)
+    );
+    assert!(layer.method_config("/kv.Store/Put").hedging().is_none());
 }

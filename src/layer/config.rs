@@ -16,6 +16,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 use tonic::Code;
 
+use super::hedge::HedgingPolicy;
 use super::throttle::RetryThrottle;
 use crate::policy::{CodeClassifier, RetryPolicy};
 
@@ -109,6 +110,9 @@ impl ServiceConfigError {
 /// | `….initialBackoff`, `….maxBackoff` | required, durations > 0 |
 /// | `….backoffMultiplier` | required, a number > 0 |
 /// | `….retryableStatusCodes` | required, non-empty; names (`"UNAVAILABLE"`) or numbers (`14`), not OK |
+/// | `methodConfig[i].hedgingPolicy.maxAttempts` | required, an integer ≥ 2; more than 5 is read as 5 (A6's cap) |
+/// | `….hedgingDelay` | a duration, `"0s"` allowed (all attempts at once); absent means 0 |
+/// | `….nonFatalStatusCodes` | names or numbers, not OK; absent means none |
 /// | `retryThrottling.maxTokens` | required, an integer in `1..=1000` |
 /// | `retryThrottling.tokenRatio` | required, a number ≥ 0.001 (A6 keeps three decimals) |
 ///
@@ -126,6 +130,7 @@ pub struct ServiceConfig {
 pub struct MethodEntry {
     names: Vec<MethodName>,
     retry_policy: Option<RetryPolicy>,
+    hedging_policy: Option<HedgingPolicy>,
     timeout: Option<Duration>,
 }
 
@@ -157,6 +162,10 @@ impl MethodEntry {
     /// and no `RetryInfo` floor (A6 has none).
     pub fn retry_policy(&self) -> Option<&RetryPolicy> {
         self.retry_policy.as_ref()
+    }
+    /// The `hedgingPolicy`, if the method is hedged.
+    pub fn hedging_policy(&self) -> Option<&HedgingPolicy> {
+        self.hedging_policy.as_ref()
     }
     /// The `timeout`: the call's deadline across attempts.
     pub fn timeout(&self) -> Option<Duration> {
@@ -246,11 +255,47 @@ fn method_entry(
         Some(p) => Some(retry_policy(p, &format!("{path}.retryPolicy"))?),
         None => None,
     };
+    let hedging_policy = match obj.get("hedgingPolicy") {
+        Some(p) => Some(hedging_policy(p, &format!("{path}.hedgingPolicy"))?),
+        None => None,
+    };
     Ok(MethodEntry {
         names,
         retry_policy,
+        hedging_policy,
         timeout,
     })
+}
+
+fn hedging_policy(v: &Value, path: &str) -> Result<HedgingPolicy, ServiceConfigError> {
+    let obj = object(v, path)?;
+    let at = |k: &str| format!("{path}.{k}");
+    let max_attempts: u32 = required(obj, path, "maxAttempts", "an integer")?;
+    let delay = match obj.get("hedgingDelay") {
+        Some(d) => duration(d, &at("hedgingDelay"), true)?,
+        None => Duration::ZERO,
+    };
+    let codes = match obj.get("nonFatalStatusCodes") {
+        Some(list) => status_codes(list, &at("nonFatalStatusCodes"))?,
+        None => Vec::new(),
+    };
+    let policy = HedgingPolicy::new(max_attempts, delay).map_err(|_| {
+        invalid(
+            &at("maxAttempts"),
+            &obj["maxAttempts"],
+            "must be at least 2",
+        )
+    })?;
+    Ok(policy.non_fatal(codes))
+}
+
+/// A list of status codes, each by name or number.
+fn status_codes(list: &Value, path: &str) -> Result<Vec<Code>, ServiceConfigError> {
+    array(list, path)?
+        .iter()
+        .enumerate()
+        .map(|(i, c)| status_code(c, &format!("{path}[{i}]")))
+        .collect()
 }
 
 fn retry_policy(v: &Value, path: &str) -> Result<RetryPolicy, ServiceConfigError> {
@@ -281,7 +326,7 @@ fn retry_policy(v: &Value, path: &str) -> Result<RetryPolicy, ServiceConfigError
     }
     let codes_path = at("retryableStatusCodes");
     let codes = match obj.get("retryableStatusCodes") {
-        Some(list) => array(list, &codes_path)?,
+        Some(list) => status_codes(list, &codes_path)?,
         None => return Err(ServiceConfigError::Missing { path: codes_path }),
     };
     if codes.is_empty() {
@@ -291,11 +336,6 @@ fn retry_policy(v: &Value, path: &str) -> Result<RetryPolicy, ServiceConfigError
             "must not be empty",
         ));
     }
-    let codes = codes
-        .iter()
-        .enumerate()
-        .map(|(i, c)| status_code(c, &format!("{codes_path}[{i}]")))
-        .collect::<Result<Vec<_>, _>>()?;
     RetryPolicy::builder()
         .name(path)
         .classifier(CodeClassifier::new(codes))
@@ -351,7 +391,7 @@ fn status_code(v: &Value, path: &str) -> Result<Code, ServiceConfigError> {
         _ => return Err(wrong(path, "a status code name or number")),
     };
     match n.and_then(|n| i32::try_from(n).ok()) {
-        Some(0) => Err(invalid(path, v, "(OK) cannot be retried")),
+        Some(0) => Err(invalid(path, v, "(OK) is not a failure")),
         Some(n @ 1..=16) => Ok(Code::from_i32(n)),
         _ => Err(invalid(path, v, "is not a gRPC status code")),
     }

@@ -120,6 +120,9 @@ pub enum Reason {
     Deadline,
     /// The server's pushback says not to retry.
     PushbackStop,
+    /// A hedge was sent, or a hedged attempt failed with a non-fatal
+    /// status while the others go on ([`hedge`](super::hedge)).
+    Hedge,
 }
 
 impl Reason {
@@ -136,6 +139,7 @@ impl Reason {
             Reason::Throttled => "throttled",
             Reason::Deadline => "deadline",
             Reason::PushbackStop => "pushback_stop",
+            Reason::Hedge => "hedge",
         }
     }
 }
@@ -234,6 +238,24 @@ impl CallState {
         self.attempts
     }
 
+    /// The overall deadline, on the [`Retrying`]'s clock.
+    pub fn deadline(&self) -> Option<Duration> {
+        self.deadline
+    }
+
+    /// Whether `status` is the channel's own timeout for the limit the
+    /// layer set (its `grpc-timeout`): the same limit as the layer's timer,
+    /// so it counts as [`Outcome::TimedOut`].
+    pub fn timed_out_by_channel(&self, status: &Status) -> bool {
+        (self.deadline.is_some() || self.per_attempt.is_some())
+            && crate::policy::classify_failure(status) == FailureKind::Deadline
+    }
+
+    /// The call's path.
+    pub fn path(&self) -> &str {
+        self.path.path()
+    }
+
     /// The policies' state, once a failure created it.
     pub fn retry_state(&self) -> Option<&RetryState> {
         self.retry.as_ref()
@@ -269,10 +291,7 @@ pub fn decide(
         }
         // The channel enforces the grpc-timeout we set, too: whichever
         // timer fires first, it is the same limit.
-        Outcome::Failed { status, pushback }
-            if state.limit.limit.is_none()
-                || crate::policy::classify_failure(status) != FailureKind::Deadline =>
-        {
+        Outcome::Failed { status, pushback } if !state.timed_out_by_channel(status) => {
             (status, pushback, None)
         }
         _ if !state.limit.own => {
@@ -358,26 +377,44 @@ impl CallState {
     /// Record the decision taken: one event per attempt, and the final
     /// status code on the call's span when the call ends.
     fn log(&self, code: Code, wait: Option<Duration>, next: Next, reason: Reason) -> Decision {
-        if tracing::enabled!(tracing::Level::DEBUG) {
-            let (service, method) = split_path(self.path.path());
-            tracing::debug!(
-                rpc.service = service,
-                rpc.method = method,
-                attempt = self.attempts.saturating_sub(1),
-                rpc.grpc.status_code = code as i32,
-                wait_ms = wait.map(|w| u64::try_from(w.as_millis()).unwrap_or(u64::MAX)),
-                reason = reason.as_str(),
-                "grpc attempt"
-            );
-            if !matches!(next, Next::Retry(_)) {
-                let code = match &next {
-                    Next::Fail(s) => s.code(),
-                    _ => code,
-                };
-                tracing::Span::current().record("rpc.grpc.status_code", code as i32);
-            }
-        }
+        let end = match &next {
+            Next::Retry(_) => None,
+            Next::Fail(s) => Some(s.code()),
+            Next::Deliver => Some(code),
+        };
+        let attempt = self.attempts.saturating_sub(1);
+        attempt_event(self.path(), attempt, Some(code), wait, reason, None, end);
         Decision { next, reason }
+    }
+}
+
+/// The `grpc attempt` debug event of one attempt (retried or hedged): its
+/// number, status, wait, [`Reason`], and for a hedged call the attempt that
+/// won; `end` is the call's final status, recorded on its span.
+pub(crate) fn attempt_event(
+    path: &str,
+    attempt: u32,
+    code: Option<Code>,
+    wait: Option<Duration>,
+    reason: Reason,
+    won: Option<u32>,
+    end: Option<Code>,
+) {
+    if tracing::enabled!(tracing::Level::DEBUG) {
+        let (service, method) = split_path(path);
+        tracing::debug!(
+            rpc.service = service,
+            rpc.method = method,
+            attempt,
+            rpc.grpc.status_code = code.map(|c| c as i32),
+            wait_ms = wait.map(|w| u64::try_from(w.as_millis()).unwrap_or(u64::MAX)),
+            reason = reason.as_str(),
+            won,
+            "grpc attempt"
+        );
+        if let Some(code) = end {
+            tracing::Span::current().record("rpc.grpc.status_code", code as i32);
+        }
     }
 }
 

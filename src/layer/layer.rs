@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::config::ServiceConfig;
+use super::hedge::{HedgingError, HedgingPolicy};
 use super::service::RetryService;
 use super::stats::RetryStats;
 use super::throttle::RetryThrottle;
@@ -42,6 +43,7 @@ pub struct MethodConfig {
     kind: ResponseKind,
     timeout: Option<Duration>,
     retrying: Option<Retrying>,
+    hedging: Option<HedgingPolicy>,
 }
 
 impl Default for MethodConfig {
@@ -53,6 +55,7 @@ impl Default for MethodConfig {
             kind: ResponseKind::Auto,
             timeout: None,
             retrying: None,
+            hedging: None,
         }
     }
 }
@@ -93,6 +96,21 @@ impl MethodConfig {
     pub fn with_retrying(mut self, retrying: Retrying) -> Self {
         self.retrying = Some(retrying);
         self
+    }
+    /// Hedge the method instead of retrying it (gRFC A6; see
+    /// [`hedge`](super::hedge)). Hedging runs a call more than once on
+    /// purpose, so a method that is not idempotent (or is passed through)
+    /// is a [`HedgingError::NotIdempotent`].
+    pub fn with_hedging(mut self, policy: HedgingPolicy) -> Result<Self, HedgingError> {
+        if !self.idempotent || !self.retry {
+            return Err(HedgingError::NotIdempotent("this method".to_owned()));
+        }
+        self.hedging = Some(policy);
+        Ok(self)
+    }
+    /// The method's hedging policy, if it is hedged.
+    pub fn hedging(&self) -> Option<&HedgingPolicy> {
+        self.hedging.as_ref()
     }
     /// Whether the method is idempotent.
     pub fn is_idempotent(&self) -> bool {
@@ -223,13 +241,19 @@ impl RetryLayer {
     ///
     /// A method with a `retryPolicy` counts as idempotent: the
     /// configuration's author chose the codes that are safe to retry for it.
+    /// A method with a `hedgingPolicy` is hedged, and idempotent for the
+    /// same reason.
     pub fn from_service_config(config: &ServiceConfig, base: Retrying) -> Self {
         let mut layer = Self::new(base.clone().with_policies(Vec::new()));
         for entry in config.method_configs() {
-            let mut method = match entry.retry_policy() {
-                Some(policy) => MethodConfig::idempotent()
+            let mut method = match (entry.retry_policy(), entry.hedging_policy()) {
+                (Some(policy), _) => MethodConfig::idempotent()
                     .with_retrying(base.clone().with_policies(vec![policy.clone()])),
-                None => MethodConfig::non_idempotent(),
+                (None, Some(policy)) => MethodConfig {
+                    hedging: Some(policy.clone()),
+                    ..MethodConfig::idempotent()
+                },
+                (None, None) => MethodConfig::non_idempotent(),
             };
             method.timeout = entry.timeout();
             for name in entry.names() {
@@ -267,6 +291,38 @@ impl RetryLayer {
         self.edit(|s| {
             s.methods.insert(path, config);
         })
+    }
+    /// Hedge the method at `path` (`/package.Service/Method`) with `policy`,
+    /// keeping the rest of the settings that apply to it. A method that is
+    /// not idempotent is a [`HedgingError::NotIdempotent`] naming `path`:
+    /// for Spark Connect, `ExecutePlan`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use spark_connect_retry::layer::{HedgingError, HedgingPolicy, RetryLayer};
+    /// use spark_connect_retry::retrying::Retrying;
+    ///
+    /// let policy = HedgingPolicy::new(3, Duration::from_millis(5)).unwrap();
+    /// let path = "/spark.connect.SparkConnectService/AnalyzePlan";
+    /// let layer = RetryLayer::spark_connect(Retrying::default()).hedge(path, policy.clone())?;
+    /// assert_eq!(layer.method_config(path).hedging(), Some(&policy));
+    /// let exec = "/spark.connect.SparkConnectService/ExecutePlan";
+    /// let err = layer.hedge(exec, policy).unwrap_err();
+    /// assert_eq!(err, HedgingError::NotIdempotent(exec.to_owned()));
+    /// # Ok::<(), HedgingError>(())
+    /// ```
+    pub fn hedge(
+        self,
+        path: impl Into<String>,
+        policy: HedgingPolicy,
+    ) -> Result<Self, HedgingError> {
+        let path = path.into();
+        let config = self
+            .method_config(&path)
+            .clone()
+            .with_hedging(policy)
+            .map_err(|_| HedgingError::NotIdempotent(path.clone()))?;
+        Ok(self.method(path, config))
     }
     /// Settings for every method of a service (`package.Service`) not named
     /// with [`method`](Self::method).

@@ -104,6 +104,16 @@
 //! * Throttling ([`RetryLayer::throttle`]): A6's token bucket, shared by
 //!   every clone; a throttled retry fails fast with the last status.
 //!
+//! # Hedging
+//!
+//! An idempotent method can be hedged instead of retried (gRFC A6
+//! `hedgingPolicy`: [`RetryLayer::hedge`], [`MethodConfig::with_hedging`],
+//! or a service config): copies of the call go out `hedgingDelay` apart
+//! and the first answer wins; the others are dropped, which resets their
+//! HTTP/2 streams. [`hedge`] lists the rules. A request over the buffer
+//! cap is sent once, as for retries; a server stream is committed by its
+//! first message.
+//!
 //! # Observability
 //!
 //! Each call runs in a `grpc_retry` debug span with OpenTelemetry's RPC
@@ -111,14 +121,17 @@
 //! `rpc.grpc.status_code` once the call ends. Each attempt logs one
 //! `grpc attempt` debug event with `rpc.service`, `rpc.method`, `attempt`
 //! (0 for the first), `rpc.grpc.status_code`, `wait_ms` for a retry, and
-//! `reason` ([`decide::Reason`]). [`RetryLayer::stats`] counts calls,
-//! attempts, retries, throttled and exhausted calls. Waits use the
+//! `reason` ([`decide::Reason`]); a hedged call logs each hedge with
+//! `reason = "hedge"`, and the event that ends it names the attempt that
+//! `won`. [`RetryLayer::stats`] counts calls, attempts, retries, throttled
+//! and exhausted calls, and hedges sent, won and cancelled. Waits use the
 //! `Retrying`'s injected sleeper, so tests never sleep.
 
 mod attempt;
 mod body;
 mod config;
 pub mod decide;
+pub mod hedge;
 #[allow(clippy::module_inception)]
 mod layer;
 mod service;
@@ -126,6 +139,7 @@ mod stats;
 mod throttle;
 
 pub use config::{MethodEntry, MethodName, ServiceConfig, ServiceConfigError};
+pub use hedge::{HedgingError, HedgingPolicy, MAX_HEDGED_ATTEMPTS};
 pub use layer::{
     DEFAULT_MAX_REQUEST_BUFFER, DEFAULT_MAX_RESPONSE_BUFFER, MethodConfig, ResponseKind,
     RetryLayer, SPARK_CONNECT_SERVICE,

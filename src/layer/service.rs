@@ -2,10 +2,12 @@
 //!
 //! `call` buffers nothing itself: it moves the service that was polled
 //! ready into one boxed future, which reads the request body into memory,
-//! then sends attempts and does what [`decide`] says after each.
+//! then sends attempts and does what [`decide`] says after each, or, for a
+//! hedged method, runs attempts side by side as [`Hedge`] says.
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response};
@@ -13,9 +15,14 @@ use tonic::body::Body;
 use tower::{Service, ServiceExt};
 use tracing::Instrument;
 
-use super::attempt::{attempt, parse_grpc_timeout, request};
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use tonic::Status;
+
+use super::attempt::{Attempt, attempt, parse_grpc_timeout, request};
 use super::body::{Buffered, buffer};
 use super::decide::{CallState, Next, Rules, decide, split_path};
+use super::hedge::{Commit, Hedge, HedgingPolicy, Step};
 use super::layer::Shared;
 use crate::retrying::BoxFuture;
 use crate::sanitize::{sanitize_response, sanitized_body};
@@ -104,7 +111,7 @@ where
 }
 
 /// One call, from its request to the response handed to the caller.
-async fn run<S: Inner>(
+async fn run<S: Inner + Clone>(
     mut svc: S,
     shared: Arc<Shared>,
     req: Request<Body>,
@@ -150,6 +157,14 @@ async fn run<S: Inner>(
     if let Some(timeout) = timeout {
         call = call.with_deadline(clock.now(), timeout);
     }
+    if let Some(policy) = method.hedging() {
+        let ctx = Ctx {
+            head,
+            body,
+            kind: method.kind(),
+        };
+        return hedged(svc, &shared, policy, call, ctx, retrying).await;
+    }
     loop {
         let limit = call.begin_attempt(clock.now());
         stats.attempt();
@@ -168,6 +183,82 @@ async fn run<S: Inner>(
             Next::Deliver => return result.into_result(),
             Next::Fail(status) => return Err(Box::new(status)),
             Next::Retry(wait) => retrying.sleeper().sleep(wait).await,
+        }
+    }
+}
+
+/// What every attempt of a call is made from.
+struct Ctx {
+    head: http::request::Parts,
+    body: super::body::RequestBody,
+    kind: super::layer::ResponseKind,
+}
+
+/// A hedged call: attempts side by side, each on its own clone of the
+/// service, plus one timer for the next hedge. The call ends when
+/// [`Hedge`] commits one attempt; dropping the others resets their HTTP/2
+/// streams (`RST_STREAM` CANCEL), which the server sees as a cancellation.
+async fn hedged<S: Inner + Clone>(
+    svc: S,
+    shared: &Shared,
+    policy: &HedgingPolicy,
+    call: CallState,
+    ctx: Ctx,
+    retrying: &crate::retrying::Retrying,
+) -> Result<Response<Body>, BoxError> {
+    let (stats, clock) = (&shared.stats, retrying.clock());
+    let throttle = shared.throttle.as_deref();
+    let mut hedge = Hedge::new(policy.clone(), call, clock.now());
+    let mut running = FuturesUnordered::new();
+    let mut last = None;
+    // A timer that fired means its time has come, whatever the clock says
+    // (an injected sleeper may return at once).
+    let mut fired = Duration::ZERO;
+    loop {
+        let now = clock.now().max(fired);
+        let until = match hedge.next(now, throttle) {
+            Step::Start { attempt: k, limit } => {
+                stats.attempt();
+                if k > 0 {
+                    stats.hedge_sent();
+                }
+                let req = request(ctx.head.clone(), k, limit, &ctx.body);
+                let (mut svc, kind) = (svc.clone(), ctx.kind);
+                let cap = shared.max_response_buffer;
+                running.push(async move { (k, attempt(&mut svc, req, kind, cap, limit).await) });
+                continue;
+            }
+            Step::Wait(until) => until,
+            Step::Finish(reason) => {
+                stats.decided(reason);
+                // The first attempt always starts, so there is a last one.
+                let status = || Status::deadline_exceeded("no hedged attempt ended");
+                return last.map_or_else(|| Err(Box::new(status()).into()), Attempt::into_result);
+            }
+        };
+        let timer = match until {
+            Some(t) => retrying.sleeper().sleep(t.saturating_sub(now)),
+            None => Box::pin(std::future::pending()),
+        };
+        tokio::select! {
+            Some((k, result)) = running.next() => {
+                let outcome = result.outcome();
+                let Some(Commit { attempt, next, reason }) =
+                    hedge.on_outcome(k, outcome, clock.now().max(fired), throttle)
+                else {
+                    last = Some(result);
+                    continue;
+                };
+                stats.decided(reason);
+                stats.hedge_committed(attempt, hedge.in_flight());
+                // The losers are dropped here, which cancels them.
+                drop(running);
+                return match next {
+                    Next::Fail(status) => Err(Box::new(status)),
+                    _ => result.into_result(),
+                };
+            }
+            () = timer => fired = until.unwrap_or_default(),
         }
     }
 }

@@ -18,6 +18,9 @@ struct Counters {
     throttled: AtomicU64,
     exhausted: AtomicU64,
     passthrough_too_large: AtomicU64,
+    hedges_sent: AtomicU64,
+    hedges_won: AtomicU64,
+    hedges_cancelled: AtomicU64,
 }
 
 /// A handle on the counters of one [`RetryLayer`](super::RetryLayer) and
@@ -43,6 +46,12 @@ pub struct RetryStatsSnapshot {
     pub exhausted: u64,
     /// Calls sent once, unretried, because the request body exceeded the buffer cap.
     pub passthrough_too_large: u64,
+    /// Hedges sent (attempts of a hedged call after its first).
+    pub hedges_sent: u64,
+    /// Hedged calls won by a hedge rather than by the first attempt.
+    pub hedges_won: u64,
+    /// Attempts of hedged calls cancelled because another one won.
+    pub hedges_cancelled: u64,
 }
 
 fn load(c: &AtomicU64) -> u64 {
@@ -78,6 +87,18 @@ impl RetryStats {
     pub fn passthrough_too_large(&self) -> u64 {
         load(&self.inner.passthrough_too_large)
     }
+    /// Hedges sent (attempts of a hedged call after its first).
+    pub fn hedges_sent(&self) -> u64 {
+        load(&self.inner.hedges_sent)
+    }
+    /// Hedged calls won by a hedge rather than by the first attempt.
+    pub fn hedges_won(&self) -> u64 {
+        load(&self.inner.hedges_won)
+    }
+    /// Attempts of hedged calls cancelled because another one won.
+    pub fn hedges_cancelled(&self) -> u64 {
+        load(&self.inner.hedges_cancelled)
+    }
     /// All counters at once (each read separately, so not atomic as a whole).
     pub fn snapshot(&self) -> RetryStatsSnapshot {
         RetryStatsSnapshot {
@@ -87,6 +108,9 @@ impl RetryStats {
             throttled: self.throttled(),
             exhausted: self.exhausted(),
             passthrough_too_large: self.passthrough_too_large(),
+            hedges_sent: self.hedges_sent(),
+            hedges_won: self.hedges_won(),
+            hedges_cancelled: self.hedges_cancelled(),
         }
     }
 
@@ -98,6 +122,18 @@ impl RetryStats {
     }
     pub(crate) fn too_large(&self) {
         add(&self.inner.passthrough_too_large);
+    }
+    pub(crate) fn hedge_sent(&self) {
+        add(&self.inner.hedges_sent);
+    }
+    /// A hedged call committed to `attempt`, cancelling `losers` others.
+    pub(crate) fn hedge_committed(&self, attempt: u32, losers: u32) {
+        if attempt > 0 {
+            add(&self.inner.hedges_won);
+        }
+        self.inner
+            .hedges_cancelled
+            .fetch_add(u64::from(losers), Ordering::Relaxed);
     }
     /// Count what a decision did.
     pub(crate) fn decided(&self, reason: Reason) {
