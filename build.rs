@@ -7,6 +7,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
+        // Test servers implement only the RPCs they script; the rest answer
+        // UNIMPLEMENTED (server-streaming RPCs then return a boxed stream).
+        .generate_default_stubs(true)
         .compile_fds(fds)?;
     Ok(())
 }

@@ -47,16 +47,8 @@ fn slow(index: u64, attempt: u64) -> bool {
     StdRng::seed_from_u64(index * 8 + attempt).random_bool(SLOW_SHARE)
 }
 
-fn unimpl<T>() -> Result<Response<T>, Status> {
-    Err(Status::unimplemented("bench"))
-}
-
-type Empty = tokio_stream::Empty<Result<ExecutePlanResponse, Status>>;
-
 #[tonic::async_trait]
 impl SparkConnectService for Tail {
-    type ExecutePlanStream = Empty;
-    type ReattachExecuteStream = Empty;
     async fn config(
         &self,
         req: Request<ConfigRequest>,
@@ -76,72 +68,6 @@ impl SparkConnectService for Tail {
             session_id,
             ..Default::default()
         }))
-    }
-    async fn execute_plan(
-        &self,
-        _: Request<ExecutePlanRequest>,
-    ) -> Result<Response<Empty>, Status> {
-        unimpl()
-    }
-    async fn analyze_plan(
-        &self,
-        _: Request<AnalyzePlanRequest>,
-    ) -> Result<Response<AnalyzePlanResponse>, Status> {
-        unimpl()
-    }
-    async fn add_artifacts(
-        &self,
-        _: Request<tonic::Streaming<AddArtifactsRequest>>,
-    ) -> Result<Response<AddArtifactsResponse>, Status> {
-        unimpl()
-    }
-    async fn artifact_status(
-        &self,
-        _: Request<ArtifactStatusesRequest>,
-    ) -> Result<Response<ArtifactStatusesResponse>, Status> {
-        unimpl()
-    }
-    async fn interrupt(
-        &self,
-        _: Request<InterruptRequest>,
-    ) -> Result<Response<InterruptResponse>, Status> {
-        unimpl()
-    }
-    async fn reattach_execute(
-        &self,
-        _: Request<ReattachExecuteRequest>,
-    ) -> Result<Response<Empty>, Status> {
-        unimpl()
-    }
-    async fn release_execute(
-        &self,
-        _: Request<ReleaseExecuteRequest>,
-    ) -> Result<Response<ReleaseExecuteResponse>, Status> {
-        unimpl()
-    }
-    async fn release_session(
-        &self,
-        _: Request<ReleaseSessionRequest>,
-    ) -> Result<Response<ReleaseSessionResponse>, Status> {
-        unimpl()
-    }
-    async fn fetch_error_details(
-        &self,
-        _: Request<FetchErrorDetailsRequest>,
-    ) -> Result<Response<FetchErrorDetailsResponse>, Status> {
-        unimpl()
-    }
-    async fn clone_session(
-        &self,
-        _: Request<CloneSessionRequest>,
-    ) -> Result<Response<CloneSessionResponse>, Status> {
-        unimpl()
-    }
-    async fn get_status(
-        &self,
-        _: Request<GetStatusRequest>,
-    ) -> Result<Response<GetStatusResponse>, Status> {
-        unimpl()
     }
 }
 

@@ -21,17 +21,8 @@ use tonic::{Code, Request, Response, Status};
 /// request's `client_type` under the key `client_type`. Other RPCs are unimplemented.
 struct Echo;
 
-fn unimplemented<T>() -> Result<Response<T>, Status> {
-    Err(Status::unimplemented("echo server"))
-}
-
-type Empty = tokio_stream::Empty<Result<ExecutePlanResponse, Status>>;
-
 #[tonic::async_trait]
 impl SparkConnectService for Echo {
-    type ExecutePlanStream = Empty;
-    type ReattachExecuteStream = Empty;
-
     async fn config(
         &self,
         request: Request<ConfigRequest>,
@@ -74,73 +65,6 @@ impl SparkConnectService for Echo {
             pairs,
             warnings: vec![],
         }))
-    }
-
-    async fn execute_plan(
-        &self,
-        _: Request<ExecutePlanRequest>,
-    ) -> Result<Response<Empty>, Status> {
-        unimplemented()
-    }
-    async fn analyze_plan(
-        &self,
-        _: Request<AnalyzePlanRequest>,
-    ) -> Result<Response<AnalyzePlanResponse>, Status> {
-        unimplemented()
-    }
-    async fn add_artifacts(
-        &self,
-        _: Request<tonic::Streaming<AddArtifactsRequest>>,
-    ) -> Result<Response<AddArtifactsResponse>, Status> {
-        unimplemented()
-    }
-    async fn artifact_status(
-        &self,
-        _: Request<ArtifactStatusesRequest>,
-    ) -> Result<Response<ArtifactStatusesResponse>, Status> {
-        unimplemented()
-    }
-    async fn interrupt(
-        &self,
-        _: Request<InterruptRequest>,
-    ) -> Result<Response<InterruptResponse>, Status> {
-        unimplemented()
-    }
-    async fn reattach_execute(
-        &self,
-        _: Request<ReattachExecuteRequest>,
-    ) -> Result<Response<Empty>, Status> {
-        unimplemented()
-    }
-    async fn release_execute(
-        &self,
-        _: Request<ReleaseExecuteRequest>,
-    ) -> Result<Response<ReleaseExecuteResponse>, Status> {
-        unimplemented()
-    }
-    async fn release_session(
-        &self,
-        _: Request<ReleaseSessionRequest>,
-    ) -> Result<Response<ReleaseSessionResponse>, Status> {
-        unimplemented()
-    }
-    async fn fetch_error_details(
-        &self,
-        _: Request<FetchErrorDetailsRequest>,
-    ) -> Result<Response<FetchErrorDetailsResponse>, Status> {
-        unimplemented()
-    }
-    async fn clone_session(
-        &self,
-        _: Request<CloneSessionRequest>,
-    ) -> Result<Response<CloneSessionResponse>, Status> {
-        unimplemented()
-    }
-    async fn get_status(
-        &self,
-        _: Request<GetStatusRequest>,
-    ) -> Result<Response<GetStatusResponse>, Status> {
-        unimplemented()
     }
 }
 

@@ -123,15 +123,8 @@ fn with_pushback(value: &'static str) -> Status {
 
 type Stream_ = Pin<Box<dyn Stream<Item = Result<ExecutePlanResponse, Status>> + Send>>;
 
-fn unimpl<T>() -> Result<Response<T>, Status> {
-    Err(Status::unimplemented("not scripted"))
-}
-
 #[tonic::async_trait]
 impl SparkConnectService for Server_ {
-    type ExecutePlanStream = Stream_;
-    type ReattachExecuteStream = Stream_;
-
     async fn config(
         &self,
         req: Request<ConfigRequest>,
@@ -166,66 +159,6 @@ impl SparkConnectService for Server_ {
         });
         let rest = futures_util::stream::iter([Ok(msg(1))]);
         Ok(Response::new(Box::pin(first.chain(rest))))
-    }
-    async fn execute_plan(
-        &self,
-        _: Request<ExecutePlanRequest>,
-    ) -> Result<Response<Stream_>, Status> {
-        unimpl()
-    }
-    async fn analyze_plan(
-        &self,
-        _: Request<AnalyzePlanRequest>,
-    ) -> Result<Response<AnalyzePlanResponse>, Status> {
-        unimpl()
-    }
-    async fn add_artifacts(
-        &self,
-        _: Request<tonic::Streaming<AddArtifactsRequest>>,
-    ) -> Result<Response<AddArtifactsResponse>, Status> {
-        unimpl()
-    }
-    async fn artifact_status(
-        &self,
-        _: Request<ArtifactStatusesRequest>,
-    ) -> Result<Response<ArtifactStatusesResponse>, Status> {
-        unimpl()
-    }
-    async fn interrupt(
-        &self,
-        _: Request<InterruptRequest>,
-    ) -> Result<Response<InterruptResponse>, Status> {
-        unimpl()
-    }
-    async fn release_execute(
-        &self,
-        _: Request<ReleaseExecuteRequest>,
-    ) -> Result<Response<ReleaseExecuteResponse>, Status> {
-        unimpl()
-    }
-    async fn release_session(
-        &self,
-        _: Request<ReleaseSessionRequest>,
-    ) -> Result<Response<ReleaseSessionResponse>, Status> {
-        unimpl()
-    }
-    async fn fetch_error_details(
-        &self,
-        _: Request<FetchErrorDetailsRequest>,
-    ) -> Result<Response<FetchErrorDetailsResponse>, Status> {
-        unimpl()
-    }
-    async fn clone_session(
-        &self,
-        _: Request<CloneSessionRequest>,
-    ) -> Result<Response<CloneSessionResponse>, Status> {
-        unimpl()
-    }
-    async fn get_status(
-        &self,
-        _: Request<GetStatusRequest>,
-    ) -> Result<Response<GetStatusResponse>, Status> {
-        unimpl()
     }
 }
 

@@ -103,30 +103,17 @@ fn with_pushback(code: Code, value: &'static str) -> Status {
     Status::with_metadata(code, "pushback", md)
 }
 
-fn unimpl<T>() -> Result<Response<T>, Status> {
-    Err(Status::unimplemented("not scripted"))
-}
-
-type ExecStream = tokio_stream::Iter<std::vec::IntoIter<Result<ExecutePlanResponse, Status>>>;
+type ExecStream = tonic::codegen::BoxStream<ExecutePlanResponse>;
 
 #[tonic::async_trait]
 impl SparkConnectService for Scripted {
-    type ExecutePlanStream = ExecStream;
-    type ReattachExecuteStream = ExecStream;
-
     async fn execute_plan(
         &self,
         req: Request<ExecutePlanRequest>,
     ) -> Result<Response<ExecStream>, Status> {
         self.record(&req);
         let i = self.exec_calls.fetch_add(1, Ordering::SeqCst);
-        Ok(Response::new(tokio_stream::iter((self.exec)(i))))
-    }
-    async fn analyze_plan(
-        &self,
-        _: Request<AnalyzePlanRequest>,
-    ) -> Result<Response<AnalyzePlanResponse>, Status> {
-        unimpl()
+        Ok(Response::new(Box::pin(tokio_stream::iter((self.exec)(i)))))
     }
     async fn config(
         &self,
@@ -162,54 +149,6 @@ impl SparkConnectService for Scripted {
             session_id: ids.join(","),
             ..Default::default()
         }))
-    }
-    async fn artifact_status(
-        &self,
-        _: Request<ArtifactStatusesRequest>,
-    ) -> Result<Response<ArtifactStatusesResponse>, Status> {
-        unimpl()
-    }
-    async fn interrupt(
-        &self,
-        _: Request<InterruptRequest>,
-    ) -> Result<Response<InterruptResponse>, Status> {
-        unimpl()
-    }
-    async fn reattach_execute(
-        &self,
-        _: Request<ReattachExecuteRequest>,
-    ) -> Result<Response<ExecStream>, Status> {
-        unimpl()
-    }
-    async fn release_execute(
-        &self,
-        _: Request<ReleaseExecuteRequest>,
-    ) -> Result<Response<ReleaseExecuteResponse>, Status> {
-        unimpl()
-    }
-    async fn release_session(
-        &self,
-        _: Request<ReleaseSessionRequest>,
-    ) -> Result<Response<ReleaseSessionResponse>, Status> {
-        unimpl()
-    }
-    async fn fetch_error_details(
-        &self,
-        _: Request<FetchErrorDetailsRequest>,
-    ) -> Result<Response<FetchErrorDetailsResponse>, Status> {
-        unimpl()
-    }
-    async fn clone_session(
-        &self,
-        _: Request<CloneSessionRequest>,
-    ) -> Result<Response<CloneSessionResponse>, Status> {
-        unimpl()
-    }
-    async fn get_status(
-        &self,
-        _: Request<GetStatusRequest>,
-    ) -> Result<Response<GetStatusResponse>, Status> {
-        unimpl()
     }
 }
 

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::handle::RecordedCall;
@@ -197,23 +198,25 @@ impl UnaryRequest for proto::ReleaseSessionRequest {
     }
 }
 
+/// The generated trait's server-streaming type (its default stubs need one).
+fn boxed(response: Response<ExecStream>) -> Response<BoxStream<proto::ExecutePlanResponse>> {
+    response.map(|s| Box::pin(s) as BoxStream<_>)
+}
+
 #[tonic::async_trait]
 impl SparkConnectService for Service {
-    type ExecutePlanStream = ExecStream;
-    type ReattachExecuteStream = ExecStream;
-
     async fn execute_plan(
         &self,
         request: Request<proto::ExecutePlanRequest>,
-    ) -> Result<Response<ExecStream>, Status> {
-        self.rpc_execute_plan(request).await
+    ) -> Result<Response<BoxStream<proto::ExecutePlanResponse>>, Status> {
+        Ok(boxed(self.rpc_execute_plan(request).await?))
     }
 
     async fn reattach_execute(
         &self,
         request: Request<proto::ReattachExecuteRequest>,
-    ) -> Result<Response<ExecStream>, Status> {
-        self.rpc_reattach_execute(request).await
+    ) -> Result<Response<BoxStream<proto::ExecutePlanResponse>>, Status> {
+        Ok(boxed(self.rpc_reattach_execute(request).await?))
     }
 
     async fn release_execute(
