@@ -64,6 +64,50 @@ async fn sql_is_eager_and_bad_sql_fails_there() {
     assert_eq!(server.message_parameters()["error"], "'selec'");
 }
 
+/// A real server may send `ExecutionProgress` before the schema (a job is
+/// already running when the first report is due). `sql()` must read past it
+/// and keep it for the consumer, not read its own held responses back
+/// forever (which spun a core in CI). The query runs on a thread of its own,
+/// so a spin fails the bound here instead of hanging the test.
+#[test]
+fn sql_reads_past_leading_progress() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let ids = rt.block_on(async {
+            let s = TestServer::builder()
+                .schema_response(false)
+                .execution_progress(true)
+                .rows_per_batch(100)
+                .start()
+                .await
+                .unwrap();
+            let spark = builder(&s).build().unwrap();
+            let mut stream = spark.sql("SELECT id FROM range(1000)").await?;
+            let mut ids = vec![];
+            while let Some(batch) = stream.next_batch().await {
+                let batch = batch?;
+                let col = batch
+                    .column(0)
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .unwrap();
+                ids.extend(col.values().iter().copied());
+            }
+            Ok::<_, SparkError>(ids)
+        });
+        let _ = tx.send(ids);
+    });
+    let ids = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("sql() never returned: it re-read its own held progress response")
+        .unwrap();
+    assert_eq!(ids, (0..1000).collect::<Vec<i64>>());
+}
+
 #[tokio::test]
 async fn schema_is_known_at_sql_and_kept_for_empty_results() {
     let s = TestServer::start().await.unwrap();

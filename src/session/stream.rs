@@ -124,7 +124,9 @@ impl ArrowStream {
     /// analysed the plan), or the first error: the eager half of
     /// [`SparkSession::sql`]. Responses read are held for the consumer.
     pub(super) async fn start(&mut self) -> Result<(), SparkError> {
-        while let Some(item) = std::future::poll_fn(|cx| self.poll_response(cx)).await {
+        // From the execution, not through `held`: what is read here is held,
+        // and reading it back would loop on a leading progress response.
+        while let Some(item) = std::future::poll_fn(|cx| self.poll_execution(cx)).await {
             let resp = item?;
             let progress = matches!(
                 resp.response_type,
@@ -179,6 +181,15 @@ impl ArrowStream {
         if let Some(resp) = self.held.pop_front() {
             return Poll::Ready(Some(Ok(resp)));
         }
+        self.poll_execution(cx)
+    }
+
+    /// The next response of the execution itself (nothing held), with
+    /// session ids checked and server errors enriched.
+    fn poll_execution(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<ExecutePlanResponse, SparkError>>> {
         loop {
             if let Some(fut) = self.enriching.as_mut() {
                 let err = std::task::ready!(fut.as_mut().poll(cx));
