@@ -81,7 +81,12 @@ fn parse_relation(rel: &Relation) -> Result<Query, SparkException> {
     match &rel.rel_type {
         Some(relation::RelType::Range(r)) => range(r.start.unwrap_or(0), r.end, r.step),
         Some(relation::RelType::Sql(s)) => parse_sql(&s.query),
-        None => Err(unsupported("this relation")),
+        Some(
+            relation::RelType::LocalRelation(_)
+            | relation::RelType::CachedLocalRelation(_)
+            | relation::RelType::ChunkedCachedLocalRelation(_),
+        )
+        | None => Err(unsupported("this relation")),
     }
 }
 
