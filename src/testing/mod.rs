@@ -126,4 +126,6 @@ pub mod server;
 pub use error::SparkException;
 pub use faults::{BAD_STATUS_DETAILS, Fault, FaultScript, Rpc};
 pub use proxy::{FaultProxy, FaultProxyBuilder};
-pub use server::{BufferStats, CallCounts, RecordedCall, TestServer, TestServerBuilder};
+pub use server::{
+    BufferStats, CallCounts, RecordedCall, TestServer, TestServerBuilder, UploadCall,
+};

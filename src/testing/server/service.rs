@@ -1,6 +1,6 @@
 //! The gRPC service: per-call bookkeeping (call counters, the metadata log,
 //! auth, the fault script) and the dispatch of each RPC to its handler in
-//! `executions` or `session_rpcs`. RPCs the server does not implement answer
+//! `executions`, `session_rpcs` or `artifacts`. RPCs the server does not implement answer
 //! `UNIMPLEMENTED`.
 
 use std::sync::Arc;
@@ -76,7 +76,7 @@ impl Service {
         }
     }
 
-    async fn stall(&self, duration: Option<Duration>) {
+    pub(super) async fn stall(&self, duration: Option<Duration>) {
         let mut stopping = self.shared.stopping.subscribe();
         match duration {
             Some(d) => {
@@ -114,6 +114,8 @@ impl Service {
                 self.stall(*d).await;
                 result.map(Response::new)
             }
+            // Only meaningful on AddArtifacts, which applies it while reading.
+            Action::Corrupt => result.map(Response::new),
         }
     }
 
@@ -186,6 +188,7 @@ unary_request!(
     proto::InterruptRequest,
     proto::FetchErrorDetailsRequest,
     proto::ReleaseExecuteRequest,
+    proto::ArtifactStatusesRequest,
 );
 
 impl UnaryRequest for proto::ReleaseSessionRequest {
@@ -265,22 +268,14 @@ impl SparkConnectService for Service {
         &self,
         request: Request<Streaming<proto::AddArtifactsRequest>>,
     ) -> Result<Response<proto::AddArtifactsResponse>, Status> {
-        self.begin(Rpc::Other, &self.shared.counters.other, &request, "", "")
-            .await?;
-        Err(Status::unimplemented(
-            "AddArtifacts is not implemented by the test server",
-        ))
+        self.rpc_add_artifacts(request).await
     }
 
     async fn artifact_status(
         &self,
         request: Request<proto::ArtifactStatusesRequest>,
     ) -> Result<Response<proto::ArtifactStatusesResponse>, Status> {
-        self.begin(Rpc::Other, &self.shared.counters.other, &request, "", "")
-            .await?;
-        Err(Status::unimplemented(
-            "ArtifactStatus is not implemented by the test server",
-        ))
+        self.rpc_artifact_status(request).await
     }
 
     async fn clone_session(
