@@ -118,6 +118,7 @@
 mod conn;
 pub mod error;
 pub mod faults;
+mod local;
 mod plan;
 pub mod plans;
 pub mod proxy;

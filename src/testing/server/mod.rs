@@ -33,6 +33,7 @@ mod store;
 mod upload;
 
 pub use handle::{BufferStats, CallCounts, RecordedCall, TestServer, UploadCall};
+pub(crate) use store::CACHE_PREFIX;
 
 /// The Spark version `AnalyzePlan.spark_version` reports by default.
 pub const DEFAULT_SPARK_VERSION: &str = "4.3.0";

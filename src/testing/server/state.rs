@@ -141,6 +141,17 @@ impl Shared {
             .and_then(|s| s.artifacts.files.get(name).cloned())
     }
 
+    /// The work a plan of this session asks for (its cached local relations
+    /// are looked up among the session's artifacts).
+    pub(super) fn parse_plan(
+        &self,
+        session_id: &str,
+        plan: Option<&proto::Plan>,
+    ) -> Result<crate::testing::plan::Work, SparkException> {
+        let cache = |name: &str| self.artifact(session_id, name);
+        crate::testing::plan::parse_plan(plan, &cache, &self.ssid())
+    }
+
     pub(super) fn find_op(&self, session_id: &str, op_id: &str) -> Option<Arc<Operation>> {
         lock(&self.state)
             .sessions
