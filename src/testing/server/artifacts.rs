@@ -71,7 +71,7 @@ impl Service {
         loop {
             if let Some(f) = pending.filter(|f| f.after == Some(read)) {
                 pending = None;
-                self.mid_stream(f, kill, &call.session_id).await?;
+                self.apply(f, kill, &call.session_id, "").await?;
             }
             // An error here is the client's cut: everything staged is dropped.
             let Some(mut msg) = stream.message().await? else {
@@ -95,7 +95,7 @@ impl Service {
                 .map_err(|e| shared.spark_status(&e, Some(&call.session_id)))?;
         }
         if let Some(f) = pending {
-            self.mid_stream(f, kill, &call.session_id).await?;
+            self.apply(f, kill, &call.session_id, "").await?;
         }
         if call.messages == 0 {
             return Err(SparkException::java(
@@ -125,31 +125,6 @@ impl Service {
             server_side_session_id: shared.ssid(),
             artifacts: commit.summaries,
         })
-    }
-
-    /// Applies a fault due between two request messages.
-    async fn mid_stream(
-        &self,
-        fault: &Fault,
-        kill: Option<&KillSwitch>,
-        session_id: &str,
-    ) -> Result<(), Status> {
-        match &fault.action {
-            Action::Fail(_) | Action::BadStatusDetails => Err(fault
-                .status_for(session_id, "")
-                .unwrap_or_else(|| Status::internal("fault"))),
-            Action::Reset | Action::LoseRequest => {
-                if let Some(k) = kill {
-                    k.kill();
-                }
-                Err(Status::unavailable("connection reset by fault injection"))
-            }
-            Action::Stall(d) => {
-                self.stall(*d).await;
-                Ok(())
-            }
-            Action::Corrupt => Ok(()),
-        }
     }
 
     pub(super) async fn rpc_artifact_status(

@@ -76,7 +76,7 @@ impl Service {
         }
     }
 
-    pub(super) async fn stall(&self, duration: Option<Duration>) {
+    async fn stall(&self, duration: Option<Duration>) {
         let mut stopping = self.shared.stopping.subscribe();
         match duration {
             Some(d) => {
@@ -97,9 +97,21 @@ impl Service {
         op_id: &str,
         result: Result<R, Status>,
     ) -> Result<Response<R>, Status> {
-        let Some(fault) = fault else {
-            return result.map(Response::new);
-        };
+        if let Some(fault) = fault {
+            self.apply(&fault, kill.as_ref(), session_id, op_id).await?;
+        }
+        result.map(Response::new)
+    }
+
+    /// Applies a fault that acts after (part of) a request was processed: a
+    /// status or a reset ends the call, a stall delays it.
+    pub(super) async fn apply(
+        &self,
+        fault: &Fault,
+        kill: Option<&KillSwitch>,
+        session_id: &str,
+        op_id: &str,
+    ) -> Result<(), Status> {
         match &fault.action {
             Action::Fail(_) | Action::BadStatusDetails => Err(fault
                 .status_for(session_id, op_id)
@@ -112,10 +124,10 @@ impl Service {
             }
             Action::Stall(d) => {
                 self.stall(*d).await;
-                result.map(Response::new)
+                Ok(())
             }
             // Only meaningful on AddArtifacts, which applies it while reading.
-            Action::Corrupt => result.map(Response::new),
+            Action::Corrupt => Ok(()),
         }
     }
 
