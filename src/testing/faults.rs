@@ -235,6 +235,53 @@ impl Fault {
     /// Fire once the server has read `k` request messages of a client stream
     /// (`AddArtifacts`; see the module docs). The same setting as
     /// [`after_responses`](Self::after_responses), counted on the other side.
+    ///
+    /// ```
+    /// use spark_connect_retry::proto::{
+    ///     self, add_artifacts_request as aar,
+    ///     spark_connect_service_client::SparkConnectServiceClient,
+    /// };
+    /// use spark_connect_retry::testing::{Fault, Rpc, TestServer};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let server = TestServer::start().await?;
+    /// let session = "00112233-4455-6677-8899-aabbccddeeff";
+    /// // One artifact in two chunks, as PySpark sends artifacts over 32 KiB.
+    /// let chunk = |data: &[u8]| aar::ArtifactChunk {
+    ///     data: data.to_vec(),
+    ///     crc: i64::from(crc32fast::hash(data)),
+    /// };
+    /// let request = |payload| proto::AddArtifactsRequest {
+    ///     session_id: session.into(),
+    ///     payload: Some(payload),
+    ///     ..Default::default()
+    /// };
+    /// let upload = vec![
+    ///     request(aar::Payload::BeginChunk(aar::BeginChunkedArtifact {
+    ///         name: "cache/abc".into(),
+    ///         total_bytes: 6,
+    ///         num_chunks: 2,
+    ///         initial_chunk: Some(chunk(b"abc")),
+    ///     })),
+    ///     request(aar::Payload::Chunk(chunk(b"def"))),
+    /// ];
+    /// // Cut the connection once the first message was read.
+    /// server.faults().push(Fault::reset_connection().on(Rpc::AddArtifacts).after_requests(1));
+    /// let mut client = SparkConnectServiceClient::connect(server.endpoint()).await?;
+    /// assert!(client.add_artifacts(tokio_stream::iter(upload.clone())).await.is_err());
+    /// assert!(server.artifacts(session).is_empty(), "a cut upload stores nothing");
+    /// assert_eq!(server.upload_calls()[0].bytes, 3);
+    ///
+    /// let mut client = SparkConnectServiceClient::connect(server.endpoint()).await?;
+    /// let done = client.add_artifacts(tokio_stream::iter(upload)).await?.into_inner();
+    /// assert!(done.artifacts[0].is_crc_successful);
+    /// assert_eq!(server.artifact(session, "cache/abc").as_deref(), Some(&b"abcdef"[..]));
+    /// assert_eq!(server.artifact_writes(session, "cache/abc"), 1);
+    /// server.shutdown().await;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn after_requests(self, k: u32) -> Self {
         self.after_responses(k)
     }
