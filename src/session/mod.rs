@@ -31,10 +31,12 @@
 
 mod builder;
 pub mod channel;
+mod config;
 pub mod conn_string;
 #[cfg(feature = "arrow")]
 mod decode;
 mod error;
+mod renewal;
 #[cfg(feature = "arrow")]
 pub mod schema;
 mod spark;
