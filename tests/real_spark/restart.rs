@@ -87,7 +87,7 @@ async fn server_killed_mid_query_fails_clearly_in_bounded_time() {
 
 /// The same crash with the default policy (PySpark's: 15 retries, about
 /// 608 s of waits), measured once for the README; ignored because it takes
-/// over ten minutes. `tests/session_embedded.rs` proves the figure with
+/// over ten minutes. `tests/server_down.rs` proves the figure with
 /// paused time against a closed port. Run it with
 /// `SPARK_CONNECT_TEST_REMOTE_VICTIM=sc://127.0.0.1:PORT SPARK_CONNECT_TEST_VICTIM=NAME
 /// cargo test --all-features --test real_spark -- --ignored server_killed_and_kept_down`.
