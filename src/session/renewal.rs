@@ -27,9 +27,14 @@
 //!
 //! The rule is [`verdict`]; it also says whether the failed request can be
 //! sent again on a fresh session: only when the server refused it before
-//! running anything (a unary call, or an execution whose first ExecutePlan
-//! was refused, with no response, reattach or re-execute since). A running
-//! execution is never moved: it keeps its own error
+//! running anything, and nothing of it was received: a unary call (all are
+//! idempotent, and retried anyway), or an execution with no response yet.
+//! The latter is the rule by which the reattachable stream itself sends its
+//! ExecutePlan again when the server no longer knows the operation
+//! (PySpark's, SPARK-48056); after a restart the first ExecutePlan often
+//! meets the dead connection, reattaches, gets `SESSION_NOT_FOUND`, is sent
+//! again and only then refused with `SESSION_CHANGED`. A running execution
+//! (one that delivered a response) is never moved: it keeps its own error
 //! (`RESPONSE_ALREADY_RECEIVED`, `OPERATION_NOT_FOUND`, ...).
 //!
 //! **Renewal** (`SparkSessionBuilder::renew_stale_session(true)`): the
@@ -69,8 +74,8 @@ pub(super) enum Verdict {
 
 /// The staleness rule. `error_class` is the failed call's Spark error class;
 /// `observed` says whether the session had seen a server-side id; `untouched`
-/// whether the request was refused outright (a unary call, or an execution's
-/// first ExecutePlan with nothing received, reattached or re-executed).
+/// whether nothing of the call was received (a unary call, or an execution
+/// with no response yet).
 pub(super) fn verdict(error_class: Option<&str>, observed: bool, untouched: bool) -> Verdict {
     let stale = match error_class {
         Some(SESSION_CHANGED) => true,

@@ -131,11 +131,11 @@ impl ArrowStream {
         })
     }
 
-    /// Nothing of the execution happened yet: no response, reattach or
-    /// re-execute (so a refusal came from its first ExecutePlan).
+    /// No response of the execution arrived: the rule under which the
+    /// reattachable stream itself sends its ExecutePlan again when the
+    /// server no longer knows the operation (PySpark's, SPARK-48056).
     fn untouched(&self) -> bool {
-        let c = self.stats();
-        self.plan.is_some() && c.responses == 0 && c.reattaches == 0 && c.re_executes == 0
+        self.plan.is_some() && self.stats().responses == 0
     }
 
     /// The operation id of the execution.
