@@ -161,8 +161,8 @@ impl SparkSessionBuilder {
     /// dropped the session after the session had been used
     /// (`SESSION_NOT_FOUND`, `SESSION_CLOSED`: idle for
     /// `spark.connect.session.manager.defaultSessionTimeout`, 1 h by
-    /// default). Off, such a session is closed and every later call fails
-    /// until a new session is built. On, the next call draws a new client
+    /// default). Off, every later call fails until a new session is built
+    /// (`SESSION_CHANGED` closes the session, as in PySpark). On, the next call draws a new client
     /// session id (even if the connection string gave one), sets the
     /// builder's [`config`](Self::config)s, and runs; a call the server
     /// refused as stale before running anything is sent again once. Racing
