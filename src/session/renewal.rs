@@ -190,7 +190,9 @@ impl SparkSession {
     }
 
     /// Records what a failed call of generation `g` says about the session:
-    /// a stale session is marked for renewal (renewal on) or closed (off).
+    /// with renewal on, a stale session is marked for renewal; off, a
+    /// `SESSION_CHANGED` closes it, as in PySpark (the other stale errors
+    /// keep coming from the server).
     pub(super) fn note_failure(
         &self,
         g: &Generation,
@@ -198,18 +200,19 @@ impl SparkSession {
         untouched: bool,
     ) -> Verdict {
         let v = verdict(err.error_class(), g.observed().is_some(), untouched);
-        if v != Verdict::Unrelated {
-            if self.renewal().enabled {
-                if !g.stale.swap(true, Ordering::SeqCst) {
-                    tracing::info!(
-                        session_id = g.session_id(),
-                        error_class = err.error_class(),
-                        "Spark Connect session is stale; the next call renews it"
-                    );
-                }
-            } else {
+        if v == Verdict::Unrelated {
+            return v;
+        }
+        if !self.renewal().enabled {
+            if err.error_class() == Some(SESSION_CHANGED) {
                 self.mark_closed();
             }
+        } else if !g.stale.swap(true, Ordering::SeqCst) {
+            tracing::info!(
+                session_id = g.session_id(),
+                error_class = err.error_class(),
+                "Spark Connect session is stale; the next call renews it"
+            );
         }
         v
     }
