@@ -245,7 +245,12 @@ async fn a_session_closed_on_the_server_is_renewed_only_when_asked() {
                 Some("INVALID_HANDLE.SESSION_CLOSED"),
                 "{err}"
             );
-            assert!(spark.is_closed());
+            // Not closed locally (only SESSION_CHANGED does that, as in
+            // PySpark): the server keeps saying so.
+            assert!(!spark.is_closed());
+            let again = spark.spark_version().await.unwrap_err();
+            assert_eq!(again.error_class(), err.error_class());
+            assert_eq!(spark.renewals(), 0);
         }
     }
 }
