@@ -41,6 +41,7 @@ mod renewal;
 pub mod schema;
 mod spark;
 mod stream;
+mod tags;
 
 pub use builder::{DEFAULT_RELEASE_WAIT, MIN_ARROW_CHUNK_SIZE, SparkSessionBuilder};
 pub use error::{ErrorDetails, ServerError, SparkError};

@@ -21,6 +21,7 @@ use super::conn_string::ConnectionString;
 use super::error::{ErrorDetails, ServerError, SparkError};
 use super::renewal::{Generation, Renewal};
 use super::stream::ArrowStream;
+use super::tags::check_tag;
 use crate::deadlines::RpcDeadlines;
 use crate::proto::execute_plan_request::{RequestOption, request_option};
 use crate::proto::{
@@ -173,6 +174,9 @@ impl SparkSession {
     }
     pub(super) fn mark_closed(&self) {
         self.inner.closed.store(true, Ordering::SeqCst);
+    }
+    pub(super) fn tag_list(&self) -> &Mutex<Vec<String>> {
+        &self.inner.tags
     }
     pub(super) fn renewal(&self) -> &Renewal {
         &self.inner.renewal
@@ -528,34 +532,6 @@ impl SparkSession {
         .await
     }
 
-    /// Add a tag to every operation this session starts from now on (all
-    /// clones share the tags). A tag is non-empty and has no comma.
-    pub fn add_tag(&self, tag: &str) -> Result<(), SparkError> {
-        check_tag(tag)?;
-        let mut tags = lock(&self.inner.tags);
-        if !tags.iter().any(|t| t == tag) {
-            tags.push(tag.to_owned());
-        }
-        Ok(())
-    }
-
-    /// Stop adding `tag` to new operations.
-    pub fn remove_tag(&self, tag: &str) -> Result<(), SparkError> {
-        check_tag(tag)?;
-        lock(&self.inner.tags).retain(|t| t != tag);
-        Ok(())
-    }
-
-    /// The tags added to new operations, in the order they were added.
-    pub fn tags(&self) -> Vec<String> {
-        lock(&self.inner.tags).clone()
-    }
-
-    /// Remove every tag.
-    pub fn clear_tags(&self) {
-        lock(&self.inner.tags).clear();
-    }
-
     /// Release the server session (ReleaseSession), as PySpark's `stop()`
     /// does; later calls fail with [`SparkError::SessionClosed`]. A second
     /// call sends nothing and succeeds.
@@ -610,21 +586,6 @@ impl SparkSession {
     }
 }
 
-/// PySpark's tag rule: non-empty, no comma (tags are joined with commas).
-fn check_tag(tag: &str) -> Result<(), SparkError> {
-    let reason = if tag.is_empty() {
-        "a tag must not be empty"
-    } else if tag.contains(',') {
-        "a tag must not contain ','"
-    } else {
-        return Ok(());
-    };
-    Err(SparkError::InvalidTag {
-        tag: tag.to_owned(),
-        reason,
-    })
-}
-
 /// The root error of a FetchErrorDetails answer and its cause chain.
 fn error_details(resp: &proto::FetchErrorDetailsResponse) -> Option<ErrorDetails> {
     let root = usize::try_from(resp.root_error_idx?).ok()?;
@@ -659,17 +620,6 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn tags_follow_pyspark_rules() {
-        assert!(check_tag("etl").is_ok());
-        for bad in ["", "a,b"] {
-            match check_tag(bad) {
-                Err(SparkError::InvalidTag { tag, .. }) => assert_eq!(tag, bad),
-                other => panic!("{bad:?}: {other:?}"),
-            }
-        }
-    }
 
     #[test]
     fn error_details_follow_causes_and_stop_on_cycles() {
