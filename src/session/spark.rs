@@ -423,7 +423,9 @@ impl SparkSession {
     ///
     /// Lazy, unlike [`sql`](Self::sql): nothing is sent until the stream is
     /// first read, so a relation can be prepared and handed on cheaply. The
-    /// operation id is drawn now, and the session's tags taken now.
+    /// operation id is drawn now, and the session's tags taken now; the
+    /// builder's configs (on the session's first call) and a renewal of a
+    /// stale session happen when it is first read.
     pub fn relation(&self, relation: Relation) -> Result<ArrowStream, SparkError> {
         self.check_open()?;
         let plan = Plan {
