@@ -27,6 +27,8 @@ use spark_connect_retry::testing::proxy::{CutMode, CutSchedule, Direction, Fault
 mod restart;
 #[path = "real_spark/session.rs"]
 mod session_api;
+#[path = "support/streams.rs"]
+mod streams;
 
 const TEN_M: i64 = 10_000_000;
 

@@ -18,6 +18,10 @@ use spark_connect_retry::session::{SparkError, SparkSession};
 use spark_connect_retry::testing::TestServer;
 use spark_connect_retry::testing::proxy::FaultProxy;
 
+#[path = "support/streams.rs"]
+mod streams;
+use streams::until_error;
+
 /// Reads the first batch of a long query through a proxy, then closes the
 /// proxy's port for good (the "kill"). Returns the (virtual) time from the
 /// kill to the stream's error, the error, and the execution's counters.
@@ -37,13 +41,7 @@ async fn killed_mid_query(retrying: Retrying) -> (Duration, SparkError, CoreCoun
     stream.next_batch().await.unwrap().unwrap();
     let killed = tokio::time::Instant::now();
     proxy.shutdown().await;
-    let err = loop {
-        match stream.next_batch().await {
-            Some(Ok(_)) => continue,
-            Some(Err(e)) => break e,
-            None => panic!("a partial result ended as if complete"),
-        }
-    };
+    let err = until_error(&mut stream).await;
     (killed.elapsed(), err, stream.stats())
 }
 

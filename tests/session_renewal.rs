@@ -12,6 +12,10 @@ use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
 use spark_connect_retry::session::{SparkError, SparkSession, SparkSessionBuilder};
 use spark_connect_retry::testing::TestServer;
 
+#[path = "support/streams.rs"]
+mod streams;
+use streams::first_error;
+
 const ZONE: (&str, &str) = ("spark.sql.session.timeZone", "Asia/Kolkata");
 
 fn builder(server: &TestServer) -> SparkSessionBuilder {
@@ -68,25 +72,37 @@ async fn builder_configs_are_set_before_the_first_call() {
     assert_eq!(conf(&s, &lazy, ZONE.0).as_deref(), Some(ZONE.1));
 }
 
+/// A new server-side session id alone (sessions kept), or a full restart:
+/// without renewal, SESSION_CHANGED closes the session, as in PySpark.
 #[tokio::test]
-async fn without_renewal_a_restart_leaves_the_session_stale() {
-    let s = TestServer::start().await.unwrap();
-    let spark = builder(&s).build().unwrap();
-    assert_eq!(ids(&spark, 2).await.unwrap(), [0, 1]);
-    let id = spark.session_id();
-    s.simulate_restart();
-    let err = ids(&spark, 2).await.unwrap_err();
-    assert_eq!(
-        err.error_class(),
-        Some("INVALID_HANDLE.SESSION_CHANGED"),
-        "{err}"
-    );
-    assert!(spark.is_closed());
-    assert!(matches!(
-        spark.spark_version().await,
-        Err(SparkError::SessionClosed)
-    ));
-    assert_eq!((spark.renewals(), spark.session_id()), (0, id));
+async fn without_renewal_a_changed_server_session_closes_the_session() {
+    for restart in [false, true] {
+        let s = TestServer::start().await.unwrap();
+        let spark = builder(&s).build().unwrap();
+        assert_eq!(ids(&spark, 2).await.unwrap(), [0, 1]);
+        let id = spark.session_id();
+        if restart {
+            s.simulate_restart();
+        } else {
+            s.rotate_server_side_session_id();
+        }
+        let err = if restart {
+            ids(&spark, 2).await.unwrap_err()
+        } else {
+            spark.spark_version().await.unwrap_err()
+        };
+        assert_eq!(
+            err.error_class(),
+            Some("INVALID_HANDLE.SESSION_CHANGED"),
+            "{err}"
+        );
+        assert!(spark.is_closed());
+        assert!(matches!(
+            spark.range(0, 1, 1),
+            Err(SparkError::SessionClosed)
+        ));
+        assert_eq!((spark.renewals(), spark.session_id()), (0, id));
+    }
 }
 
 #[tokio::test]
@@ -150,17 +166,7 @@ async fn a_running_execution_keeps_its_error_and_is_never_moved() {
     let reattaches = s.reattach_requests().len();
     let old_id = spark.session_id();
     s.simulate_restart();
-    let err = tokio::time::timeout(Duration::from_secs(60), async {
-        loop {
-            match stream.next_batch().await {
-                Some(Ok(_)) => continue,
-                Some(Err(e)) => return e,
-                None => panic!("a partial result ended as if complete"),
-            }
-        }
-    })
-    .await
-    .expect("a clear error in bounded time");
+    let err = first_error(&mut stream, Duration::from_secs(60)).await;
     assert!(
         matches!(err, SparkError::ResponseAlreadyReceived(_))
             || err.error_class() == Some("OPERATION_CANCELED"),

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use spark_connect_retry::policy::RetryPolicy;
 use spark_connect_retry::session::{ArrowStream, SparkError, SparkSession};
 
+use super::streams::{assert_transport_error, first_error};
 use super::{addr_of, remote, session};
 
 /// 10M rows: the server streams for seconds; far larger results OOM a 1 GiB
@@ -38,21 +39,6 @@ fn kill(name: &str) {
     assert!(status.success(), "kill {name}");
 }
 
-/// Read `stream` until its error, within `bound`; a clean end is a failure.
-async fn first_error(stream: &mut ArrowStream, bound: Duration) -> SparkError {
-    tokio::time::timeout(bound, async {
-        loop {
-            match stream.next_batch().await {
-                Some(Ok(_)) => continue,
-                Some(Err(e)) => return e,
-                None => panic!("a partial result ended as if complete"),
-            }
-        }
-    })
-    .await
-    .expect("a clear error in bounded time")
-}
-
 #[tokio::test]
 async fn server_killed_mid_query_fails_clearly_in_bounded_time() {
     let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE_VICTIM") else {
@@ -75,14 +61,7 @@ async fn server_killed_mid_query_fails_clearly_in_bounded_time() {
     kill(&victim);
     let err = first_error(&mut stream, Duration::from_secs(60)).await;
     eprintln!("killed server: {:.2?} later: {err}", started.elapsed());
-    let code = err.server_error().map(|s| s.code());
-    assert!(
-        matches!(
-            code,
-            Some(tonic::Code::Unavailable) | Some(tonic::Code::Unknown)
-        ),
-        "a transport error after retries: {err:?}"
-    );
+    assert_transport_error(&err);
 }
 
 /// The same crash with the default policy (PySpark's: 15 retries, about
@@ -108,14 +87,7 @@ async fn server_killed_and_kept_down_with_the_default_policy() {
         "killed server, default policy: clear error {took:.2?} after the kill, {:?}: {err}",
         stream.stats()
     );
-    let code = err.server_error().map(|s| s.code());
-    assert!(
-        matches!(
-            code,
-            Some(tonic::Code::Unavailable) | Some(tonic::Code::Unknown)
-        ),
-        "a transport error after retries: {err:?}"
-    );
+    assert_transport_error(&err);
     assert!(took >= Duration::from_millis(608_250), "{took:?}");
 }
 
