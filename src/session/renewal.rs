@@ -89,6 +89,16 @@ pub(super) fn verdict(error_class: Option<&str>, observed: bool, untouched: bool
     }
 }
 
+/// The error class the server (or a response's ids) reported: never the
+/// client's own [`SparkError::SessionClosed`], which is no news about the
+/// server's session.
+fn reported_class(err: &SparkError) -> Option<&str> {
+    match err {
+        SparkError::SessionChanged { .. } => Some(SESSION_CHANGED),
+        other => other.server_error().and_then(|e| e.error_class()),
+    }
+}
+
 /// The ids of one server-side session: the client session id requests
 /// carry, and the server-side id its responses pinned.
 #[derive(Debug)]
@@ -199,12 +209,12 @@ impl SparkSession {
         err: &SparkError,
         untouched: bool,
     ) -> Verdict {
-        let v = verdict(err.error_class(), g.observed().is_some(), untouched);
+        let v = verdict(reported_class(err), g.observed().is_some(), untouched);
         if v == Verdict::Unrelated {
             return v;
         }
         if !self.renewal().enabled {
-            if err.error_class() == Some(SESSION_CHANGED) {
+            if reported_class(err) == Some(SESSION_CHANGED) {
                 self.mark_closed();
             }
         } else if !g.stale.swap(true, Ordering::SeqCst) {
@@ -288,6 +298,18 @@ mod tests {
         ] {
             assert_eq!(verdict(class, true, true), Verdict::Unrelated, "{class:?}");
         }
+    }
+
+    #[test]
+    fn only_what_the_server_reported_counts() {
+        let changed = SparkError::SessionChanged {
+            expected: "a".into(),
+            got: "b".into(),
+        };
+        assert_eq!(reported_class(&changed), Some(SESSION_CHANGED));
+        assert_eq!(reported_class(&SparkError::SessionClosed), None);
+        let status = tonic::Status::internal("[INVALID_HANDLE.SESSION_CLOSED] gone");
+        assert_eq!(reported_class(&status.into()), Some(SESSION_CLOSED));
     }
 
     #[test]
