@@ -31,14 +31,17 @@
 
 mod builder;
 pub mod channel;
+mod config;
 pub mod conn_string;
 #[cfg(feature = "arrow")]
 mod decode;
 mod error;
+mod renewal;
 #[cfg(feature = "arrow")]
 pub mod schema;
 mod spark;
 mod stream;
+mod tags;
 
 pub use builder::{DEFAULT_RELEASE_WAIT, MIN_ARROW_CHUNK_SIZE, SparkSessionBuilder};
 pub use error::{ErrorDetails, ServerError, SparkError};
