@@ -27,9 +27,9 @@ use spark_connect_retry::testing::proxy::{CutMode, CutSchedule, Direction, Fault
 mod restart;
 #[path = "real_spark/session.rs"]
 mod session_api;
-mod support;
 #[path = "support/streams.rs"]
 mod streams;
+mod support;
 
 const TEN_M: i64 = 10_000_000;
 
