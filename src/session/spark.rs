@@ -131,7 +131,7 @@ impl SparkSession {
         &self.inner.releases
     }
 
-    fn check_open(&self) -> Result<(), SparkError> {
+    pub(super) fn check_open(&self) -> Result<(), SparkError> {
         if self.is_closed() {
             Err(SparkError::SessionClosed)
         } else {
@@ -141,7 +141,7 @@ impl SparkSession {
 
     /// Verify a response's session ids, with the same rule as executions
     /// ([`check_session_ids`]); a changed server session closes this one.
-    fn verify(&self, session_id: &str, server_side: &str) -> Result<(), SparkError> {
+    pub(super) fn verify(&self, session_id: &str, server_side: &str) -> Result<(), SparkError> {
         let mut seen = lock(&self.inner.server_side_session_id);
         check_session_ids(&self.inner.session_id, &mut seen, session_id, server_side)
             .map_err(|e| self.reattach_error(e.into()))
@@ -158,6 +158,23 @@ impl SparkSession {
 
     fn observed_id(&self) -> Option<String> {
         self.server_side_session_id()
+    }
+
+    /// For the session's other files: the user context sent on every request.
+    pub(super) fn user_context(&self) -> UserContext {
+        self.inner.user_context.clone()
+    }
+    /// The client every RPC of this session goes through.
+    pub(super) fn client(&self) -> SparkClient {
+        self.inner.client.clone()
+    }
+    /// The session's retry loop.
+    pub(super) fn retrying(&self) -> &Retrying {
+        &self.inner.options.retrying
+    }
+    /// The session's RPC deadlines.
+    pub(super) fn deadlines(&self) -> &RpcDeadlines {
+        &self.inner.options.deadlines
     }
 
     /// Run a unary RPC under the retry loop with a deadline, then enrich errors.
