@@ -26,6 +26,8 @@ use spark_connect_retry::testing::proxy::{CutMode, CutSchedule, Direction, Fault
 
 #[path = "real_spark/session.rs"]
 mod session_api;
+#[path = "real_spark/upload.rs"]
+mod upload;
 
 const TEN_M: i64 = 10_000_000;
 
