@@ -90,6 +90,30 @@ impl SparkSession {
     /// returns. Batches are read lazily; see the [module docs](self) for
     /// the memory held. Every batch must have `schema`'s fields
     /// ([`UploadError::SchemaMismatch`] otherwise).
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::sync::Arc;
+    /// use arrow_array::{Int64Array, RecordBatch};
+    /// use arrow_schema::{DataType, Field, Schema};
+    /// use spark_connect_retry::session::SparkSession;
+    ///
+    /// let spark = SparkSession::connect("sc://localhost:15002")?;
+    /// let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+    /// let batches = (0..10).map(|k| {
+    ///     let ids = Int64Array::from_iter_values(k * 100_000..(k + 1) * 100_000);
+    ///     RecordBatch::try_new(schema.clone(), vec![Arc::new(ids)]).unwrap()
+    /// });
+    /// // 8 MB: over the 1 MiB default threshold, so uploaded as cached artifacts.
+    /// let df = spark.create_dataframe(schema.clone(), batches).await?;
+    /// assert!(df.is_cached());
+    /// assert_eq!(df.upload_stats().retries, 0);
+    /// let rows: usize = df.collect().await?.iter().map(|b| b.num_rows()).sum();
+    /// assert_eq!(rows, 1_000_000);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn create_dataframe<I>(
         &self,
         schema: SchemaRef,
@@ -249,5 +273,42 @@ impl<'a> Upload<'a> {
         distinct.dedup();
         self.stats.artifacts = distinct.len() as u64;
         Ok((self.hashes, self.stats))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Compiles only if `create_dataframe`'s future can be spawned.
+    #[allow(dead_code)]
+    fn create_dataframe_is_send(s: &SparkSession, schema: SchemaRef, b: Vec<RecordBatch>) {
+        fn send<T: Send>(_: T) {}
+        send(s.create_dataframe(schema, b));
+    }
+
+    #[test]
+    fn a_batch_with_other_fields_is_named() {
+        use std::sync::Arc;
+        let a: SchemaRef = Arc::new(arrow_schema::Schema::new(vec![arrow_schema::Field::new(
+            "id",
+            arrow_schema::DataType::Int64,
+            false,
+        )]));
+        let batch = RecordBatch::try_new(
+            a.clone(),
+            vec![Arc::new(arrow_array::Int64Array::from(vec![1]))],
+        )
+        .unwrap();
+        assert!(check_schema(&a, 0, &batch).is_ok());
+        let b: SchemaRef = Arc::new(arrow_schema::Schema::new(vec![arrow_schema::Field::new(
+            "id",
+            arrow_schema::DataType::Int64,
+            true,
+        )]));
+        match check_schema(&b, 3, &batch) {
+            Err(UploadError::SchemaMismatch { index: 3, .. }) => {}
+            other => panic!("{other:?}"),
+        }
     }
 }
