@@ -26,6 +26,7 @@ use spark_connect_retry::testing::proxy::{CutMode, CutSchedule, Direction, Fault
 
 #[path = "real_spark/session.rs"]
 mod session_api;
+mod support;
 #[path = "real_spark/upload.rs"]
 mod upload;
 
@@ -116,14 +117,34 @@ async fn query_rows(
     Ok((check, stream.stats()))
 }
 
-/// The crate's debug events (segments, errors, waits), shown with a failure.
+/// The crate's debug events (segments, errors, waits), shown with a failure,
+/// and captured per test thread for [`keep_stall_evidence`].
 fn debug_events_on_failure() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("spark_connect_retry=debug"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_test_writer()
-        .try_init();
+    support::init();
+}
+
+/// Stall detection recovers a silent stream (docs/hangs.md), which also hides
+/// it. When a seed's stream stalled, its events go to
+/// `target/tmp/silent-stream-evidence/` so a passing run still leaves
+/// evidence; `.ci/run` prints that directory.
+fn keep_stall_evidence(seed: u64, what: &str, events: &[support::Event], proxy: &str) {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("silent-stream-evidence");
+    let mut text = format!("seed {seed}: {what}\nproxy: {proxy}\n");
+    for e in events {
+        text.push_str(&format!(
+            "{} {}: {} {}\n",
+            e.level,
+            e.target,
+            e.message,
+            e.fields.join(" ")
+        ));
+    }
+    let path = dir.join(format!("seed-{seed}.log"));
+    let written = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, text));
+    eprintln!(
+        "seed {seed}: the stream stalled; evidence in {} ({written:?})",
+        path.display()
+    );
 }
 
 /// Seeds 0..40, or `SPARK_CONNECT_TEST_SEEDS=a..b` to replay a range.
@@ -196,10 +217,23 @@ async fn seeded_cut_schedules_through_the_proxy() {
             .unwrap();
         // Default settings: no idle timeout set here (stall detection is on by default).
         let spark = session(&proxy.remote());
-        let (check, stats) = tokio::time::timeout(Duration::from_secs(300), query_rows(&spark, N))
-            .await
+        let (result, events) = support::capture(tokio::time::timeout(
+            Duration::from_secs(300),
+            query_rows(&spark, N),
+        ))
+        .await;
+        let (check, stats) = result
             .unwrap_or_else(|_| panic!("seed {seed}: hung; proxy {:?}", proxy.stats().snapshot()))
             .unwrap_or_else(|e| panic!("seed {seed} {:?}: {e}", schedule.offsets()));
+        if stats.stalls > 0 {
+            let what = format!("{mode:?} offsets {:?}, {stats:?}", schedule.offsets());
+            keep_stall_evidence(
+                seed,
+                &what,
+                &events,
+                &format!("{:?}", proxy.stats().snapshot()),
+            );
+        }
         assert_exact(&check, N);
         let cuts = proxy.stats().snapshot().cuts;
         eprintln!(

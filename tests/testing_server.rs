@@ -832,7 +832,7 @@ async fn config_analyze_interrupt_release_session() {
 
     // Unimplemented RPCs.
     let err = c
-        .artifact_status(proto::ArtifactStatusesRequest::default())
+        .get_status(proto::GetStatusRequest::default())
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::Unimplemented);

@@ -304,7 +304,55 @@ impl SparkException {
         ])
         .with_parameter("sqlConf", format!("\"{key}\""))
     }
+
+    /// Spark Connect's `InvalidPlanInput` with a plain message: condition
+    /// `INTERNAL_ERROR`, SQLSTATE `XX000` (e.g. a cached local relation whose
+    /// artifact the session does not hold).
+    pub fn invalid_plan_input(message: &str) -> Self {
+        SparkException::new("INTERNAL_ERROR", "XX000", message)
+            .with_classes([
+                "org.apache.spark.sql.connect.common.InvalidPlanInput",
+                "java.lang.Exception",
+                "java.lang.Throwable",
+            ])
+            .with_parameter("message", message)
+    }
+
+    /// `ARTIFACT_ALREADY_EXISTS`: AddArtifacts of a name the session holds
+    /// with other content (`cache/` artifacts are replaced instead).
+    pub fn artifact_already_exists(path: &str) -> Self {
+        SparkException::new(
+            "ARTIFACT_ALREADY_EXISTS",
+            "42713",
+            format!(
+                "The artifact {path} already exists. Please choose a different name for the new artifact because it cannot be overwritten."
+            ),
+        )
+        .with_classes(RUNTIME_EXCEPTION)
+        .with_parameter("normalizedRemoteRelativePath", path)
+    }
+
+    /// `INVALID_ARTIFACT_PATH`: an artifact name that is absolute or leaves
+    /// the session's directory.
+    pub fn invalid_artifact_path(name: &str) -> Self {
+        SparkException::new(
+            "INVALID_ARTIFACT_PATH",
+            "22023",
+            format!(
+                "Artifact with name {name} is invalid. The name must be a relative path and cannot reference parent/sibling/nephew directories."
+            ),
+        )
+        .with_classes(RUNTIME_EXCEPTION)
+        .with_parameter("name", name)
+    }
 }
+
+const RUNTIME_EXCEPTION: [&str; 4] = [
+    "org.apache.spark.SparkRuntimeException",
+    "java.lang.RuntimeException",
+    "java.lang.Exception",
+    "java.lang.Throwable",
+];
 
 fn to_strings(s: &[&str]) -> Vec<String> {
     s.iter().map(|s| (*s).to_owned()).collect()

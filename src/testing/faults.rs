@@ -14,6 +14,7 @@
 //! | [`Fault::lose_request`] | the connection is cut with an RST before the request is processed (an ExecutePlan is never registered) |
 //! | [`Fault::stall`], [`Fault::stall_forever`] | the server stops sending for a while (or forever) without closing |
 //! | [`Fault::bad_status_details`] | `grpc-status: 14` with a `grpc-status-details-bin` that is not base64 |
+//! | [`Fault::corrupt_chunk`] | (AddArtifacts) one byte of an artifact chunk changes in flight, so the server sees a CRC mismatch |
 //!
 //! [`Fault::after_responses`] moves a fault into a response stream
 //! (ExecutePlan / ReattachExecute): it fires after that many responses were
@@ -21,6 +22,16 @@
 //! pauses the stream, a reset cuts it. On unary RPCs `after_responses` (any
 //! value) means "after the request was processed": the effect replaces the
 //! response.
+//!
+//! `AddArtifacts` is a client stream; the server stages what it reads and
+//! stores it only once the client has ended the stream, as Spark does:
+//!
+//! | fault on [`Rpc::AddArtifacts`] | effect |
+//! |---|---|
+//! | [`Fault::after_requests`]`(k)` with a reset, status or stall | fires once the server has read `k` request messages (0: before the first), before it reads more; a reset or status discards everything staged, nothing is stored; a stall pauses the reading. If the stream ends before `k` messages, it fires at the end, still before anything is stored |
+//! | a reset without `after_requests` | the whole stream is read and its artifacts **stored**, then the connection is cut before the response: the client cannot know |
+//! | a status without `after_requests`, [`Fault::lose_request`] | the call fails (or the connection is cut) before any message is read |
+//! | [`Fault::corrupt_chunk`] (`after_requests(k)`: the message after the first `k`; default the first) | the first chunk of that message arrives with one byte changed: its artifact's summary says `is_crc_successful: false` and it is not stored |
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -57,8 +68,11 @@ pub enum Rpc {
     ReleaseSession,
     /// `FetchErrorDetails`.
     FetchErrorDetails,
-    /// The RPCs this server does not implement (AddArtifacts, ArtifactStatus,
-    /// CloneSession, GetStatus).
+    /// `AddArtifacts` (a client stream: see [`Fault::after_requests`]).
+    AddArtifacts,
+    /// `ArtifactStatus`.
+    ArtifactStatus,
+    /// The RPCs this server does not implement (CloneSession, GetStatus).
     Other,
 }
 
@@ -80,6 +94,7 @@ pub(crate) enum Action {
     LoseRequest,
     Stall(Option<Duration>),
     BadStatusDetails,
+    Corrupt,
 }
 
 /// The status of a failing fault.
@@ -189,6 +204,16 @@ impl Fault {
         Self::new(Action::BadStatusDetails)
     }
 
+    /// Change one byte of an artifact chunk in flight (the first chunk of the
+    /// first `AddArtifacts` message, or of the message after
+    /// [`after_requests`](Self::after_requests)`(k)`): the server sees a CRC
+    /// mismatch, answers `is_crc_successful: false` for that artifact and
+    /// does not store it. A chunk with no data gets a wrong CRC instead.
+    /// Matches [`Rpc::AddArtifacts`].
+    pub fn corrupt_chunk() -> Self {
+        Self::new(Action::Corrupt).on(Rpc::AddArtifacts)
+    }
+
     /// Only match calls of this RPC kind (default: [`Rpc::Any`]).
     pub fn on(mut self, rpc: Rpc) -> Self {
         self.rpc = rpc;
@@ -205,6 +230,60 @@ impl Fault {
     pub fn after_responses(mut self, k: u32) -> Self {
         self.after = Some(k);
         self
+    }
+
+    /// Fire once the server has read `k` request messages of a client stream
+    /// (`AddArtifacts`; see the module docs). The same setting as
+    /// [`after_responses`](Self::after_responses), counted on the other side.
+    ///
+    /// ```
+    /// use spark_connect_retry::proto::{
+    ///     self, add_artifacts_request as aar,
+    ///     spark_connect_service_client::SparkConnectServiceClient,
+    /// };
+    /// use spark_connect_retry::testing::{Fault, Rpc, TestServer};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let server = TestServer::start().await?;
+    /// let session = "00112233-4455-6677-8899-aabbccddeeff";
+    /// // One artifact in two chunks, as PySpark sends artifacts over 32 KiB.
+    /// let chunk = |data: &[u8]| aar::ArtifactChunk {
+    ///     data: data.to_vec(),
+    ///     crc: i64::from(crc32fast::hash(data)),
+    /// };
+    /// let request = |payload| proto::AddArtifactsRequest {
+    ///     session_id: session.into(),
+    ///     payload: Some(payload),
+    ///     ..Default::default()
+    /// };
+    /// let upload = vec![
+    ///     request(aar::Payload::BeginChunk(aar::BeginChunkedArtifact {
+    ///         name: "cache/abc".into(),
+    ///         total_bytes: 6,
+    ///         num_chunks: 2,
+    ///         initial_chunk: Some(chunk(b"abc")),
+    ///     })),
+    ///     request(aar::Payload::Chunk(chunk(b"def"))),
+    /// ];
+    /// // Cut the connection once the first message was read.
+    /// server.faults().push(Fault::reset_connection().on(Rpc::AddArtifacts).after_requests(1));
+    /// let mut client = SparkConnectServiceClient::connect(server.endpoint()).await?;
+    /// assert!(client.add_artifacts(tokio_stream::iter(upload.clone())).await.is_err());
+    /// assert!(server.artifacts(session).is_empty(), "a cut upload stores nothing");
+    /// assert_eq!(server.upload_calls()[0].bytes, 3);
+    ///
+    /// let mut client = SparkConnectServiceClient::connect(server.endpoint()).await?;
+    /// let done = client.add_artifacts(tokio_stream::iter(upload)).await?.into_inner();
+    /// assert!(done.artifacts[0].is_crc_successful);
+    /// assert_eq!(server.artifact(session, "cache/abc").as_deref(), Some(&b"abcdef"[..]));
+    /// assert_eq!(server.artifact_writes(session, "cache/abc"), 1);
+    /// server.shutdown().await;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn after_requests(self, k: u32) -> Self {
+        self.after_responses(k)
     }
 
     /// Add a `google.rpc.RetryInfo` with this delay to the failing status.

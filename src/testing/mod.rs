@@ -46,11 +46,26 @@
 //!   `[ERROR.CLASS] text SQLSTATE: xxxxx`, and a `google.rpc.ErrorInfo`
 //!   (see [`SparkException`]) with an `errorId` that **FetchErrorDetails** serves
 //!   once.
+//! * **Local relations**: `LocalRelation` (an Arrow IPC stream in `data`),
+//!   `CachedLocalRelation` and `ChunkedCachedLocalRelation` (read from the
+//!   session's `cache/<hash>` artifacts; a missing one fails as in Spark,
+//!   `INTERNAL_ERROR` naming the hash). The result is the rows as sent, with
+//!   their Arrow schema, in responses of at most `rows_per_batch` rows.
+//! * **AddArtifacts**: PySpark's batches and chunked artifacts, each chunk's
+//!   CRC-32 checked; what a stream carries is stored only once the client
+//!   ends it, so a cut stream stores nothing. An artifact with a CRC mismatch
+//!   gets `is_crc_successful: false` in the summary and is not stored;
+//!   `cache/` names are replaced by a new upload, other names never change
+//!   (`ARTIFACT_ALREADY_EXISTS`). **ArtifactStatus** says which `cache/`
+//!   artifacts a session holds. The handle reports every upload
+//!   ([`upload_calls`](TestServer::upload_calls): messages, bytes, names
+//!   stored), the artifacts ([`artifacts`](TestServer::artifacts)) and how
+//!   often each was written ([`artifact_writes`](TestServer::artifact_writes)).
 //! * **Config** (set/get/get_with_default/get_option/get_all/unset),
 //!   **AnalyzePlan** (`spark_version` → `"4.3.0"`, `schema` → the plan's
 //!   `DataType`), **Interrupt** (all, by tag, by operation id; running
 //!   executions end with `OPERATION_CANCELED`), **ReleaseSession**. The other
-//!   RPCs answer `UNIMPLEMENTED`.
+//!   RPCs (CloneSession, GetStatus) answer `UNIMPLEMENTED`.
 //! * Optional **auth** ([`required_token`](TestServerBuilder::required_token)):
 //!   every RPC then needs `authorization: Bearer <token>`.
 //! * **Observability**: [`calls`](TestServer::calls),
@@ -64,7 +79,8 @@
 //!
 //! The [fault script](faults) injects failures: statuses (with `RetryInfo`
 //! or Spark's encoding), mid-stream errors, real TCP resets, lost requests,
-//! stalls, and an undecodable `grpc-status-details-bin`.
+//! stalls, an undecodable `grpc-status-details-bin`, uploads cut after any
+//! request message or after the store, and corrupted artifact chunks.
 //!
 //! # Example
 //!
@@ -118,6 +134,7 @@
 mod conn;
 pub mod error;
 pub mod faults;
+mod local;
 mod plan;
 pub mod plans;
 pub mod proxy;
@@ -126,4 +143,6 @@ pub mod server;
 pub use error::SparkException;
 pub use faults::{BAD_STATUS_DETAILS, Fault, FaultScript, Rpc};
 pub use proxy::{FaultProxy, FaultProxyBuilder};
-pub use server::{BufferStats, CallCounts, RecordedCall, TestServer, TestServerBuilder};
+pub use server::{
+    BufferStats, CallCounts, RecordedCall, TestServer, TestServerBuilder, UploadCall,
+};

@@ -1,5 +1,6 @@
-//! The plans the test server understands: `Range`, and a tiny SQL grammar
-//! over `range(...)`. Results are real Arrow IPC streams.
+//! The plans the test server understands: `Range`, a tiny SQL grammar over
+//! `range(...)`, and the client's own rows ([`local`](super::local)).
+//! Results are real Arrow IPC streams.
 
 use std::sync::Arc;
 
@@ -8,6 +9,7 @@ use arrow_ipc::writer::StreamWriter;
 use arrow_schema::{DataType, Field, Schema};
 
 use super::error::SparkException;
+use super::local::{self, Cache, LocalTable};
 use crate::proto::{Plan, Relation, command, plan, relation};
 
 /// The columns a query returns.
@@ -31,16 +33,59 @@ pub(crate) struct Query {
     pub(crate) columns: Columns,
 }
 
+/// Where the rows of a result come from.
+#[derive(Debug, Clone)]
+pub(crate) enum Source {
+    /// A range query.
+    Range(Query),
+    /// Rows the client sent (a local relation).
+    Local(Arc<LocalTable>),
+}
+
+impl Source {
+    /// The number of rows.
+    pub(crate) fn row_count(&self) -> u64 {
+        match self {
+            Source::Range(q) => q.row_count(),
+            Source::Local(t) => t.row_count(),
+        }
+    }
+
+    /// How many rows, at most `max`, the response starting at `offset` holds.
+    pub(crate) fn next_len(&self, offset: u64, max: u64) -> u64 {
+        match self {
+            Source::Range(q) => max.min(q.row_count().saturating_sub(offset)),
+            Source::Local(t) => t.next_len(offset, max),
+        }
+    }
+
+    /// Rows `first .. first + len` as one Arrow IPC stream.
+    pub(crate) fn ipc_batch(&self, first: u64, len: u64) -> Result<Vec<u8>, SparkException> {
+        match self {
+            Source::Range(q) => q.ipc_batch(first, len),
+            Source::Local(t) => t.ipc_batch(first, len),
+        }
+    }
+
+    /// The schema as Spark describes it (`DataType`), sent before the rows.
+    pub(crate) fn spark_schema(&self) -> crate::proto::DataType {
+        match self {
+            Source::Range(q) => q.spark_schema(),
+            Source::Local(t) => t.spark_schema(),
+        }
+    }
+}
+
 /// What an ExecutePlan produces.
 #[derive(Debug, Clone)]
 pub(crate) enum Work {
     /// Arrow batches of a query.
-    Rows(Query),
+    Rows(Source),
     /// A `SqlCommandResult` echoing this relation (`spark.sql(...)`).
     SqlCommand(Relation),
 }
 
-fn unsupported(what: &str) -> SparkException {
+pub(crate) fn unsupported(what: &str) -> SparkException {
     SparkException::java(
         "java.lang.UnsupportedOperationException",
         format!("The spark-connect-retry test server does not implement {what}."),
@@ -48,9 +93,15 @@ fn unsupported(what: &str) -> SparkException {
 }
 
 /// Maps a plan to the work it asks for, or to the error Spark would raise.
-pub(crate) fn parse_plan(plan: Option<&Plan>) -> Result<Work, SparkException> {
+/// `cache` looks up the artifacts of the plan's session (for cached local
+/// relations); `session_uuid` names that session in errors.
+pub(crate) fn parse_plan(
+    plan: Option<&Plan>,
+    cache: Cache<'_>,
+    session_uuid: &str,
+) -> Result<Work, SparkException> {
     match plan.and_then(|p| p.op_type.as_ref()) {
-        Some(plan::OpType::Root(rel)) => Ok(Work::Rows(parse_relation(rel)?)),
+        Some(plan::OpType::Root(rel)) => Ok(Work::Rows(parse_relation(rel, cache, session_uuid)?)),
         Some(plan::OpType::Command(cmd)) => match &cmd.command_type {
             Some(command::CommandType::SqlCommand(sql)) => match &sql.input {
                 Some(
@@ -77,16 +128,26 @@ pub(crate) fn parse_plan(plan: Option<&Plan>) -> Result<Work, SparkException> {
     }
 }
 
-fn parse_relation(rel: &Relation) -> Result<Query, SparkException> {
+fn parse_relation(
+    rel: &Relation,
+    cache: Cache<'_>,
+    session_uuid: &str,
+) -> Result<Source, SparkException> {
     match &rel.rel_type {
-        Some(relation::RelType::Range(r)) => range(r.start.unwrap_or(0), r.end, r.step),
-        Some(relation::RelType::Sql(s)) => parse_sql(&s.query),
+        Some(relation::RelType::Range(r)) => {
+            range(r.start.unwrap_or(0), r.end, r.step).map(Source::Range)
+        }
+        Some(relation::RelType::Sql(s)) => parse_sql(&s.query).map(Source::Range),
         Some(
-            relation::RelType::LocalRelation(_)
+            rel @ (relation::RelType::LocalRelation(_)
             | relation::RelType::CachedLocalRelation(_)
-            | relation::RelType::ChunkedCachedLocalRelation(_),
-        )
-        | None => Err(unsupported("this relation")),
+            | relation::RelType::ChunkedCachedLocalRelation(_)),
+        ) => Ok(Source::Local(Arc::new(local::resolve(
+            rel,
+            cache,
+            session_uuid,
+        )?))),
+        None => Err(unsupported("this relation")),
     }
 }
 
@@ -356,15 +417,21 @@ impl Query {
                 cols
             }
         };
-        let internal = |e: arrow_schema::ArrowError| {
-            SparkException::java("java.lang.IllegalStateException", format!("arrow: {e}"))
-        };
-        let batch = RecordBatch::try_new(schema.clone(), columns).map_err(internal)?;
-        let mut writer = StreamWriter::try_new(Vec::new(), &schema).map_err(internal)?;
-        writer.write(&batch).map_err(internal)?;
-        writer.finish().map_err(internal)?;
-        writer.into_inner().map_err(internal)
+        let batch = RecordBatch::try_new(schema.clone(), columns).map_err(arrow_failed)?;
+        write_ipc(&schema, &batch)
     }
+}
+
+fn arrow_failed(e: arrow_schema::ArrowError) -> SparkException {
+    SparkException::java("java.lang.IllegalStateException", format!("arrow: {e}"))
+}
+
+/// One Arrow IPC stream: `schema`, then `batch`.
+pub(crate) fn write_ipc(schema: &Schema, batch: &RecordBatch) -> Result<Vec<u8>, SparkException> {
+    let mut writer = StreamWriter::try_new(Vec::new(), schema).map_err(arrow_failed)?;
+    writer.write(batch).map_err(arrow_failed)?;
+    writer.finish().map_err(arrow_failed)?;
+    writer.into_inner().map_err(arrow_failed)
 }
 
 #[cfg(test)]

@@ -17,7 +17,6 @@ use crate::proto;
 use crate::proto::release_execute_request::Release;
 use crate::testing::error::SparkException;
 use crate::testing::faults::{Rpc, lock};
-use crate::testing::plan::parse_plan;
 
 impl Service {
     pub(super) async fn rpc_execute_plan(
@@ -44,7 +43,7 @@ impl Service {
             req.client_observed_server_side_session_id.as_deref(),
         )?;
         let op_id = operation_id(&req)?;
-        let work = parse_plan(req.plan.as_ref());
+        let work = shared.parse_plan(&session_id, req.plan.as_ref());
         if req.plan.as_ref().and_then(|p| p.op_type.as_ref()).is_none() {
             // Like Spark's plan validation before the execution starts: the
             // error is returned at once and nothing is registered.

@@ -48,6 +48,10 @@ pub struct CallCounts {
     pub release_session: u64,
     /// `FetchErrorDetails` calls.
     pub fetch_error_details: u64,
+    /// `AddArtifacts` calls.
+    pub add_artifacts: u64,
+    /// `ArtifactStatus` calls.
+    pub artifact_status: u64,
     /// Calls of RPCs this server does not implement.
     pub other: u64,
 }
@@ -68,6 +72,22 @@ pub struct BufferStats {
     pub max_sent_buffered: usize,
     /// Most `buffered` seen so far.
     pub max_buffered: usize,
+}
+
+/// What one `AddArtifacts` call carried and stored. See
+/// [`TestServer::upload_calls`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct UploadCall {
+    /// The session of its first request (empty when none arrived).
+    pub session_id: String,
+    /// Request messages read.
+    pub messages: u64,
+    /// Artifact data bytes read (chunk payloads, as received).
+    pub bytes: u64,
+    /// The names it wrote into the session, in order (none when the stream
+    /// was cut, failed, or only carried CRC failures).
+    pub stored: Vec<String>,
 }
 
 /// The request metadata (headers) of one call, in arrival order.
@@ -179,6 +199,8 @@ impl TestServer {
             interrupt: get(&c.interrupt),
             release_session: get(&c.release_session),
             fetch_error_details: get(&c.fetch_error_details),
+            add_artifacts: get(&c.add_artifacts),
+            artifact_status: get(&c.artifact_status),
             other: get(&c.other),
         }
     }
@@ -305,6 +327,38 @@ impl TestServer {
     /// The last ReleaseExecute request that passed auth and the fault script.
     pub fn last_release_request(&self) -> Option<proto::ReleaseExecuteRequest> {
         lock(&self.shared.log).release.last().cloned()
+    }
+
+    /// Every `AddArtifacts` call that passed auth and the fault script, in
+    /// arrival order (recorded when the server is done reading it): what it
+    /// carried and what it stored.
+    pub fn upload_calls(&self) -> Vec<UploadCall> {
+        lock(&self.shared.log).uploads.clone()
+    }
+
+    /// The artifacts a live session holds: name → bytes.
+    pub fn artifacts(&self, session_id: &str) -> BTreeMap<String, bytes::Bytes> {
+        lock(&self.shared.state)
+            .sessions
+            .get(session_id)
+            .map(|s| s.artifacts.files.clone())
+            .unwrap_or_default()
+    }
+
+    /// One artifact of a live session.
+    pub fn artifact(&self, session_id: &str, name: &str) -> Option<bytes::Bytes> {
+        self.shared.artifact(session_id, name)
+    }
+
+    /// How many times a session's artifact was written (stored, or replaced
+    /// by a later upload of the same `cache/` name): 1 after an upload that
+    /// happened exactly once, whatever was retried.
+    pub fn artifact_writes(&self, session_id: &str, name: &str) -> u64 {
+        lock(&self.shared.state)
+            .sessions
+            .get(session_id)
+            .and_then(|s| s.artifacts.writes.get(name).copied())
+            .unwrap_or(0)
     }
 
     /// The config of a live session (what `Config.set` stored).

@@ -11,12 +11,16 @@
 //!   attached client;
 //! * `session_rpcs`: AnalyzePlan, Config, Interrupt, ReleaseSession and
 //!   FetchErrorDetails;
+//! * `artifacts`: AddArtifacts and ArtifactStatus; `upload`: the rules of one
+//!   upload stream (pure); `store`: a session's artifacts and how a finished
+//!   upload enters them (pure);
 //! * `state`: the state shared by all of them (sessions, executions, errors);
 //! * `handle`: [`TestServer`], the public handle, and what it reports.
 
 use std::io;
 use std::time::Duration;
 
+mod artifacts;
 mod buffer;
 mod executions;
 mod handle;
@@ -25,8 +29,11 @@ mod sender;
 mod service;
 mod session_rpcs;
 mod state;
+mod store;
+mod upload;
 
-pub use handle::{BufferStats, CallCounts, RecordedCall, TestServer};
+pub use handle::{BufferStats, CallCounts, RecordedCall, TestServer, UploadCall};
+pub(crate) use store::CACHE_PREFIX;
 
 /// The Spark version `AnalyzePlan.spark_version` reports by default.
 pub const DEFAULT_SPARK_VERSION: &str = "4.3.0";

@@ -11,7 +11,7 @@ use super::buffer::Operation;
 use super::state::Shared;
 use crate::proto::{self, execute_plan_response as epr};
 use crate::testing::error::SparkException;
-use crate::testing::plan::{Query, Work};
+use crate::testing::plan::{Source, Work};
 
 /// Runs `work` for `op` until it completes, fails or is cancelled.
 pub(super) async fn produce(
@@ -29,23 +29,23 @@ pub(super) async fn produce(
                 op.complete();
             }
         }
-        Ok(Work::Rows(query)) => {
-            if produce_rows(&shared, &op, &query).await {
+        Ok(Work::Rows(rows)) => {
+            if produce_rows(&shared, &op, &rows).await {
                 op.complete();
             }
         }
     }
 }
 
-/// Appends the Arrow batches of `query` (each after an `ExecutionProgress`
+/// Appends the Arrow batches of `rows` (each after an `ExecutionProgress`
 /// when configured). `true` when every batch was appended; `false` when the
 /// execution failed or ended early (cancelled, released).
-async fn produce_rows(shared: &Shared, op: &Operation, query: &Query) -> bool {
+async fn produce_rows(shared: &Shared, op: &Operation, rows: &Source) -> bool {
     let settings = &shared.settings;
-    let total = query.row_count();
+    let total = rows.row_count();
     let mut changed = op.changed.subscribe();
     let mut offset = 0u64;
-    if settings.schema_response && !op.push(schema(query)) {
+    if settings.schema_response && !op.push(schema(rows)) {
         return false;
     }
     let chunk = op.chunking.map(|preferred| {
@@ -56,8 +56,8 @@ async fn produce_rows(shared: &Shared, op: &Operation, query: &Query) -> bool {
         }
     });
     loop {
-        let len = settings.rows_per_batch.min(total - offset);
-        let data = match query.ipc_batch(offset, len) {
+        let len = rows.next_len(offset, settings.rows_per_batch);
+        let data = match rows.ipc_batch(offset, len) {
             Ok(d) => d,
             Err(e) => {
                 fail(shared, op, &e);
@@ -156,9 +156,9 @@ fn arrow_batch(
 }
 
 /// The schema response Spark sends before the first batch.
-fn schema(query: &Query) -> proto::ExecutePlanResponse {
+fn schema(rows: &Source) -> proto::ExecutePlanResponse {
     proto::ExecutePlanResponse {
-        schema: Some(query.spark_schema()),
+        schema: Some(rows.spark_schema()),
         ..Default::default()
     }
 }

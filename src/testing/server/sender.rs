@@ -178,6 +178,8 @@ impl<'a> Sender<'a> {
                     _ = preempted(self.op, self.gen_, &mut self.changed) => ControlFlow::Continue(()),
                 }
             }
+            // Only meaningful on AddArtifacts.
+            Action::Corrupt => ControlFlow::Continue(()),
         }
     }
 

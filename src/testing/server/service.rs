@@ -1,6 +1,6 @@
 //! The gRPC service: per-call bookkeeping (call counters, the metadata log,
 //! auth, the fault script) and the dispatch of each RPC to its handler in
-//! `executions` or `session_rpcs`. RPCs the server does not implement answer
+//! `executions`, `session_rpcs` or `artifacts`. RPCs the server does not implement answer
 //! `UNIMPLEMENTED`.
 
 use std::sync::Arc;
@@ -97,9 +97,21 @@ impl Service {
         op_id: &str,
         result: Result<R, Status>,
     ) -> Result<Response<R>, Status> {
-        let Some(fault) = fault else {
-            return result.map(Response::new);
-        };
+        if let Some(fault) = fault {
+            self.apply(&fault, kill.as_ref(), session_id, op_id).await?;
+        }
+        result.map(Response::new)
+    }
+
+    /// Applies a fault that acts after (part of) a request was processed: a
+    /// status or a reset ends the call, a stall delays it.
+    pub(super) async fn apply(
+        &self,
+        fault: &Fault,
+        kill: Option<&KillSwitch>,
+        session_id: &str,
+        op_id: &str,
+    ) -> Result<(), Status> {
         match &fault.action {
             Action::Fail(_) | Action::BadStatusDetails => Err(fault
                 .status_for(session_id, op_id)
@@ -112,8 +124,10 @@ impl Service {
             }
             Action::Stall(d) => {
                 self.stall(*d).await;
-                result.map(Response::new)
+                Ok(())
             }
+            // Only meaningful on AddArtifacts, which applies it while reading.
+            Action::Corrupt => Ok(()),
         }
     }
 
@@ -186,6 +200,7 @@ unary_request!(
     proto::InterruptRequest,
     proto::FetchErrorDetailsRequest,
     proto::ReleaseExecuteRequest,
+    proto::ArtifactStatusesRequest,
 );
 
 impl UnaryRequest for proto::ReleaseSessionRequest {
@@ -265,22 +280,14 @@ impl SparkConnectService for Service {
         &self,
         request: Request<Streaming<proto::AddArtifactsRequest>>,
     ) -> Result<Response<proto::AddArtifactsResponse>, Status> {
-        self.begin(Rpc::Other, &self.shared.counters.other, &request, "", "")
-            .await?;
-        Err(Status::unimplemented(
-            "AddArtifacts is not implemented by the test server",
-        ))
+        self.rpc_add_artifacts(request).await
     }
 
     async fn artifact_status(
         &self,
         request: Request<proto::ArtifactStatusesRequest>,
     ) -> Result<Response<proto::ArtifactStatusesResponse>, Status> {
-        self.begin(Rpc::Other, &self.shared.counters.other, &request, "", "")
-            .await?;
-        Err(Status::unimplemented(
-            "ArtifactStatus is not implemented by the test server",
-        ))
+        self.rpc_artifact_status(request).await
     }
 
     async fn clone_session(

@@ -76,8 +76,8 @@ fn analyze(
             version: shared.settings.spark_version.clone(),
         }),
         Some(Analyze::Schema(s)) => {
-            let schema = match crate::testing::plan::parse_plan(s.plan.as_ref()) {
-                Ok(crate::testing::plan::Work::Rows(query)) => query.spark_schema(),
+            let schema = match shared.parse_plan(&req.session_id, s.plan.as_ref()) {
+                Ok(crate::testing::plan::Work::Rows(rows)) => rows.spark_schema(),
                 Ok(_) => proto::DataType::default(),
                 Err(e) => return Err(shared.spark_status(&e, Some(&req.session_id))),
             };

@@ -11,7 +11,8 @@ use tonic::Status;
 
 use super::Settings;
 use super::buffer::Operation;
-use super::handle::RecordedCall;
+use super::handle::{RecordedCall, UploadCall};
+use super::store::Artifacts;
 use crate::proto;
 use crate::testing::conn::Connections;
 use crate::testing::error::SparkException;
@@ -28,6 +29,8 @@ pub(super) struct Counters {
     pub(super) interrupt: AtomicU64,
     pub(super) release_session: AtomicU64,
     pub(super) fetch_error_details: AtomicU64,
+    pub(super) add_artifacts: AtomicU64,
+    pub(super) artifact_status: AtomicU64,
     pub(super) other: AtomicU64,
 }
 
@@ -37,12 +40,14 @@ pub(super) struct Log {
     pub(super) execute: Vec<proto::ExecutePlanRequest>,
     pub(super) reattach: Vec<proto::ReattachExecuteRequest>,
     pub(super) release: Vec<proto::ReleaseExecuteRequest>,
+    pub(super) uploads: Vec<UploadCall>,
 }
 
 #[derive(Debug, Default)]
 pub(super) struct Session {
     pub(super) conf: BTreeMap<String, String>,
     pub(super) ops: HashMap<String, Arc<Operation>>,
+    pub(super) artifacts: Artifacts,
 }
 
 #[derive(Debug, Default)]
@@ -126,6 +131,25 @@ impl Shared {
             }
         }
         self.check_observed(session_id, observed)
+    }
+
+    /// The bytes of an artifact of a live session.
+    pub(super) fn artifact(&self, session_id: &str, name: &str) -> Option<bytes::Bytes> {
+        lock(&self.state)
+            .sessions
+            .get(session_id)
+            .and_then(|s| s.artifacts.files.get(name).cloned())
+    }
+
+    /// The work a plan of this session asks for (its cached local relations
+    /// are looked up among the session's artifacts).
+    pub(super) fn parse_plan(
+        &self,
+        session_id: &str,
+        plan: Option<&proto::Plan>,
+    ) -> Result<crate::testing::plan::Work, SparkException> {
+        let cache = |name: &str| self.artifact(session_id, name);
+        crate::testing::plan::parse_plan(plan, &cache, &self.ssid())
     }
 
     pub(super) fn find_op(&self, session_id: &str, op_id: &str) -> Option<Arc<Operation>> {
