@@ -65,7 +65,12 @@ async fn run(remote: &str, file: &str) -> Result<String, Box<dyn std::error::Err
     let schema = reader.schema();
     let batches = reader.collect::<Result<Vec<_>, _>>()?;
     let expected = verify(&batches)?;
-    let bytes: usize = batches.iter().map(|b| b.get_array_memory_size()).sum();
+    // In-memory size as pyarrow's `nbytes` counts it (what PySpark reports).
+    let bytes: usize = batches
+        .iter()
+        .flat_map(|b| b.columns())
+        .map(|c| c.to_data().get_slice_memory_size().unwrap_or(0))
+        .sum();
 
     let spark = SparkSession::builder().remote(remote).build()?;
     let version = spark.spark_version().await?;

@@ -87,8 +87,9 @@ impl SparkSession {
     /// Below `spark.sql.session.localRelationCacheThreshold` the data goes
     /// inline as a `LocalRelation`; at or above it, it is uploaded as
     /// cached artifacts under the retry policy, exactly once, before this
-    /// returns. Batches are read lazily; see the [module docs](self) for
-    /// the memory held. Every batch must have `schema`'s fields
+    /// returns. Batches are read lazily; held in memory besides them: the
+    /// batches read before the threshold is reached, one chunk being built
+    /// and one upload group ([`UPLOAD_GROUP_BYTES`]). Every batch must have `schema`'s fields
     /// ([`UploadError::SchemaMismatch`] otherwise).
     ///
     /// ```no_run

@@ -161,18 +161,22 @@ impl SparkSession {
     }
 
     /// For the session's other files: the user context sent on every request.
+    #[cfg(feature = "arrow")]
     pub(super) fn user_context(&self) -> UserContext {
         self.inner.user_context.clone()
     }
     /// The client every RPC of this session goes through.
+    #[cfg(feature = "arrow")]
     pub(super) fn client(&self) -> SparkClient {
         self.inner.client.clone()
     }
     /// The session's retry loop.
+    #[cfg(feature = "arrow")]
     pub(super) fn retrying(&self) -> &Retrying {
         &self.inner.options.retrying
     }
     /// The session's RPC deadlines.
+    #[cfg(feature = "arrow")]
     pub(super) fn deadlines(&self) -> &RpcDeadlines {
         &self.inner.options.deadlines
     }

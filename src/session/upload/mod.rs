@@ -19,7 +19,7 @@
 //! A transient failure of either RPC is retried by the session's policy; a
 //! CRC mismatch the server reports is [`UploadError::CrcMismatch`] at once
 //! (the bytes left with their CRC, so a resend would not help). The rules
-//! are in [`core`], without I/O; this file is the thin driver.
+//! are in `upload::core`, without I/O; this file is the thin driver.
 
 pub(crate) mod core;
 
