@@ -24,6 +24,7 @@ use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
 use spark_connect_retry::session::{SparkError, SparkSession};
 use spark_connect_retry::testing::proxy::{CutMode, CutSchedule, Direction, FaultProxy};
 
+mod arrow_data;
 #[path = "real_spark/session.rs"]
 mod session_api;
 mod support;

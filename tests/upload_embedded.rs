@@ -5,10 +5,13 @@
 //! clear error.
 #![cfg(feature = "testing")]
 
+mod arrow_data;
+
 use std::sync::Arc;
 
 use arrow_array::{Array, Int64Array, RecordBatch};
-use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use arrow_data::schema;
+use arrow_schema::{DataType, Field, Schema};
 use spark_connect_retry::proto::relation::RelType;
 use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
 use spark_connect_retry::session::{DataFrame, SparkError, SparkSession, UploadError};
@@ -25,27 +28,9 @@ const CONF: [(&str, &str); 3] = [
     ),
 ];
 
-fn schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("id", DataType::Int64, false),
-        Field::new("x", DataType::Int64, false),
-    ]))
-}
-
 /// `id, id * 2` for `0..n` in batches of 10 000 rows.
 fn rows(n: i64) -> impl Iterator<Item = RecordBatch> {
-    let schema = schema();
-    (0..n).step_by(10_000).map(move |start| {
-        let end = (start + 10_000).min(n);
-        RecordBatch::try_new(
-            schema.clone(),
-            vec![
-                Arc::new(Int64Array::from_iter_values(start..end)),
-                Arc::new(Int64Array::from_iter_values((start..end).map(|i| i * 2))),
-            ],
-        )
-        .unwrap()
-    })
+    arrow_data::rows(n, 10_000)
 }
 
 async fn session(server: &TestServer, sleeper: &RecordingSleeper) -> SparkSession {

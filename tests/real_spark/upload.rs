@@ -3,41 +3,17 @@
 //! through connection resets in the middle of the upload, each read back
 //! exactly once.
 
-use std::sync::Arc;
 use std::time::Instant;
 
-use arrow_array::{Int64Array, RecordBatch};
-use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use arrow_schema::DataType;
 use spark_connect_retry::session::DataFrame;
 use spark_connect_retry::testing::proxy::{CutSchedule, Direction, FaultProxy};
 
+use super::arrow_data::{rows, schema};
 use super::{Check, absorb, addr_of, assert_exact, remote, session};
 
 /// 100 MiB of two `BIGINT` columns.
 const HUNDRED_MIB_ROWS: i64 = 100 * 1024 * 1024 / 16;
-
-fn schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("id", DataType::Int64, false),
-        Field::new("x", DataType::Int64, false),
-    ]))
-}
-
-/// `id, id * 2` for `0..n`, in batches of `per` rows, made lazily.
-fn rows(n: i64, per: i64) -> impl Iterator<Item = RecordBatch> {
-    let schema = schema();
-    (0..n).step_by(per as usize).map(move |start| {
-        let end = (start + per).min(n);
-        RecordBatch::try_new(
-            schema.clone(),
-            vec![
-                Arc::new(Int64Array::from_iter_values(start..end)),
-                Arc::new(Int64Array::from_iter_values((start..end).map(|i| i * 2))),
-            ],
-        )
-        .unwrap()
-    })
-}
 
 async fn read_back(df: &DataFrame, n: i64) {
     let mut stream = df.stream().unwrap();
