@@ -198,25 +198,13 @@ impl SparkSession {
             .options
             .retrying
             .call(|| {
-                let mut request = tonic::Request::new(req.clone());
-                if let Some(d) = deadline {
-                    request.set_timeout(d);
-                }
-                let fut = call(self.inner.client.clone(), request);
-                async move {
-                    match deadline {
-                        Some(d) => tokio::time::timeout(d, fut).await.unwrap_or_else(|_| {
-                            Err(Status::deadline_exceeded(
-                                "client-side RPC deadline expired",
-                            ))
-                        }),
-                        None => fut.await,
-                    }
-                }
+                with_deadline(deadline, req.clone(), |r| {
+                    call(self.inner.client.clone(), r)
+                })
             })
             .await;
         match result {
-            Ok(r) => Ok(r.into_inner()),
+            Ok(r) => Ok(r),
             Err(status) => Err(self.server_error(status, None).await),
         }
     }
@@ -257,18 +245,11 @@ impl SparkSession {
             error_id: error_id.to_owned(),
             client_type: Some(self.inner.client_type.clone()),
         };
-        let mut request = tonic::Request::new(req);
         let deadline = self.inner.options.deadlines.fetch_error_details;
-        if let Some(d) = deadline {
-            request.set_timeout(d);
-        }
         let mut client = self.inner.client.clone();
-        let fut = client.fetch_error_details(request);
-        let resp = match deadline {
-            Some(d) => tokio::time::timeout(d, fut).await.ok()?.ok()?,
-            None => fut.await.ok()?,
-        }
-        .into_inner();
+        let resp = with_deadline(deadline, req, |r| client.fetch_error_details(r))
+            .await
+            .ok()?;
         error_details(&resp)
     }
 
@@ -609,6 +590,33 @@ impl SparkSession {
         }
         self.release_session().await
     }
+}
+
+/// One attempt of an RPC under a client-side deadline: `grpc-timeout` on
+/// the request, and the whole call (a client stream's upload included)
+/// bounded by it, since tonic's timeout covers only the time to headers.
+pub(super) async fn with_deadline<Req, Resp, Fut>(
+    deadline: Option<Duration>,
+    req: Req,
+    call: impl FnOnce(tonic::Request<Req>) -> Fut,
+) -> Result<Resp, Status>
+where
+    Fut: Future<Output = Result<tonic::Response<Resp>, Status>>,
+{
+    let mut request = tonic::Request::new(req);
+    if let Some(d) = deadline {
+        request.set_timeout(d);
+    }
+    let fut = call(request);
+    let resp = match deadline {
+        Some(d) => tokio::time::timeout(d, fut).await.unwrap_or_else(|_| {
+            Err(Status::deadline_exceeded(
+                "client-side RPC deadline expired",
+            ))
+        }),
+        None => fut.await,
+    };
+    resp.map(tonic::Response::into_inner)
 }
 
 /// PySpark's tag rule: non-empty, no comma (tags are joined with commas).

@@ -26,15 +26,13 @@ pub(crate) mod core;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use bytes::Bytes;
 use tokio_stream::StreamExt;
-use tonic::Status;
 
 use self::core::{UploadGroup, payload, shapes};
 use super::error::SparkError;
-use super::spark::SparkSession;
+use super::spark::{SparkSession, with_deadline};
 use crate::proto::{self, AddArtifactsRequest};
 use crate::retrying::AttemptError;
 
@@ -125,21 +123,6 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Await `fut` for at most `deadline`, as the unary RPCs do.
-async fn within<T>(
-    deadline: Option<Duration>,
-    fut: impl Future<Output = Result<T, Status>>,
-) -> Result<T, Status> {
-    match deadline {
-        Some(d) => tokio::time::timeout(d, fut).await.unwrap_or_else(|_| {
-            Err(Status::deadline_exceeded(
-                "client-side RPC deadline expired",
-            ))
-        }),
-        None => fut.await,
-    }
-}
-
 impl SparkSession {
     /// Upload `blobs` as `cache/<sha256>` artifacts in one group, under the
     /// retry policy, exactly once; returns their hashes in order.
@@ -214,16 +197,12 @@ impl SparkSession {
                 payload: Some(payload),
             }
         });
-        let deadline = self.deadlines().add_artifacts;
-        let mut request = tonic::Request::new(requests);
-        if let Some(d) = deadline {
-            request.set_timeout(d);
-        }
         let mut client = self.client();
-        let resp = within(deadline, client.add_artifacts(request))
-            .await
-            .map_err(AttemptError::Status)?
-            .into_inner();
+        let resp = with_deadline(self.deadlines().add_artifacts, requests, |r| {
+            client.add_artifacts(r)
+        })
+        .await
+        .map_err(AttemptError::Status)?;
         self.verify(&resp.session_id, &resp.server_side_session_id)
             .map_err(AttemptError::Other)?;
         lock(group)
@@ -246,16 +225,12 @@ impl SparkSession {
             client_type: Some(self.client_type().to_owned()),
             names,
         };
-        let deadline = self.deadlines().artifact_status;
-        let mut request = tonic::Request::new(req);
-        if let Some(d) = deadline {
-            request.set_timeout(d);
-        }
         let mut client = self.client();
-        let resp = within(deadline, client.artifact_status(request))
-            .await
-            .map_err(AttemptError::Status)?
-            .into_inner();
+        let resp = with_deadline(self.deadlines().artifact_status, req, |r| {
+            client.artifact_status(r)
+        })
+        .await
+        .map_err(AttemptError::Status)?;
         self.verify(&resp.session_id, &resp.server_side_session_id)
             .map_err(AttemptError::Other)?;
         Ok(resp.statuses)
