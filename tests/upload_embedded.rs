@@ -257,3 +257,43 @@ async fn a_batch_with_another_schema_is_named() {
     }
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn unavailable_on_either_rpc_is_retried_by_the_policy() {
+    let server = TestServer::start().await.unwrap();
+    let sleeper = RecordingSleeper::new();
+    let spark = session(&server, &sleeper).await;
+    server
+        .faults()
+        .push(Fault::unavailable().on(Rpc::ArtifactStatus))
+        .push(Fault::unavailable().on(Rpc::AddArtifacts).after_requests(2))
+        .push(Fault::unavailable().on(Rpc::ArtifactStatus).times(2));
+    let df = spark.create_dataframe(schema(), rows(N)).await.unwrap();
+    let stats = df.upload_stats();
+    assert_eq!(stats.retries, 4, "{stats:?}");
+    // All four hit the first upload group, one retry loop: PySpark's
+    // backoff (x4 from 50 ms), jittered from 2 s on (seeded: 3200 + 47).
+    assert_eq!(sleeper.sleeps_ms(), [50, 200, 800, 3247]);
+    assert_stored_once(&server, &spark, &df);
+    assert_read_back(&df, N).await;
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_server_error_is_spark_s_error_and_not_retried() {
+    let server = TestServer::start().await.unwrap();
+    let sleeper = RecordingSleeper::new();
+    let spark = session(&server, &sleeper).await;
+    server.faults().push(
+        Fault::status(tonic::Code::PermissionDenied, "uploads are off").on(Rpc::AddArtifacts),
+    );
+    let err = spark
+        .create_dataframe(schema(), rows(N))
+        .await
+        .expect_err("refused");
+    let server_error = err.server_error().expect("a server error");
+    assert_eq!(server_error.code(), tonic::Code::PermissionDenied);
+    assert!(sleeper.sleeps().is_empty());
+    assert_eq!(server.calls().add_artifacts, 1);
+    server.shutdown().await;
+}
