@@ -19,14 +19,17 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use arrow_array::{Array, Int64Array, RecordBatch};
-use spark_connect_retry::policy::RetryPolicy;
 use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
 use spark_connect_retry::session::{SparkError, SparkSession};
 use spark_connect_retry::testing::proxy::{CutMode, CutSchedule, Direction, FaultProxy};
 
 mod arrow_data;
+#[path = "real_spark/restart.rs"]
+mod restart;
 #[path = "real_spark/session.rs"]
 mod session_api;
+#[path = "support/streams.rs"]
+mod streams;
 mod support;
 #[path = "real_spark/upload.rs"]
 mod upload;
@@ -475,153 +478,6 @@ async fn deep_cuts_with_the_default_buffer_are_exact_or_a_clear_error() {
         proxy.shutdown().await;
     }
     eprintln!("default buffer, deep cuts: {ok} exact, {lost} POSITION_NOT_AVAILABLE");
-}
-
-#[tokio::test]
-async fn server_killed_mid_query_fails_clearly_in_bounded_time() {
-    let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE_VICTIM") else {
-        return;
-    };
-    let victim = std::env::var("SPARK_CONNECT_TEST_VICTIM").expect("victim name");
-    let policy = RetryPolicy::builder()
-        .max_retries(Some(4))
-        .initial_backoff(Duration::from_millis(100))
-        .max_backoff(Some(Duration::from_millis(500)))
-        .build()
-        .unwrap();
-    let spark = SparkSession::builder()
-        .remote(url)
-        .retry_policies(vec![policy])
-        .build()
-        .unwrap();
-    let mut stream = spark
-        // 10M rows: the server streams for seconds; far larger results OOM
-        // a 1 GiB driver (seen: 200M rows) and end the test for the wrong reason.
-        .sql("SELECT id, id*2 AS x FROM range(0, 10000000)")
-        .await
-        .unwrap();
-    stream.next_batch().await.unwrap().unwrap();
-    let started = Instant::now();
-    let status = std::process::Command::new("bash")
-        .args(["scripts/spark-server.sh", "kill", &victim])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let err = tokio::time::timeout(Duration::from_secs(60), async {
-        loop {
-            match stream.next_batch().await {
-                Some(Ok(_)) => continue,
-                Some(Err(e)) => return e,
-                None => panic!("the stream ended cleanly after the server was killed"),
-            }
-        }
-    })
-    .await
-    .expect("bounded time");
-    eprintln!("killed server: {:.2?} later: {err}", started.elapsed());
-    let code = err.server_error().map(|s| s.code());
-    assert!(
-        matches!(
-            code,
-            Some(tonic::Code::Unavailable) | Some(tonic::Code::Unknown)
-        ),
-        "a transport error after retries: {err:?}"
-    );
-}
-
-/// Kill the server mid-query and start it again on the same port: the
-/// execution is gone with it, so the only honest outcome is a clear error in
-/// bounded time, never a partial result passed off as complete.
-#[tokio::test]
-async fn server_restarted_mid_query_fails_clearly_in_bounded_time() {
-    let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE_RESTART") else {
-        return;
-    };
-    let name = std::env::var("SPARK_CONNECT_TEST_RESTART").expect("restart server name");
-    let port = addr_of(&url).port().to_string();
-    let spark = session(&url);
-    let mut stream = tokio::time::timeout(
-        Duration::from_secs(60),
-        spark.sql("SELECT id, id*2 AS x FROM range(0, 10000000)"),
-    )
-    .await
-    .expect("sql hung")
-    .unwrap();
-    let operation_id = stream.operation_id().to_owned();
-    tokio::time::timeout(Duration::from_secs(60), stream.next_batch())
-        .await
-        .expect("first batch hung")
-        .unwrap()
-        .unwrap();
-    let started = Instant::now();
-    let killed = std::process::Command::new("bash")
-        .args(["scripts/spark-server.sh", "kill", &name])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    // Start it again in the background (it takes seconds to listen), as soon
-    // as the killed process has let the port go (bounded).
-    let restart = tokio::task::spawn_blocking(move || {
-        let mut last = String::new();
-        for _ in 0..30 {
-            let out = std::process::Command::new("bash")
-                .args(["scripts/spark-server.sh", "start", &name, &port])
-                .env("SPARK_CONNECT_DRIVER_MEMORY", "1g")
-                .output()
-                .unwrap();
-            if out.status.success() {
-                return Ok(());
-            }
-            last = String::from_utf8_lossy(&out.stderr).into_owned();
-            std::thread::sleep(Duration::from_secs(1));
-        }
-        Err(last)
-    });
-    let err = tokio::time::timeout(Duration::from_secs(300), async {
-        loop {
-            match stream.next_batch().await {
-                Some(Ok(_)) => continue,
-                Some(Err(e)) => return e,
-                None => panic!("a partial result ended as if complete"),
-            }
-        }
-    })
-    .await
-    .expect("a clear error in bounded time");
-    let took = started.elapsed();
-    if let Err(e) = restart.await.unwrap() {
-        panic!("the server did not restart: {e}");
-    }
-    eprintln!("restarted server: clear error {took:.2?} after the kill: {err}");
-    assert!(
-        matches!(err, SparkError::ResponseAlreadyReceived(_)),
-        "RESPONSE_ALREADY_RECEIVED expected: {err:?}"
-    );
-    let text = err.to_string();
-    assert!(
-        text.contains("OPERATION_NOT_FOUND") || text.contains("SESSION_NOT_FOUND"),
-        "{text}"
-    );
-    assert!(text.contains(&operation_id), "names the operation: {text}");
-
-    // The session is stale now: the server has a new server-side session.
-    // The next call fails clearly (there is no opt-in renewal yet).
-    let next = tokio::time::timeout(Duration::from_secs(60), async {
-        match spark.sql("SELECT 1").await {
-            Ok(stream) => stream.collect().await.map(|_| ()),
-            Err(e) => Err(e),
-        }
-    })
-    .await
-    .expect("the next call hung");
-    let err = next.expect_err("the stale session cannot run queries");
-    eprintln!("next call on the stale session: {err}");
-    assert!(
-        err.to_string().contains("SESSION_CHANGED")
-            || matches!(err, SparkError::SessionChanged { .. }),
-        "{err:?}"
-    );
-    spark.close().await.expect("close");
 }
 
 #[tokio::test]

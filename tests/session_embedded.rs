@@ -146,25 +146,6 @@ async fn unary_rpcs_are_retried_under_the_policy() {
 }
 
 #[tokio::test]
-async fn server_side_session_change_closes_the_session() {
-    let s = TestServer::start().await.unwrap();
-    let spark = session(&s, &RecordingSleeper::new());
-    spark.spark_version().await.unwrap();
-    s.rotate_server_side_session_id();
-    let err = spark.spark_version().await.unwrap_err();
-    assert_eq!(
-        err.error_class(),
-        Some("INVALID_HANDLE.SESSION_CHANGED"),
-        "{err}"
-    );
-    assert!(spark.is_closed());
-    assert!(matches!(
-        spark.range(0, 1, 1),
-        Err(SparkError::SessionClosed)
-    ));
-}
-
-#[tokio::test]
 async fn token_is_sent_and_never_shown() {
     let s = TestServer::builder()
         .required_token("s3cr3t-t0ken")

@@ -12,6 +12,7 @@ use tower::ServiceExt;
 use tower::util::BoxCloneSyncService;
 
 use super::channel::{AuthInterceptor, ChannelBuilder, DEFAULT_CONNECT_TIMEOUT};
+use super::config::BuilderConfigs;
 use super::conn_string::ConnectionString;
 use super::error::SparkError;
 use super::spark::{Options, SparkSession};
@@ -52,6 +53,8 @@ pub struct SparkSessionBuilder {
     arrow_chunking: Option<bool>,
     preferred_arrow_chunk_size: Option<usize>,
     interrupt_on_drop: bool,
+    configs: BuilderConfigs,
+    renew_stale_session: bool,
 }
 
 impl SparkSessionBuilder {
@@ -121,6 +124,64 @@ impl SparkSessionBuilder {
         self.interrupt_on_drop = enabled;
         self
     }
+    /// A Spark config (`spark.sql.session.timeZone`, `spark.sql.shuffle.partitions`,
+    /// ...) set on the server-side session before its first call, as
+    /// PySpark's `SparkSession.builder.config(key, value)` does; set again
+    /// on the fresh session after a [renewal](Self::renew_stale_session).
+    /// The same key twice: the last value wins. An empty key is an error at
+    /// [`build`](Self::build). Unlike PySpark's builder, which ignores the
+    /// confs the server refuses, a refused conf (a static one, a bad value)
+    /// fails the first call with Spark's error naming it.
+    ///
+    /// ```
+    /// use spark_connect_retry::session::SparkSession;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), spark_connect_retry::session::SparkError> {
+    /// let spark = SparkSession::builder()
+    ///     .remote("sc://localhost:15002")
+    ///     .config("spark.sql.session.timeZone", "UTC")
+    ///     .config("spark.sql.shuffle.partitions", "8")
+    ///     .build()?; // nothing is sent yet: the configs go with the first call
+    /// assert_eq!(spark.renewals(), 0);
+    /// let empty = SparkSession::builder().remote("sc://localhost:15002").config("", "x").build();
+    /// assert!(empty.unwrap_err().to_string().contains("config"));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn config(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.configs.set(key.into(), value.into());
+        self
+    }
+    /// Move a stale session to a fresh server-side session for *new* calls
+    /// (default off).
+    ///
+    /// A session is stale when its server-side state is gone: the server
+    /// restarted (it answers `INVALID_HANDLE.SESSION_CHANGED`), or it
+    /// dropped the session after the session had been used
+    /// (`SESSION_NOT_FOUND`, `SESSION_CLOSED`: idle for
+    /// `spark.connect.session.manager.defaultSessionTimeout`, 1 h by
+    /// default). Off, every later call fails until a new session is built
+    /// (`SESSION_CHANGED` closes the session, as in PySpark). On, the next call draws a new client
+    /// session id (even if the connection string gave one), sets the
+    /// builder's [`config`](Self::config)s, and runs; a call the server
+    /// refused as stale before running anything is sent again once. Racing
+    /// calls renew once; each renewal is logged (`warn`, ids only) and
+    /// counted ([`SparkSession::renewals`]).
+    ///
+    /// Never in the middle of an execution: a running
+    /// [`ArrowStream`](super::ArrowStream) keeps its error
+    /// (`RESPONSE_ALREADY_RECEIVED`, `OPERATION_NOT_FOUND`).
+    ///
+    /// Lost with the old server-side session: temporary views and
+    /// functions, configs set at run time
+    /// ([`SparkSession::config_set`], SQL `SET`), the current database
+    /// (`USE`), cached relations and artifacts. Kept: the builder's configs
+    /// and the session's tags (the client's).
+    pub fn renew_stale_session(mut self, enabled: bool) -> Self {
+        self.renew_stale_session = enabled;
+        self
+    }
     /// Send RPCs through this service stack instead of a channel built from
     /// the connection string (for example a channel wrapped in the retry
     /// layer, or a test proxy). Token and metadata headers are still added.
@@ -144,6 +205,12 @@ impl SparkSessionBuilder {
         check_option("idle_timeout", idle_timeout)?;
         check_option("connect_timeout", self.connect_timeout)?;
         let chunk = self.chunk_size(&config)?;
+        if self.configs.0.iter().any(|(k, _)| k.trim().is_empty()) {
+            return Err(SparkError::InvalidOption {
+                field: "config",
+                reason: "a config key must not be empty",
+            });
+        }
         let auth = AuthInterceptor::new(&config);
         // Wrapped once: a channel built here is intercepted, sanitized and
         // boxed in one step; a caller's channel is already a sanitized
@@ -178,6 +245,8 @@ impl SparkSessionBuilder {
                 release_wait: self.release_wait.unwrap_or(DEFAULT_RELEASE_WAIT),
                 arrow_chunk_size: chunk,
                 interrupt_on_drop: self.interrupt_on_drop,
+                configs: self.configs,
+                renew_stale_session: self.renew_stale_session,
             },
         ))
     }
@@ -256,6 +325,7 @@ mod tests {
             invalid_field(builder().preferred_arrow_chunk_size(10).build()),
             "preferred_arrow_chunk_size"
         );
+        assert_eq!(invalid_field(builder().config(" ", "x").build()), "config");
     }
 
     #[test]
@@ -274,6 +344,26 @@ mod tests {
         );
         let off = SparkSessionBuilder::default().arrow_chunking(false);
         assert_eq!(off.chunk_size(&small).unwrap(), None);
+    }
+
+    #[test]
+    fn a_config_key_set_twice_keeps_the_last_value() {
+        let b = SparkSessionBuilder::default()
+            .config("a", "1")
+            .config("b", "2")
+            .config("a", "3");
+        assert_eq!(
+            b.configs.0,
+            [
+                ("b".to_owned(), "2".to_owned()),
+                ("a".to_owned(), "3".to_owned())
+            ]
+        );
+        let debug = format!("{:?}", b.config("spark.secret.key", "hunter2"));
+        assert!(
+            debug.contains("spark.secret.key") && !debug.contains("hunter2"),
+            "{debug}"
+        );
     }
 
     #[tokio::test]

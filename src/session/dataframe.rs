@@ -22,12 +22,15 @@
 //! group of serialized chunks kept until the server acknowledges it:
 //! at most [`UPLOAD_GROUP_BYTES`] (64 MiB) plus one chunk.
 
+use std::sync::Arc;
+
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use bytes::Bytes;
 
 use super::error::SparkError;
 use super::local_data::{CONF_KEYS, Chunker, LocalRelationConf, ipc_stream, nbytes};
+use super::renewal::Generation;
 use super::spark::SparkSession;
 use super::stream::ArrowStream;
 use super::upload::{UploadError, UploadStats};
@@ -152,7 +155,9 @@ impl SparkSession {
                 UploadStats::default(),
             ));
         }
-        let mut upload = Upload::new(self, schema.clone(), &conf)?;
+        // Every group of this relation goes to one server-side session.
+        let generation = self.generation().await?;
+        let mut upload = Upload::new(self, generation, schema.clone(), &conf)?;
         for batch in head.iter() {
             upload.push(batch).await?;
         }
@@ -198,6 +203,7 @@ fn check_schema(schema: &SchemaRef, index: usize, batch: &RecordBatch) -> Result
 /// exactly once before the next is built.
 struct Upload<'a> {
     session: &'a SparkSession,
+    generation: Arc<Generation>,
     chunker: Chunker,
     size_limit: u64,
     group_limit: u64,
@@ -211,11 +217,13 @@ struct Upload<'a> {
 impl<'a> Upload<'a> {
     fn new(
         session: &'a SparkSession,
+        generation: Arc<Generation>,
         schema: SchemaRef,
         conf: &LocalRelationConf,
     ) -> Result<Self, UploadError> {
         Ok(Upload {
             session,
+            generation,
             chunker: Chunker::new(schema, conf).map_err(UploadError::Arrow)?,
             size_limit: conf.size_limit,
             group_limit: conf.batch_of_chunks_bytes.min(UPLOAD_GROUP_BYTES),
@@ -257,7 +265,10 @@ impl<'a> Upload<'a> {
     async fn send(&mut self) -> Result<(), SparkError> {
         let group = std::mem::take(&mut self.group);
         self.group_size = 0;
-        let hashes = self.session.cache_blobs(group, &mut self.stats).await?;
+        let hashes = self
+            .session
+            .cache_blobs(&self.generation, group, &mut self.stats)
+            .await?;
         self.hashes.extend(hashes);
         Ok(())
     }

@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 use std::fmt;
 
+use super::renewal::{SESSION_CHANGED, SESSION_CLOSED};
 use crate::policy::{FailureKind, classify_failure};
 use crate::reattach::ReattachError;
 use crate::session::channel::ChannelError;
@@ -280,8 +281,8 @@ impl SparkError {
     /// Spark's error class, when known.
     pub fn error_class(&self) -> Option<&str> {
         match self {
-            SparkError::SessionChanged { .. } => Some("INVALID_HANDLE.SESSION_CHANGED"),
-            SparkError::SessionClosed => Some("INVALID_HANDLE.SESSION_CLOSED"),
+            SparkError::SessionChanged { .. } => Some(SESSION_CHANGED),
+            SparkError::SessionClosed => Some(SESSION_CLOSED),
             other => other.server_error().and_then(ServerError::error_class),
         }
     }

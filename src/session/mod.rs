@@ -31,6 +31,7 @@
 
 mod builder;
 pub mod channel;
+mod config;
 pub mod conn_string;
 #[cfg(feature = "arrow")]
 mod dataframe;
@@ -39,10 +40,12 @@ mod decode;
 mod error;
 #[cfg(feature = "arrow")]
 mod local_data;
+mod renewal;
 #[cfg(feature = "arrow")]
 pub mod schema;
 mod spark;
 mod stream;
+mod tags;
 #[cfg(feature = "arrow")]
 pub mod upload;
 

@@ -19,14 +19,15 @@ use tonic::Status;
 use super::builder::SparkSessionBuilder;
 use super::conn_string::ConnectionString;
 use super::error::{ErrorDetails, ServerError, SparkError};
+use super::renewal::{Generation, Renewal};
 use super::stream::ArrowStream;
+use super::tags::check_tag;
 use crate::deadlines::RpcDeadlines;
 use crate::proto::execute_plan_request::{RequestOption, request_option};
 use crate::proto::{
     self, ExecutePlanRequest, ExecutePlanResponse, Plan, Relation, ResultChunkingOptions,
     UserContext,
 };
-use crate::reattach::ids::check_session_ids;
 use crate::reattach::{ReattachError, ReattachOptions, ReattachableExecution, ReleaseTracker};
 use crate::retrying::Retrying;
 use crate::transport::SparkClient;
@@ -40,15 +41,18 @@ pub(super) struct Options {
     /// The preferred Arrow chunk size; `None` turns chunking off.
     pub(super) arrow_chunk_size: Option<usize>,
     pub(super) interrupt_on_drop: bool,
+    /// Spark configs set on every server-side session before its first call.
+    pub(super) configs: super::config::BuilderConfigs,
+    /// Move a stale session to a fresh server-side session for new calls.
+    pub(super) renew_stale_session: bool,
 }
 
 struct Inner {
     client: SparkClient,
-    session_id: String,
     user_context: UserContext,
     client_type: String,
     options: Options,
-    server_side_session_id: Mutex<Option<String>>,
+    renewal: Renewal,
     closed: AtomicBool,
     releases: ReleaseTracker,
     fetched_error_ids: Mutex<HashSet<String>>,
@@ -69,21 +73,42 @@ pub struct SparkSession {
 impl std::fmt::Debug for SparkSession {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SparkSession")
-            .field("session_id", &self.inner.session_id)
+            .field("session_id", &self.session_id())
             .field("client_type", &self.inner.client_type)
             .field("closed", &self.is_closed())
+            .field("renewals", &self.renewals())
             .finish_non_exhaustive()
     }
 }
+
+/// A response that names its session (checked by [`SparkSession::unary`]).
+pub(super) trait SessionIds {
+    fn ids(&self) -> (&str, &str);
+}
+
+macro_rules! session_ids {
+    ($($t:ty),*) => {$(
+        impl SessionIds for $t {
+            fn ids(&self) -> (&str, &str) {
+                (&self.session_id, &self.server_side_session_id)
+            }
+        }
+    )*};
+}
+session_ids!(
+    proto::ConfigResponse,
+    proto::AnalyzePlanResponse,
+    proto::InterruptResponse
+);
 
 impl SparkSession {
     pub(super) fn new(client: SparkClient, config: &ConnectionString, options: Options) -> Self {
         let user_id = config.user_id().unwrap_or_default().to_owned();
         let session_id = config.session_id().unwrap_or_else(uuid::Uuid::new_v4);
+        let renewal = Renewal::new(session_id.to_string(), options.renew_stale_session);
         SparkSession {
             inner: Arc::new(Inner {
                 client,
-                session_id: session_id.to_string(),
                 user_context: UserContext {
                     user_id: user_id.clone(),
                     user_name: user_id,
@@ -91,7 +116,7 @@ impl SparkSession {
                 },
                 client_type: config.client_type(),
                 options,
-                server_side_session_id: Mutex::new(None),
+                renewal,
                 closed: AtomicBool::new(false),
                 releases: ReleaseTracker::new(),
                 fetched_error_ids: Mutex::new(HashSet::new()),
@@ -110,19 +135,28 @@ impl SparkSession {
         Self::builder().remote(url).build()
     }
 
-    /// The client-side session id (a UUID).
-    pub fn session_id(&self) -> &str {
-        &self.inner.session_id
+    /// The client-side session id (a UUID): a new one after each renewal of
+    /// a stale session ([`renew_stale_session`](SparkSessionBuilder::renew_stale_session)).
+    pub fn session_id(&self) -> String {
+        self.inner.renewal.current().session_id().to_owned()
     }
-    /// The server-side session id, once a response has carried it.
+    /// The server-side session id, once a response has carried it (`None`
+    /// again right after a renewal).
     pub fn server_side_session_id(&self) -> Option<String> {
-        lock(&self.inner.server_side_session_id).clone()
+        self.inner.renewal.current().observed()
+    }
+    /// How many times a stale session was moved to a fresh server-side
+    /// session ([`renew_stale_session`](SparkSessionBuilder::renew_stale_session)).
+    pub fn renewals(&self) -> u64 {
+        self.inner.renewal.renewals()
     }
     /// The `client_type` sent on every request.
     pub fn client_type(&self) -> &str {
         &self.inner.client_type
     }
-    /// Whether the session is closed (released, closed, or its server session changed).
+    /// Whether the session is closed: released, closed, or (without
+    /// [`renew_stale_session`](SparkSessionBuilder::renew_stale_session))
+    /// its server session changed or vanished.
     pub fn is_closed(&self) -> bool {
         self.inner.closed.load(Ordering::SeqCst)
     }
@@ -138,63 +172,96 @@ impl SparkSession {
             Ok(())
         }
     }
-
-    /// Verify a response's session ids, with the same rule as executions
-    /// ([`check_session_ids`]); a changed server session closes this one.
-    pub(super) fn verify(&self, session_id: &str, server_side: &str) -> Result<(), SparkError> {
-        let mut seen = lock(&self.inner.server_side_session_id);
-        check_session_ids(&self.inner.session_id, &mut seen, session_id, server_side)
-            .map_err(|e| self.reattach_error(e.into()))
+    pub(super) fn mark_closed(&self) {
+        self.inner.closed.store(true, Ordering::SeqCst);
+    }
+    pub(super) fn tag_list(&self) -> &Mutex<Vec<String>> {
+        &self.inner.tags
+    }
+    pub(super) fn renewal(&self) -> &Renewal {
+        &self.inner.renewal
+    }
+    pub(super) fn options(&self) -> &Options {
+        &self.inner.options
+    }
+    pub(super) fn user_context(&self) -> Option<UserContext> {
+        Some(self.inner.user_context.clone())
+    }
+    pub(super) fn client_type_field(&self) -> Option<String> {
+        Some(self.inner.client_type.clone())
     }
 
-    /// Convert a stream's non-status error; SESSION_CHANGED closes the session.
-    fn reattach_error(&self, e: ReattachError) -> SparkError {
+    /// Verify a response's session ids against its generation, with the
+    /// rule executions use ([`crate::reattach::ids`]); a changed server
+    /// session makes the session stale.
+    pub(super) fn verify(
+        &self,
+        g: &Generation,
+        session_id: &str,
+        server_side: &str,
+    ) -> Result<(), SparkError> {
+        g.verify(session_id, server_side)
+            .map_err(|e| self.reattach_error(g, e.into()))
+    }
+
+    /// Convert a stream's non-status error, noting a stale session.
+    fn reattach_error(&self, g: &Generation, e: ReattachError) -> SparkError {
         let e = SparkError::from(e);
-        if matches!(e, SparkError::SessionChanged { .. }) {
-            self.inner.closed.store(true, Ordering::SeqCst);
-        }
+        self.note_failure(g, &e, false);
         e
     }
 
-    fn observed_id(&self) -> Option<String> {
-        self.server_side_session_id()
+    /// Run a unary RPC under the retry loop with a deadline: on the current
+    /// generation (renewed and re-sent once if the server refused it as
+    /// stale, with renewal on), errors enriched, response ids verified.
+    pub(super) async fn unary<Req, Resp, B, F, Fut>(
+        &self,
+        deadline: Option<Duration>,
+        build: B,
+        call: F,
+    ) -> Result<Resp, SparkError>
+    where
+        Req: Clone,
+        Resp: SessionIds,
+        B: Fn(&Generation) -> Req,
+        F: Fn(SparkClient, tonic::Request<Req>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<Resp>, Status>>,
+    {
+        self.with_renewal(|g| {
+            let req = build(&g);
+            let call = &call;
+            async move {
+                let resp = match self.send(deadline, req, call).await {
+                    Ok(r) => r,
+                    Err(status) => return Err(self.server_error(status, None, &g).await),
+                };
+                let (sid, ssid) = resp.ids();
+                self.verify(&g, sid, ssid)?;
+                Ok(resp)
+            }
+        })
+        .await
     }
 
-    /// For the session's other files: the user context sent on every request.
-    #[cfg(feature = "arrow")]
-    pub(super) fn user_context(&self) -> UserContext {
-        self.inner.user_context.clone()
-    }
     /// The client every RPC of this session goes through.
     #[cfg(feature = "arrow")]
     pub(super) fn client(&self) -> SparkClient {
         self.inner.client.clone()
     }
-    /// The session's retry loop.
-    #[cfg(feature = "arrow")]
-    pub(super) fn retrying(&self) -> &Retrying {
-        &self.inner.options.retrying
-    }
-    /// The session's RPC deadlines.
-    #[cfg(feature = "arrow")]
-    pub(super) fn deadlines(&self) -> &RpcDeadlines {
-        &self.inner.options.deadlines
-    }
 
-    /// Run a unary RPC under the retry loop with a deadline, then enrich errors.
-    async fn unary<Req, Resp, F, Fut>(
+    /// One unary RPC under the retry loop, with a deadline per attempt.
+    pub(super) async fn send<Req, Resp, F, Fut>(
         &self,
         deadline: Option<Duration>,
         req: Req,
-        call: F,
-    ) -> Result<Resp, SparkError>
+        call: &F,
+    ) -> Result<Resp, Status>
     where
         Req: Clone,
         F: Fn(SparkClient, tonic::Request<Req>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<Resp>, Status>>,
     {
-        let result = self
-            .inner
+        self.inner
             .options
             .retrying
             .call(|| {
@@ -202,30 +269,24 @@ impl SparkSession {
                     call(self.inner.client.clone(), r)
                 })
             })
-            .await;
-        match result {
-            Ok(r) => Ok(r),
-            Err(status) => Err(self.server_error(status, None).await),
-        }
+            .await
     }
 
     /// Turn a status into a [`SparkError`]: Spark's class, SQLSTATE and
     /// parameters, the operation id, the details FetchErrorDetails adds
-    /// (once per error id); SESSION_CHANGED closes the session.
+    /// (once per error id).
     pub(super) async fn server_error(
         &self,
         status: Status,
         operation_id: Option<&str>,
+        g: &Generation,
     ) -> SparkError {
         let mut err = ServerError::from_status(status);
         if let Some(op) = operation_id {
             err.set_operation_id(op);
         }
-        if err.error_class() == Some("INVALID_HANDLE.SESSION_CHANGED") {
-            self.inner.closed.store(true, Ordering::SeqCst);
-        }
         if let Some(id) = err.error_id().map(str::to_owned)
-            && let Some(details) = self.fetch_error_details(&id).await
+            && let Some(details) = self.fetch_error_details(g, &id).await
         {
             err.set_details(details);
         }
@@ -233,17 +294,17 @@ impl SparkSession {
     }
 
     /// FetchErrorDetails: once per error id, best effort, never retried.
-    async fn fetch_error_details(&self, error_id: &str) -> Option<ErrorDetails> {
+    async fn fetch_error_details(&self, g: &Generation, error_id: &str) -> Option<ErrorDetails> {
         let first = lock(&self.inner.fetched_error_ids).insert(error_id.to_owned());
         if !first {
             return None;
         }
         let req = proto::FetchErrorDetailsRequest {
-            session_id: self.inner.session_id.clone(),
-            client_observed_server_side_session_id: self.observed_id(),
-            user_context: Some(self.inner.user_context.clone()),
+            session_id: g.session_id().to_owned(),
+            client_observed_server_side_session_id: g.observed(),
+            user_context: self.user_context(),
             error_id: error_id.to_owned(),
-            client_type: Some(self.inner.client_type.clone()),
+            client_type: self.client_type_field(),
         };
         let deadline = self.inner.options.deadlines.fetch_error_details;
         let mut client = self.inner.client.clone();
@@ -256,9 +317,23 @@ impl SparkSession {
     /// Start a reattachable execution of `plan` (low level: raw responses).
     ///
     /// Nothing is sent until the execution is first polled. The session's
-    /// tags and the result-chunking option go with the request.
+    /// tags and the result-chunking option go with the request. It runs on
+    /// the session as it is: unlike [`sql`](Self::sql) and
+    /// [`relation`](Self::relation), it neither applies the builder's
+    /// [`config`](SparkSessionBuilder::config)s nor renews a stale session.
     pub fn execute_plan(&self, plan: Plan) -> Result<ReattachableExecution, SparkError> {
         self.check_open()?;
+        self.start_execution(&self.inner.renewal.current(), plan, None, self.tags())
+    }
+
+    /// A reattachable execution of `plan` on generation `g`.
+    pub(super) fn start_execution(
+        &self,
+        g: &Generation,
+        plan: Plan,
+        operation_id: Option<String>,
+        tags: Vec<String>,
+    ) -> Result<ReattachableExecution, SparkError> {
         let mut request_options = Vec::new();
         if let Some(size) = self.inner.options.arrow_chunk_size {
             request_options.push(RequestOption {
@@ -271,14 +346,14 @@ impl SparkSession {
             });
         }
         let req = ExecutePlanRequest {
-            session_id: self.inner.session_id.clone(),
-            client_observed_server_side_session_id: self.observed_id(),
-            user_context: Some(self.inner.user_context.clone()),
-            operation_id: None,
+            session_id: g.session_id().to_owned(),
+            client_observed_server_side_session_id: g.observed(),
+            user_context: self.user_context(),
+            operation_id,
             plan: Some(plan),
-            client_type: Some(self.inner.client_type.clone()),
+            client_type: self.client_type_field(),
             request_options,
-            tags: self.tags(),
+            tags,
         };
         let options = ReattachOptions {
             deadlines: self.inner.options.deadlines,
@@ -333,126 +408,59 @@ impl SparkSession {
     /// Execute a relation and stream its rows as Arrow.
     ///
     /// Lazy, unlike [`sql`](Self::sql): nothing is sent until the stream is
-    /// first read, so a relation can be prepared and handed on cheaply.
+    /// first read, so a relation can be prepared and handed on cheaply. The
+    /// operation id is drawn now, and the session's tags taken now; the
+    /// builder's configs (on the session's first call) and a renewal of a
+    /// stale session happen when it is first read.
     pub fn relation(&self, relation: Relation) -> Result<ArrowStream, SparkError> {
-        let exec = self.execute_plan(Plan {
+        self.check_open()?;
+        let plan = Plan {
             op_type: Some(proto::plan::OpType::Root(relation)),
-        })?;
+        };
         Ok(ArrowStream::new(
             self.clone(),
-            exec,
+            plan,
+            self.tags(),
             self.inner.options.interrupt_on_drop,
         ))
     }
 
-    /// Checks one item of an execution: session ids on a response, the
-    /// session closed on SESSION_CHANGED. A server status is handed back
+    /// Checks one item of an execution of generation `g`: session ids on a
+    /// response; a stale session noted. A server status is handed back
     /// unconverted (`Err(Ok(status))`) so the caller can enrich it.
     pub(super) fn check_item(
         &self,
+        g: &Generation,
         item: Result<ExecutePlanResponse, ReattachError>,
     ) -> Result<ExecutePlanResponse, Result<Status, SparkError>> {
         match item {
             Ok(resp) => {
-                self.verify(&resp.session_id, &resp.server_side_session_id)
+                self.verify(g, &resp.session_id, &resp.server_side_session_id)
                     .map_err(Err)?;
                 Ok(resp)
             }
             Err(ReattachError::Status(status)) => Err(Ok(status)),
-            Err(e) => Err(Err(self.reattach_error(e))),
+            Err(e) => Err(Err(self.reattach_error(g, e))),
         }
-    }
-
-    async fn config(
-        &self,
-        op: proto::config_request::operation::OpType,
-    ) -> Result<proto::ConfigResponse, SparkError> {
-        self.check_open()?;
-        let req = proto::ConfigRequest {
-            session_id: self.inner.session_id.clone(),
-            client_observed_server_side_session_id: self.observed_id(),
-            user_context: Some(self.inner.user_context.clone()),
-            operation: Some(proto::config_request::Operation { op_type: Some(op) }),
-            client_type: Some(self.inner.client_type.clone()),
-        };
-        let resp = self
-            .unary(
-                self.inner.options.deadlines.config,
-                req,
-                |mut c, r| async move { c.config(r).await },
-            )
-            .await?;
-        self.verify(&resp.session_id, &resp.server_side_session_id)?;
-        Ok(resp)
-    }
-
-    /// Set Spark configuration values.
-    pub async fn config_set(&self, pairs: &[(&str, &str)]) -> Result<(), SparkError> {
-        use proto::config_request::operation::OpType;
-        let pairs = pairs
-            .iter()
-            .map(|(k, v)| proto::KeyValue {
-                key: (*k).to_owned(),
-                value: Some((*v).to_owned()),
-            })
-            .collect();
-        self.config(OpType::Set(proto::config_request::Set {
-            pairs,
-            silent: None,
-        }))
-        .await
-        .map(drop)
-    }
-
-    /// Get configuration values (`None` where unset and without a default).
-    pub async fn config_get(&self, keys: &[&str]) -> Result<Vec<Option<String>>, SparkError> {
-        use proto::config_request::operation::OpType;
-        let keys: Vec<String> = keys.iter().map(|k| (*k).to_owned()).collect();
-        let resp = self
-            .config(OpType::GetOption(proto::config_request::GetOption {
-                keys: keys.clone(),
-            }))
-            .await?;
-        Ok(keys
-            .iter()
-            .map(|k| {
-                resp.pairs
-                    .iter()
-                    .find(|p| &p.key == k)
-                    .and_then(|p| p.value.clone())
-            })
-            .collect())
-    }
-
-    /// Unset configuration values.
-    pub async fn config_unset(&self, keys: &[&str]) -> Result<(), SparkError> {
-        use proto::config_request::operation::OpType;
-        let keys = keys.iter().map(|k| (*k).to_owned()).collect();
-        self.config(OpType::Unset(proto::config_request::Unset { keys }))
-            .await
-            .map(drop)
     }
 
     /// The server's Spark version.
     pub async fn spark_version(&self) -> Result<String, SparkError> {
-        self.check_open()?;
-        let req = proto::AnalyzePlanRequest {
-            session_id: self.inner.session_id.clone(),
-            client_observed_server_side_session_id: self.observed_id(),
-            user_context: Some(self.inner.user_context.clone()),
-            client_type: Some(self.inner.client_type.clone()),
-            analyze: Some(proto::analyze_plan_request::Analyze::SparkVersion(
-                proto::analyze_plan_request::SparkVersion {},
-            )),
-        };
         let resp = self
             .unary(
                 self.inner.options.deadlines.analyze_plan,
-                req,
+                |g| proto::AnalyzePlanRequest {
+                    session_id: g.session_id().to_owned(),
+                    client_observed_server_side_session_id: g.observed(),
+                    user_context: self.user_context(),
+                    client_type: self.client_type_field(),
+                    analyze: Some(proto::analyze_plan_request::Analyze::SparkVersion(
+                        proto::analyze_plan_request::SparkVersion {},
+                    )),
+                },
                 |mut c, r| async move { c.analyze_plan(r).await },
             )
             .await?;
-        self.verify(&resp.session_id, &resp.server_side_session_id)?;
         match resp.result {
             Some(proto::analyze_plan_response::Result::SparkVersion(v)) => Ok(v.version),
             _ => Err(SparkError::Protocol(
@@ -466,23 +474,20 @@ impl SparkSession {
         kind: proto::interrupt_request::InterruptType,
         target: Option<proto::interrupt_request::Interrupt>,
     ) -> Result<Vec<String>, SparkError> {
-        self.check_open()?;
-        let req = proto::InterruptRequest {
-            session_id: self.inner.session_id.clone(),
-            client_observed_server_side_session_id: self.observed_id(),
-            user_context: Some(self.inner.user_context.clone()),
-            client_type: Some(self.inner.client_type.clone()),
-            interrupt_type: kind as i32,
-            interrupt: target,
-        };
         let resp = self
             .unary(
                 self.inner.options.deadlines.interrupt,
-                req,
+                |g| proto::InterruptRequest {
+                    session_id: g.session_id().to_owned(),
+                    client_observed_server_side_session_id: g.observed(),
+                    user_context: self.user_context(),
+                    client_type: self.client_type_field(),
+                    interrupt_type: kind as i32,
+                    interrupt: target.clone(),
+                },
                 |mut c, r| async move { c.interrupt(r).await },
             )
             .await?;
-        self.verify(&resp.session_id, &resp.server_side_session_id)?;
         Ok(resp.interrupted_ids)
     }
 
@@ -515,34 +520,6 @@ impl SparkSession {
         .await
     }
 
-    /// Add a tag to every operation this session starts from now on (all
-    /// clones share the tags). A tag is non-empty and has no comma.
-    pub fn add_tag(&self, tag: &str) -> Result<(), SparkError> {
-        check_tag(tag)?;
-        let mut tags = lock(&self.inner.tags);
-        if !tags.iter().any(|t| t == tag) {
-            tags.push(tag.to_owned());
-        }
-        Ok(())
-    }
-
-    /// Stop adding `tag` to new operations.
-    pub fn remove_tag(&self, tag: &str) -> Result<(), SparkError> {
-        check_tag(tag)?;
-        lock(&self.inner.tags).retain(|t| t != tag);
-        Ok(())
-    }
-
-    /// The tags added to new operations, in the order they were added.
-    pub fn tags(&self) -> Vec<String> {
-        lock(&self.inner.tags).clone()
-    }
-
-    /// Remove every tag.
-    pub fn clear_tags(&self) {
-        lock(&self.inner.tags).clear();
-    }
-
     /// Release the server session (ReleaseSession), as PySpark's `stop()`
     /// does; later calls fail with [`SparkError::SessionClosed`]. A second
     /// call sends nothing and succeeds.
@@ -550,21 +527,26 @@ impl SparkSession {
         if self.inner.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
+        let session_id = self.session_id();
         let req = proto::ReleaseSessionRequest {
-            session_id: self.inner.session_id.clone(),
-            user_context: Some(self.inner.user_context.clone()),
-            client_type: Some(self.inner.client_type.clone()),
+            session_id: session_id.clone(),
+            user_context: self.user_context(),
+            client_type: self.client_type_field(),
             allow_reconnect: false,
         };
-        let resp = self
-            .unary(
-                self.inner.options.deadlines.release_session,
-                req,
-                |mut c, r| async move { c.release_session(r).await },
-            )
-            .await?;
+        let deadline = self.inner.options.deadlines.release_session;
+        let current = self.inner.renewal.current();
+        let resp = match self
+            .send(deadline, req, &|mut c: SparkClient, r| async move {
+                c.release_session(r).await
+            })
+            .await
+        {
+            Ok(resp) => resp,
+            Err(status) => return Err(self.server_error(status, None, &current).await),
+        };
         // The session is closed either way; only a different session id is an error.
-        if resp.session_id != self.inner.session_id {
+        if resp.session_id != session_id {
             return Err(SparkError::Protocol(
                 "ReleaseSession answered another session".to_owned(),
             ));
@@ -619,21 +601,6 @@ where
     resp.map(tonic::Response::into_inner)
 }
 
-/// PySpark's tag rule: non-empty, no comma (tags are joined with commas).
-fn check_tag(tag: &str) -> Result<(), SparkError> {
-    let reason = if tag.is_empty() {
-        "a tag must not be empty"
-    } else if tag.contains(',') {
-        "a tag must not contain ','"
-    } else {
-        return Ok(());
-    };
-    Err(SparkError::InvalidTag {
-        tag: tag.to_owned(),
-        reason,
-    })
-}
-
 /// The root error of a FetchErrorDetails answer and its cause chain.
 fn error_details(resp: &proto::FetchErrorDetailsResponse) -> Option<ErrorDetails> {
     let root = usize::try_from(resp.root_error_idx?).ok()?;
@@ -661,24 +628,13 @@ fn error_details(resp: &proto::FetchErrorDetailsResponse) -> Option<ErrorDetails
     Some(details)
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn tags_follow_pyspark_rules() {
-        assert!(check_tag("etl").is_ok());
-        for bad in ["", "a,b"] {
-            match check_tag(bad) {
-                Err(SparkError::InvalidTag { tag, .. }) => assert_eq!(tag, bad),
-                other => panic!("{bad:?}: {other:?}"),
-            }
-        }
-    }
 
     #[test]
     fn error_details_follow_causes_and_stop_on_cycles() {

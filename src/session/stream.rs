@@ -10,14 +10,16 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio_stream::Stream;
 
 use super::error::SparkError;
+use super::renewal::Generation;
 use super::spark::SparkSession;
-use crate::proto::{self, ExecutePlanResponse};
+use crate::proto::{self, ExecutePlanResponse, Plan};
 use crate::reattach::core::CoreCounters;
 use crate::reattach::{ExecutionStats, ReattachableExecution};
 
@@ -26,6 +28,12 @@ type ProgressFn = Box<dyn FnMut(&proto::execute_plan_response::ExecutionProgress
 
 /// A server error being enriched (FetchErrorDetails) before it is returned.
 type Enriching = Pin<Box<dyn Future<Output = SparkError> + Send>>;
+
+/// The session being readied (renewed if stale, builder configs applied)
+/// and the execution started on it.
+type Preparing = Pin<
+    Box<dyn Future<Output = Result<(Arc<Generation>, ReattachableExecution), SparkError>> + Send>,
+>;
 
 /// Rows of a query as Arrow record batches, in order, each exactly once.
 ///
@@ -42,6 +50,15 @@ type Enriching = Pin<Box<dyn Future<Output = SparkError> + Send>>;
 /// the interrupt.
 pub struct ArrowStream {
     session: SparkSession,
+    /// Kept until the first response, to send again once if the server
+    /// refuses the first ExecutePlan because the session is stale.
+    plan: Option<Plan>,
+    tags: Vec<String>,
+    preparing: Option<Preparing>,
+    /// The session generation the execution runs on, once started.
+    generation: Option<Arc<Generation>>,
+    /// Sent again on a renewed session already (at most once).
+    resent: bool,
     exec: Option<ReattachableExecution>,
     operation_id: String,
     rows: u64,
@@ -69,16 +86,23 @@ impl std::fmt::Debug for ArrowStream {
 }
 
 impl ArrowStream {
+    /// A stream of `plan`, started when first read (lazy); the operation id
+    /// is drawn now.
     pub(super) fn new(
         session: SparkSession,
-        exec: ReattachableExecution,
+        plan: Plan,
+        tags: Vec<String>,
         interrupt_on_drop: bool,
     ) -> Self {
-        let operation_id = exec.operation_id().to_owned();
-        ArrowStream {
+        let mut stream = ArrowStream {
             session,
-            exec: Some(exec),
-            operation_id,
+            plan: Some(plan),
+            tags,
+            preparing: None,
+            generation: None,
+            resent: false,
+            exec: None,
+            operation_id: uuid::Uuid::new_v4().to_string(),
             rows: 0,
             batches: 0,
             held: VecDeque::new(),
@@ -88,7 +112,30 @@ impl ArrowStream {
             interrupt_on_drop,
             #[cfg(feature = "arrow")]
             arrow: Default::default(),
-        }
+        };
+        stream.preparing = Some(stream.prepare());
+        stream
+    }
+
+    /// Ready the session (renewed if stale, builder configs applied), then
+    /// start the execution on it, under this stream's operation id.
+    fn prepare(&self) -> Preparing {
+        let session = self.session.clone();
+        let plan = self.plan.clone().unwrap_or_default();
+        let operation_id = self.operation_id.clone();
+        let tags = self.tags.clone();
+        Box::pin(async move {
+            let g = session.generation().await?;
+            let exec = session.start_execution(&g, plan, Some(operation_id), tags)?;
+            Ok((g, exec))
+        })
+    }
+
+    /// No response of the execution arrived: the rule under which the
+    /// reattachable stream itself sends its ExecutePlan again when the
+    /// server no longer knows the operation (PySpark's, SPARK-48056).
+    fn untouched(&self) -> bool {
+        self.plan.is_some() && self.stats().responses == 0
     }
 
     /// The operation id of the execution.
@@ -194,12 +241,37 @@ impl ArrowStream {
             if let Some(fut) = self.enriching.as_mut() {
                 let err = std::task::ready!(fut.as_mut().poll(cx));
                 self.enriching = None;
+                if let Some(g) = self.generation.clone() {
+                    let verdict = self.session.note_failure(&g, &err, self.untouched());
+                    if !self.resent && self.session.resend(verdict) {
+                        // Refused before anything ran: once more, renewed.
+                        self.resent = true;
+                        self.done = false;
+                        self.exec = None;
+                        self.preparing = Some(self.prepare());
+                        continue;
+                    }
+                }
                 return Poll::Ready(Some(Err(err)));
+            }
+            if let Some(fut) = self.preparing.as_mut() {
+                let ready = std::task::ready!(fut.as_mut().poll(cx));
+                self.preparing = None;
+                match ready {
+                    Ok((g, exec)) => {
+                        self.generation = Some(g);
+                        self.exec = Some(exec);
+                    }
+                    Err(e) => {
+                        self.fail();
+                        return Poll::Ready(Some(Err(e)));
+                    }
+                }
             }
             if self.done {
                 return Poll::Ready(None);
             }
-            let Some(exec) = self.exec.as_mut() else {
+            let (Some(exec), Some(g)) = (self.exec.as_mut(), self.generation.clone()) else {
                 self.done = true;
                 continue;
             };
@@ -207,14 +279,17 @@ impl ArrowStream {
                 self.done = true;
                 continue;
             };
-            match self.session.check_item(item) {
-                Ok(resp) => return Poll::Ready(Some(Ok(resp))),
+            match self.session.check_item(&g, item) {
+                Ok(resp) => {
+                    self.plan = None;
+                    return Poll::Ready(Some(Ok(resp)));
+                }
                 Err(Ok(status)) => {
                     self.done = true;
                     let session = self.session.clone();
                     let op = self.operation_id.clone();
                     self.enriching = Some(Box::pin(async move {
-                        session.server_error(status, Some(&op)).await
+                        session.server_error(status, Some(&op), &g).await
                     }));
                 }
                 Err(Err(e)) => {
@@ -229,6 +304,7 @@ impl ArrowStream {
     fn fail(&mut self) {
         self.done = true;
         self.exec = None;
+        self.preparing = None;
     }
 
     #[cfg(feature = "arrow")]

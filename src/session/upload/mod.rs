@@ -32,7 +32,8 @@ use tokio_stream::StreamExt;
 
 use self::core::{UploadGroup, payload, shapes};
 use super::error::SparkError;
-use super::spark::{SparkSession, with_deadline};
+use super::renewal::Generation;
+use super::spark::{SparkSession, lock, with_deadline};
 use crate::proto::{self, AddArtifactsRequest};
 use crate::retrying::AttemptError;
 
@@ -119,15 +120,14 @@ pub struct UploadStats {
     pub retries: u64,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 impl SparkSession {
     /// Upload `blobs` as `cache/<sha256>` artifacts in one group, under the
-    /// retry policy, exactly once; returns their hashes in order.
+    /// retry policy, exactly once, on generation `g` of the session (all
+    /// groups of one relation must land in one server-side session);
+    /// returns their hashes in order.
     pub(super) async fn cache_blobs(
         &self,
+        g: &Generation,
         blobs: Vec<Bytes>,
         stats: &mut UploadStats,
     ) -> Result<Vec<String>, SparkError> {
@@ -136,8 +136,9 @@ impl SparkSession {
         let sent = Arc::new(AtomicU64::new(0));
         let counts = Mutex::new(UploadStats::default());
         let (result, loop_stats) = self
-            .retrying()
-            .run_with_stats(|| self.upload_attempt(&group, &counts, sent.clone()))
+            .options()
+            .retrying
+            .run_with_stats(|| self.upload_attempt(g, &group, &counts, sent.clone()))
             .await;
         let group = group.into_inner().unwrap_or_else(|e| e.into_inner());
         let counts = counts.into_inner().unwrap_or_else(|e| e.into_inner());
@@ -147,21 +148,26 @@ impl SparkSession {
         stats.bytes_skipped += group.held_bytes();
         stats.streams += counts.streams;
         stats.retries += u64::from(loop_stats.policy_retries + loop_stats.immediate_retries);
-        match result {
-            Ok(()) => Ok(hashes),
-            Err(AttemptError::Other(e)) => Err(e),
+        let err = match result {
+            Ok(()) => return Ok(hashes),
+            Err(AttemptError::Other(e)) => e,
             Err(AttemptError::Status(s) | AttemptError::RetryNow(Some(s))) => {
-                Err(self.server_error(s, None).await)
+                self.server_error(s, None, g).await
             }
-            Err(AttemptError::RetryNow(None)) => Err(SparkError::Protocol(
+            Err(AttemptError::RetryNow(None)) => SparkError::Protocol(
                 "upload gave up on an immediate retry without a cause".to_owned(),
-            )),
-        }
+            ),
+        };
+        // A stale session is noted (renewed by the next call, with renewal
+        // on); the upload is not moved: its other groups are on this one.
+        self.note_failure(g, &err, false);
+        Err(err)
     }
 
     /// One attempt: ArtifactStatus, then AddArtifacts with what is missing.
     async fn upload_attempt(
         &self,
+        g: &Generation,
         group: &Mutex<UploadGroup>,
         counts: &Mutex<UploadStats>,
         sent_bytes: Arc<AtomicU64>,
@@ -170,7 +176,7 @@ impl SparkSession {
             return Ok(());
         }
         let names = lock(group).unsettled();
-        let statuses = self.artifact_statuses(names).await?;
+        let statuses = self.artifact_statuses(g, names).await?;
         let send = lock(group).plan(&statuses);
         if send.is_empty() {
             return Ok(());
@@ -182,28 +188,27 @@ impl SparkSession {
         }
         let send = Arc::new(send);
         let sizes: Vec<usize> = send.iter().map(|a| a.data.len()).collect();
-        let (session_id, user_context) = (self.session_id().to_owned(), self.user_context());
-        let (client_type, observed) =
-            (self.client_type().to_owned(), self.server_side_session_id());
+        let (session_id, observed) = (g.session_id().to_owned(), g.observed());
+        let (user_context, client_type) = (self.user_context(), self.client_type_field());
         let artifacts = send.clone();
         let requests = tokio_stream::iter(shapes(&sizes)).map(move |shape| {
             let payload = payload(&artifacts, &shape);
             sent_bytes.fetch_add(payload_bytes(&payload), Ordering::Relaxed);
             AddArtifactsRequest {
                 session_id: session_id.clone(),
-                user_context: Some(user_context.clone()),
+                user_context: user_context.clone(),
                 client_observed_server_side_session_id: observed.clone(),
-                client_type: Some(client_type.clone()),
+                client_type: client_type.clone(),
                 payload: Some(payload),
             }
         });
         let mut client = self.client();
-        let resp = with_deadline(self.deadlines().add_artifacts, requests, |r| {
+        let resp = with_deadline(self.options().deadlines.add_artifacts, requests, |r| {
             client.add_artifacts(r)
         })
         .await
         .map_err(AttemptError::Status)?;
-        self.verify(&resp.session_id, &resp.server_side_session_id)
+        self.verify(g, &resp.session_id, &resp.server_side_session_id)
             .map_err(AttemptError::Other)?;
         lock(group)
             .acknowledge(&send, &resp.artifacts)
@@ -213,25 +218,26 @@ impl SparkSession {
     /// ArtifactStatus for `names`: which of them the server holds.
     async fn artifact_statuses(
         &self,
+        g: &Generation,
         names: Vec<String>,
     ) -> Result<
         HashMap<String, proto::artifact_statuses_response::ArtifactStatus>,
         AttemptError<SparkError>,
     > {
         let req = proto::ArtifactStatusesRequest {
-            session_id: self.session_id().to_owned(),
-            client_observed_server_side_session_id: self.server_side_session_id(),
-            user_context: Some(self.user_context()),
-            client_type: Some(self.client_type().to_owned()),
+            session_id: g.session_id().to_owned(),
+            client_observed_server_side_session_id: g.observed(),
+            user_context: self.user_context(),
+            client_type: self.client_type_field(),
             names,
         };
         let mut client = self.client();
-        let resp = with_deadline(self.deadlines().artifact_status, req, |r| {
+        let resp = with_deadline(self.options().deadlines.artifact_status, req, |r| {
             client.artifact_status(r)
         })
         .await
         .map_err(AttemptError::Status)?;
-        self.verify(&resp.session_id, &resp.server_side_session_id)
+        self.verify(g, &resp.session_id, &resp.server_side_session_id)
             .map_err(AttemptError::Other)?;
         Ok(resp.statuses)
     }

@@ -1,0 +1,332 @@
+//! Stale sessions, and their opt-in renewal.
+//!
+//! A Spark Connect session lives in the server's memory. When the server
+//! restarts (or expires the session after an hour idle), that state is gone:
+//! the server answers the next request that names the server-side session
+//! the client saw with `INVALID_HANDLE.SESSION_CHANGED`, and without
+//! renewal every later call fails until the user builds a new session. A
+//! long-running service would rather carry on, on a fresh server-side
+//! session, and accept what is lost with the old one.
+//!
+//! **What "stale" means** (read in Spark 4.3's `SparkConnectSessionManager`,
+//! and seen on a real server after a restart):
+//!
+//! * `INVALID_HANDLE.SESSION_CHANGED`: ExecutePlan, Config, AnalyzePlan and
+//!   Interrupt get or create the session, then compare its server-side id
+//!   with the `client_observed_server_side_session_id` the request carries.
+//!   After a restart the request itself re-creates the session under a new
+//!   id, so the comparison fails, *before anything runs*.
+//! * `INVALID_HANDLE.SESSION_NOT_FOUND` / `INVALID_HANDLE.SESSION_CLOSED`
+//!   from an RPC that only looks the session up (ReattachExecute,
+//!   ReleaseExecute), or `SESSION_CLOSED` from one that would create it (the
+//!   session expired or was released): stale only if the client had already
+//!   seen a server-side id, i.e. the session existed. Before that, not found
+//!   means "not created yet" (SPARK-48056), not gone.
+//! * A response carrying a different `server_side_session_id` than the one
+//!   pinned (checked by the client): stale, but the call may have run.
+//!
+//! The rule is [`verdict`]; it also says whether the failed request can be
+//! sent again on a fresh session: only when the server refused it before
+//! running anything, and nothing of it was received: a unary call (all are
+//! idempotent, and retried anyway), or an execution with no response yet.
+//! The latter is the rule by which the reattachable stream itself sends its
+//! ExecutePlan again when the server no longer knows the operation
+//! (PySpark's, SPARK-48056); after a restart the first ExecutePlan often
+//! meets the dead connection, reattaches, gets `SESSION_NOT_FOUND`, is sent
+//! again and only then refused with `SESSION_CHANGED`. A running execution
+//! (one that delivered a response) is never moved: it keeps its own error
+//! (`RESPONSE_ALREADY_RECEIVED`, `OPERATION_NOT_FOUND`, ...).
+//!
+//! **Renewal** (`SparkSessionBuilder::renew_stale_session(true)`): the
+//! session's ids live in a [`Generation`]; a stale generation is replaced,
+//! once however many calls race on it, by one with a new client session id
+//! and no observed server-side id; the builder's configs are set on it before
+//! its first call. Lost with the old server-side session: temporary views
+//! and functions, configs set at run time (`config_set`, `SET`), the current
+//! database, cached relations and artifacts. Tags are the client's and are
+//! kept.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use super::error::SparkError;
+use super::spark::{SparkSession, lock};
+use crate::reattach::core::SESSION_NOT_FOUND;
+use crate::reattach::ids::{SessionIdMismatch, check_session_ids};
+
+/// `INVALID_HANDLE.SESSION_CHANGED`.
+pub(super) const SESSION_CHANGED: &str = "INVALID_HANDLE.SESSION_CHANGED";
+/// `INVALID_HANDLE.SESSION_CLOSED`.
+pub(super) const SESSION_CLOSED: &str = "INVALID_HANDLE.SESSION_CLOSED";
+
+/// What a failed call says about its session (see the [module docs](self)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Verdict {
+    /// Nothing about the session.
+    Unrelated,
+    /// The session is stale, and the call may have run: the error stands.
+    Stale,
+    /// The server refused the request because the session is stale, before
+    /// running anything: it may be sent again on a fresh session.
+    StaleRefused,
+}
+
+/// The staleness rule. `error_class` is the failed call's Spark error class;
+/// `observed` says whether the session had seen a server-side id; `untouched`
+/// whether nothing of the call was received (a unary call, or an execution
+/// with no response yet).
+pub(super) fn verdict(error_class: Option<&str>, observed: bool, untouched: bool) -> Verdict {
+    let stale = match error_class {
+        Some(SESSION_CHANGED) => true,
+        Some(SESSION_NOT_FOUND | SESSION_CLOSED) => observed,
+        _ => false,
+    };
+    match (stale, untouched) {
+        (false, _) => Verdict::Unrelated,
+        (true, true) => Verdict::StaleRefused,
+        (true, false) => Verdict::Stale,
+    }
+}
+
+/// The error class the server (or a response's ids) reported: never the
+/// client's own [`SparkError::SessionClosed`], which is no news about the
+/// server's session.
+fn reported_class(err: &SparkError) -> Option<&str> {
+    match err {
+        SparkError::SessionChanged { .. } => Some(SESSION_CHANGED),
+        other => other.server_error().and_then(|e| e.error_class()),
+    }
+}
+
+/// The ids of one server-side session: the client session id requests
+/// carry, and the server-side id its responses pinned.
+#[derive(Debug)]
+pub(super) struct Generation {
+    session_id: String,
+    server_side: Mutex<Option<String>>,
+    stale: AtomicBool,
+    /// Set once the builder's configs were applied to this session.
+    pub(super) configured: tokio::sync::OnceCell<()>,
+}
+
+impl Generation {
+    pub(super) fn new(session_id: String) -> Self {
+        Generation {
+            session_id,
+            server_side: Mutex::new(None),
+            stale: AtomicBool::new(false),
+            configured: tokio::sync::OnceCell::new(),
+        }
+    }
+    /// The client session id.
+    pub(super) fn session_id(&self) -> &str {
+        &self.session_id
+    }
+    /// The server-side id pinned by the first response that carried one.
+    pub(super) fn observed(&self) -> Option<String> {
+        lock(&self.server_side).clone()
+    }
+    /// Checks a response's ids ([`check_session_ids`]), pinning the first
+    /// server-side id.
+    pub(super) fn verify(
+        &self,
+        session_id: &str,
+        server_side: &str,
+    ) -> Result<(), SessionIdMismatch> {
+        let mut pinned = lock(&self.server_side);
+        check_session_ids(&self.session_id, &mut pinned, session_id, server_side)
+    }
+    fn is_stale(&self) -> bool {
+        self.stale.load(Ordering::SeqCst)
+    }
+}
+
+/// The session's current generation and the renewal setting.
+#[derive(Debug)]
+pub(super) struct Renewal {
+    enabled: bool,
+    current: Mutex<Arc<Generation>>,
+    renewals: AtomicU64,
+}
+
+impl Renewal {
+    pub(super) fn new(session_id: String, enabled: bool) -> Self {
+        Renewal {
+            enabled,
+            current: Mutex::new(Arc::new(Generation::new(session_id))),
+            renewals: AtomicU64::new(0),
+        }
+    }
+    pub(super) fn current(&self) -> Arc<Generation> {
+        lock(&self.current).clone()
+    }
+    pub(super) fn renewals(&self) -> u64 {
+        self.renewals.load(Ordering::SeqCst)
+    }
+
+    /// The generation to use for a new call: `g` itself, or, if it is stale,
+    /// its successor (made here by the first caller; later ones find it).
+    fn successor(&self, g: Arc<Generation>) -> Arc<Generation> {
+        if !g.is_stale() {
+            return g;
+        }
+        let mut current = lock(&self.current);
+        if Arc::ptr_eq(&current, &g) {
+            let fresh = Arc::new(Generation::new(uuid::Uuid::new_v4().to_string()));
+            let n = self.renewals.fetch_add(1, Ordering::SeqCst) + 1;
+            tracing::warn!(
+                old_session_id = g.session_id(),
+                new_session_id = fresh.session_id(),
+                renewals = n,
+                "stale Spark Connect session renewed: new calls run on a fresh server-side \
+                 session (temporary views and runtime configs of the old one are gone)"
+            );
+            *current = fresh;
+        }
+        current.clone()
+    }
+}
+
+impl SparkSession {
+    /// The generation a new call runs on: renewed if stale (with renewal
+    /// on), with the builder's configs applied once.
+    pub(super) async fn generation(&self) -> Result<Arc<Generation>, SparkError> {
+        self.check_open()?;
+        let renewal = self.renewal();
+        let g = renewal.successor(renewal.current());
+        self.apply_builder_configs(&g).await?;
+        Ok(g)
+    }
+
+    /// Records what a failed call of generation `g` says about the session:
+    /// with renewal on, a stale session is marked for renewal; off, a
+    /// `SESSION_CHANGED` closes it, as in PySpark (the other stale errors
+    /// keep coming from the server).
+    pub(super) fn note_failure(
+        &self,
+        g: &Generation,
+        err: &SparkError,
+        untouched: bool,
+    ) -> Verdict {
+        let v = verdict(reported_class(err), g.observed().is_some(), untouched);
+        if v == Verdict::Unrelated {
+            return v;
+        }
+        if !self.renewal().enabled {
+            if reported_class(err) == Some(SESSION_CHANGED) {
+                self.mark_closed();
+            }
+        } else if !g.stale.swap(true, Ordering::SeqCst) {
+            tracing::info!(
+                session_id = g.session_id(),
+                error_class = err.error_class(),
+                "Spark Connect session is stale; the next call renews it"
+            );
+        }
+        v
+    }
+
+    /// Whether a call that failed with this verdict is sent again on a
+    /// fresh session.
+    pub(super) fn resend(&self, v: Verdict) -> bool {
+        v == Verdict::StaleRefused && self.renewal().enabled
+    }
+
+    /// Runs a call (a unary RPC) on the current generation; when the server
+    /// refused it as stale and renewal is on, once more on a fresh one.
+    pub(super) async fn with_renewal<T, F, Fut>(&self, call: F) -> Result<T, SparkError>
+    where
+        F: Fn(Arc<Generation>) -> Fut,
+        Fut: Future<Output = Result<T, SparkError>>,
+    {
+        let g = self.generation().await?;
+        match call(g.clone()).await {
+            Err(e) if self.resend(self.note_failure(&g, &e, true)) => {
+                call(self.generation().await?).await
+            }
+            other => other,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reattach::core::OPERATION_NOT_FOUND;
+
+    #[test]
+    fn session_changed_is_stale_and_refused_when_untouched() {
+        assert_eq!(
+            verdict(Some(SESSION_CHANGED), false, true),
+            Verdict::StaleRefused
+        );
+        assert_eq!(
+            verdict(Some(SESSION_CHANGED), true, true),
+            Verdict::StaleRefused
+        );
+        assert_eq!(verdict(Some(SESSION_CHANGED), true, false), Verdict::Stale);
+    }
+
+    #[test]
+    fn not_found_and_closed_are_stale_only_once_the_session_existed() {
+        for class in [SESSION_NOT_FOUND, SESSION_CLOSED] {
+            assert_eq!(
+                verdict(Some(class), false, true),
+                Verdict::Unrelated,
+                "{class}"
+            );
+            assert_eq!(
+                verdict(Some(class), true, true),
+                Verdict::StaleRefused,
+                "{class}"
+            );
+            assert_eq!(verdict(Some(class), true, false), Verdict::Stale, "{class}");
+        }
+    }
+
+    #[test]
+    fn other_errors_say_nothing_about_the_session() {
+        for class in [
+            None,
+            Some(OPERATION_NOT_FOUND),
+            Some("INVALID_HANDLE.OPERATION_ABANDONED"),
+            Some("INVALID_HANDLE.FORMAT"),
+            Some("OPERATION_CANCELED"),
+            Some("PARSE_SYNTAX_ERROR"),
+            Some("INVALID_HANDLE.SESSION_CHANGED_NOT"),
+        ] {
+            assert_eq!(verdict(class, true, true), Verdict::Unrelated, "{class:?}");
+        }
+    }
+
+    #[test]
+    fn only_what_the_server_reported_counts() {
+        let changed = SparkError::SessionChanged {
+            expected: "a".into(),
+            got: "b".into(),
+        };
+        assert_eq!(reported_class(&changed), Some(SESSION_CHANGED));
+        assert_eq!(reported_class(&SparkError::SessionClosed), None);
+        let status = tonic::Status::internal("[INVALID_HANDLE.SESSION_CLOSED] gone");
+        assert_eq!(reported_class(&status.into()), Some(SESSION_CLOSED));
+    }
+
+    #[test]
+    fn a_stale_generation_is_renewed_once() {
+        let r = Renewal::new("a".into(), true);
+        let g = r.current();
+        assert!(Arc::ptr_eq(&r.successor(g.clone()), &g), "fresh: kept");
+        g.stale.store(true, Ordering::SeqCst);
+        let first = r.successor(g.clone());
+        let second = r.successor(g.clone());
+        assert!(
+            Arc::ptr_eq(&first, &second),
+            "racing callers share one renewal"
+        );
+        assert_ne!(first.session_id(), "a");
+        assert!(crate::reattach::ids::is_canonical_uuid(first.session_id()));
+        assert_eq!(first.observed(), None);
+        assert_eq!(r.renewals(), 1);
+    }
+}
