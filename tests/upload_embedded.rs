@@ -78,12 +78,12 @@ fn hashes(df: &DataFrame) -> Vec<String> {
 
 /// Each artifact of `df` is on the server, written exactly once.
 fn assert_stored_once(server: &TestServer, spark: &SparkSession, df: &DataFrame) {
-    let held = server.artifacts(spark.session_id());
+    let held = server.artifacts(&spark.session_id());
     for h in hashes(df) {
         let name = format!("cache/{h}");
         assert!(held.contains_key(&name), "{name} missing");
         assert_eq!(
-            server.artifact_writes(spark.session_id(), &name),
+            server.artifact_writes(&spark.session_id(), &name),
             1,
             "{name}"
         );
