@@ -23,6 +23,7 @@ use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
 use spark_connect_retry::session::{SparkError, SparkSession};
 use spark_connect_retry::testing::proxy::{CutMode, CutSchedule, Direction, FaultProxy};
 
+mod arrow_data;
 #[path = "real_spark/restart.rs"]
 mod restart;
 #[path = "real_spark/session.rs"]
@@ -30,6 +31,8 @@ mod session_api;
 #[path = "support/streams.rs"]
 mod streams;
 mod support;
+#[path = "real_spark/upload.rs"]
+mod upload;
 
 const TEN_M: i64 = 10_000_000;
 

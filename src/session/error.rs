@@ -245,6 +245,11 @@ pub enum SparkError {
     /// The server answered something this client cannot use.
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// Local data could not be sent: a bad batch, a limit, a CRC mismatch
+    /// the server reported, or a malformed upload answer.
+    #[cfg(feature = "arrow")]
+    #[error(transparent)]
+    Upload(#[from] super::upload::UploadError),
     /// A caller-provided operation id is not a UUID.
     #[error("operation id {0:?} is not a UUID")]
     InvalidOperationId(String),

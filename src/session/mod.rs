@@ -34,16 +34,26 @@ pub mod channel;
 mod config;
 pub mod conn_string;
 #[cfg(feature = "arrow")]
+mod dataframe;
+#[cfg(feature = "arrow")]
 mod decode;
 mod error;
+#[cfg(feature = "arrow")]
+mod local_data;
 mod renewal;
 #[cfg(feature = "arrow")]
 pub mod schema;
 mod spark;
 mod stream;
 mod tags;
+#[cfg(feature = "arrow")]
+pub mod upload;
 
 pub use builder::{DEFAULT_RELEASE_WAIT, MIN_ARROW_CHUNK_SIZE, SparkSessionBuilder};
+#[cfg(feature = "arrow")]
+pub use dataframe::{DataFrame, UPLOAD_GROUP_BYTES};
 pub use error::{ErrorDetails, ServerError, SparkError};
 pub use spark::SparkSession;
 pub use stream::ArrowStream;
+#[cfg(feature = "arrow")]
+pub use upload::{UploadError, UploadStats};

@@ -243,6 +243,12 @@ impl SparkSession {
         .await
     }
 
+    /// The client every RPC of this session goes through.
+    #[cfg(feature = "arrow")]
+    pub(super) fn client(&self) -> SparkClient {
+        self.inner.client.clone()
+    }
+
     /// One unary RPC under the retry loop, with a deadline per attempt.
     pub(super) async fn send<Req, Resp, F, Fut>(
         &self,
@@ -259,24 +265,11 @@ impl SparkSession {
             .options
             .retrying
             .call(|| {
-                let mut request = tonic::Request::new(req.clone());
-                if let Some(d) = deadline {
-                    request.set_timeout(d);
-                }
-                let fut = call(self.inner.client.clone(), request);
-                async move {
-                    match deadline {
-                        Some(d) => tokio::time::timeout(d, fut).await.unwrap_or_else(|_| {
-                            Err(Status::deadline_exceeded(
-                                "client-side RPC deadline expired",
-                            ))
-                        }),
-                        None => fut.await,
-                    }
-                }
+                with_deadline(deadline, req.clone(), |r| {
+                    call(self.inner.client.clone(), r)
+                })
             })
             .await
-            .map(tonic::Response::into_inner)
     }
 
     /// Turn a status into a [`SparkError`]: Spark's class, SQLSTATE and
@@ -313,18 +306,11 @@ impl SparkSession {
             error_id: error_id.to_owned(),
             client_type: self.client_type_field(),
         };
-        let mut request = tonic::Request::new(req);
         let deadline = self.inner.options.deadlines.fetch_error_details;
-        if let Some(d) = deadline {
-            request.set_timeout(d);
-        }
         let mut client = self.inner.client.clone();
-        let fut = client.fetch_error_details(request);
-        let resp = match deadline {
-            Some(d) => tokio::time::timeout(d, fut).await.ok()?.ok()?,
-            None => fut.await.ok()?,
-        }
-        .into_inner();
+        let resp = with_deadline(deadline, req, |r| client.fetch_error_details(r))
+            .await
+            .ok()?;
         error_details(&resp)
     }
 
@@ -586,6 +572,33 @@ impl SparkSession {
         }
         self.release_session().await
     }
+}
+
+/// One attempt of an RPC under a client-side deadline: `grpc-timeout` on
+/// the request, and the whole call (a client stream's upload included)
+/// bounded by it, since tonic's timeout covers only the time to headers.
+pub(super) async fn with_deadline<Req, Resp, Fut>(
+    deadline: Option<Duration>,
+    req: Req,
+    call: impl FnOnce(tonic::Request<Req>) -> Fut,
+) -> Result<Resp, Status>
+where
+    Fut: Future<Output = Result<tonic::Response<Resp>, Status>>,
+{
+    let mut request = tonic::Request::new(req);
+    if let Some(d) = deadline {
+        request.set_timeout(d);
+    }
+    let fut = call(request);
+    let resp = match deadline {
+        Some(d) => tokio::time::timeout(d, fut).await.unwrap_or_else(|_| {
+            Err(Status::deadline_exceeded(
+                "client-side RPC deadline expired",
+            ))
+        }),
+        None => fut.await,
+    };
+    resp.map(tonic::Response::into_inner)
 }
 
 /// The root error of a FetchErrorDetails answer and its cause chain.

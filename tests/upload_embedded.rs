@@ -1,0 +1,299 @@
+//! `create_dataframe` against the embedded server: small and large data
+//! read back exactly, cuts before, during and after the last message of an
+//! upload (each artifact stored exactly once, the bytes sent recorded), a
+//! resumed upload skipping what the server holds, and a CRC mismatch as a
+//! clear error.
+#![cfg(feature = "testing")]
+
+mod arrow_data;
+
+use std::sync::Arc;
+
+use arrow_array::{Array, Int64Array, RecordBatch};
+use arrow_data::schema;
+use arrow_schema::{DataType, Field, Schema};
+use spark_connect_retry::proto::relation::RelType;
+use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
+use spark_connect_retry::session::{DataFrame, SparkError, SparkSession, UploadError};
+use spark_connect_retry::testing::{Fault, Rpc, TestServer};
+
+/// Small limits, so a few hundred KiB make several chunks and groups:
+/// 64 KiB chunks, at most 3 per `AddArtifacts` stream (min with 200 KiB).
+const CONF: [(&str, &str); 3] = [
+    ("spark.sql.session.localRelationCacheThreshold", "100000"),
+    ("spark.sql.session.localRelationChunkSizeBytes", "65536"),
+    (
+        "spark.sql.session.localRelationBatchOfChunksSizeBytes",
+        "204800",
+    ),
+];
+
+/// `id, id * 2` for `0..n` in batches of 10 000 rows.
+fn rows(n: i64) -> impl Iterator<Item = RecordBatch> {
+    arrow_data::rows(n, 10_000)
+}
+
+async fn session(server: &TestServer, sleeper: &RecordingSleeper) -> SparkSession {
+    let spark = SparkSession::builder()
+        .remote(server.remote())
+        .retrying(
+            Retrying::default()
+                .with_sleeper(sleeper.clone())
+                .with_seed(3),
+        )
+        .build()
+        .unwrap();
+    spark.config_set(&CONF).await.unwrap();
+    spark
+}
+
+/// Every row of `0..n` exactly once, in order, with `x = 2 * id`.
+async fn assert_read_back(df: &DataFrame, n: i64) {
+    let mut next = 0;
+    for b in df.collect().await.unwrap() {
+        let col = |i: usize| {
+            b.column(i)
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .unwrap()
+                .clone()
+        };
+        let (ids, xs) = (col(0), col(1));
+        assert_eq!(ids.null_count() + xs.null_count(), 0);
+        for (id, x) in ids.values().iter().zip(xs.values()) {
+            assert_eq!((*id, *x), (next, 2 * next), "row {next}");
+            next += 1;
+        }
+    }
+    assert_eq!(next, n, "row count");
+}
+
+/// The data hashes of a cached relation.
+fn hashes(df: &DataFrame) -> Vec<String> {
+    match &df.relation().rel_type {
+        Some(RelType::ChunkedCachedLocalRelation(r)) => r.data_hashes.clone(),
+        other => panic!("not cached: {other:?}"),
+    }
+}
+
+/// Each artifact of `df` is on the server, written exactly once.
+fn assert_stored_once(server: &TestServer, spark: &SparkSession, df: &DataFrame) {
+    let held = server.artifacts(&spark.session_id());
+    for h in hashes(df) {
+        let name = format!("cache/{h}");
+        assert!(held.contains_key(&name), "{name} missing");
+        assert_eq!(
+            server.artifact_writes(&spark.session_id(), &name),
+            1,
+            "{name}"
+        );
+    }
+}
+
+/// 600 KiB in memory: 10 chunks of ~64 KiB, in groups of 3.
+const N: i64 = 38_400;
+
+#[tokio::test]
+async fn small_data_goes_inline_and_reads_back_exactly() {
+    let server = TestServer::start().await.unwrap();
+    let sleeper = RecordingSleeper::new();
+    let spark = session(&server, &sleeper).await;
+    let df = spark.create_dataframe(schema(), rows(5_000)).await.unwrap();
+    assert!(!df.is_cached());
+    assert_eq!(server.calls().add_artifacts, 0);
+    assert_read_back(&df, 5_000).await;
+    // No rows at all: inline too, with the schema.
+    let empty = spark.create_dataframe(schema(), rows(0)).await.unwrap();
+    assert!(!empty.is_cached());
+    assert_read_back(&empty, 0).await;
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn large_data_is_uploaded_in_groups_and_reads_back_exactly() {
+    let server = TestServer::start().await.unwrap();
+    let sleeper = RecordingSleeper::new();
+    let spark = session(&server, &sleeper).await;
+    let df = spark.create_dataframe(schema(), rows(N)).await.unwrap();
+    let stats = df.upload_stats();
+    assert!(df.is_cached());
+    assert_eq!(stats.artifacts, hashes(&df).len() as u64);
+    assert!(stats.artifacts >= 9, "{stats:?}");
+    assert_eq!(stats.artifacts_sent, stats.artifacts, "{stats:?}");
+    assert_eq!(stats.streams, stats.artifacts.div_ceil(3), "{stats:?}");
+    assert_eq!((stats.retries, stats.artifacts_skipped), (0, 0));
+    let calls = server.upload_calls();
+    assert_eq!(calls.len() as u64, stats.streams);
+    assert_eq!(calls.iter().map(|c| c.bytes).sum::<u64>(), stats.bytes_sent);
+    assert_stored_once(&server, &spark, &df);
+    assert_read_back(&df, N).await;
+    assert!(sleeper.sleeps().is_empty());
+    server.shutdown().await;
+}
+
+/// A reset of the first upload stream after `k` messages, or (`None`)
+/// after the server stored the whole stream, before its answer.
+async fn through_one_reset(k: Option<u32>) -> (TestServer, SparkSession, DataFrame) {
+    let server = TestServer::start().await.unwrap();
+    let sleeper = RecordingSleeper::new();
+    let spark = session(&server, &sleeper).await;
+    let fault = Fault::reset_connection().on(Rpc::AddArtifacts);
+    server.faults().push(match k {
+        Some(k) => fault.after_requests(k),
+        None => fault,
+    });
+    let df = spark.create_dataframe(schema(), rows(N)).await.unwrap();
+    let stats = df.upload_stats();
+    assert_eq!(stats.retries, 1, "{stats:?}");
+    assert_eq!(sleeper.sleeps_ms(), vec![50], "one policy wait");
+    assert_stored_once(&server, &spark, &df);
+    assert_read_back(&df, N).await;
+    (server, spark, df)
+}
+
+#[tokio::test]
+async fn a_reset_before_the_first_message_resends_the_group_once() {
+    let (server, _spark, df) = through_one_reset(Some(0)).await;
+    let stats = df.upload_stats();
+    let calls = server.upload_calls();
+    // The cut call read nothing and stored nothing; the group was sent again.
+    assert!(
+        calls[0].stored.is_empty() && calls[0].bytes == 0,
+        "{:?}",
+        calls[0]
+    );
+    assert_eq!(stats.artifacts_sent, stats.artifacts + 3, "{stats:?}");
+    assert_eq!(stats.artifacts_skipped, 0);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_reset_mid_stream_resends_the_group_and_stores_each_artifact_once() {
+    let (server, _spark, df) = through_one_reset(Some(3)).await;
+    let stats = df.upload_stats();
+    let calls = server.upload_calls();
+    let cut = &calls[0];
+    assert!(cut.stored.is_empty(), "a cut stream stores nothing");
+    assert_eq!(cut.messages, 3);
+    assert!(cut.bytes > 0);
+    // The first group went twice (cut, then whole); the others once.
+    assert_eq!(stats.artifacts_sent, stats.artifacts + 3, "{stats:?}");
+    assert_eq!(stats.artifacts_skipped, 0);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_reset_after_the_last_message_skips_what_the_server_stored() {
+    let (server, _spark, df) = through_one_reset(None).await;
+    let stats = df.upload_stats();
+    let calls = server.upload_calls();
+    // The first stream was stored whole, then its answer was lost: the retry
+    // asked ArtifactStatus and sent none of it again.
+    assert_eq!(calls[0].stored.len(), 3);
+    assert_eq!(stats.artifacts_skipped, 3, "{stats:?}");
+    assert_eq!(stats.artifacts_sent, stats.artifacts, "{stats:?}");
+    assert_eq!(calls.iter().map(|c| c.bytes).sum::<u64>(), stats.bytes_sent);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_same_data_again_sends_nothing() {
+    let server = TestServer::start().await.unwrap();
+    let sleeper = RecordingSleeper::new();
+    let spark = session(&server, &sleeper).await;
+    let first = spark.create_dataframe(schema(), rows(N)).await.unwrap();
+    let calls = server.calls().add_artifacts;
+    let again = spark.create_dataframe(schema(), rows(N)).await.unwrap();
+    let stats = again.upload_stats();
+    assert_eq!(
+        (stats.artifacts_sent, stats.bytes_sent, stats.streams),
+        (0, 0, 0)
+    );
+    assert_eq!(stats.artifacts_skipped, first.upload_stats().artifacts);
+    assert_eq!(
+        server.calls().add_artifacts,
+        calls,
+        "no AddArtifacts at all"
+    );
+    assert_eq!(again.relation(), first.relation());
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_crc_mismatch_is_a_clear_error_and_not_retried() {
+    let server = TestServer::start().await.unwrap();
+    let sleeper = RecordingSleeper::new();
+    let spark = session(&server, &sleeper).await;
+    server.faults().push(Fault::corrupt_chunk());
+    let err = spark
+        .create_dataframe(schema(), rows(N))
+        .await
+        .expect_err("corrupted in flight");
+    match &err {
+        SparkError::Upload(UploadError::CrcMismatch { name }) => {
+            assert!(name.starts_with("cache/"), "{name}");
+            assert!(err.to_string().contains("CRC mismatch"), "{err}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(server.calls().add_artifacts, 1, "never retried");
+    assert!(sleeper.sleeps().is_empty());
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_batch_with_another_schema_is_named() {
+    let server = TestServer::start().await.unwrap();
+    let sleeper = RecordingSleeper::new();
+    let spark = session(&server, &sleeper).await;
+    let other = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+    let bad = RecordBatch::try_new(other, vec![Arc::new(Int64Array::from(vec![1]))]).unwrap();
+    let batches = rows(20_000).chain([bad]);
+    match spark.create_dataframe(schema(), batches).await {
+        Err(SparkError::Upload(UploadError::SchemaMismatch { index, .. })) => {
+            assert_eq!(index, 2)
+        }
+        other => panic!("{other:?}"),
+    }
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn unavailable_on_either_rpc_is_retried_by_the_policy() {
+    let server = TestServer::start().await.unwrap();
+    let sleeper = RecordingSleeper::new();
+    let spark = session(&server, &sleeper).await;
+    server
+        .faults()
+        .push(Fault::unavailable().on(Rpc::ArtifactStatus))
+        .push(Fault::unavailable().on(Rpc::AddArtifacts).after_requests(2))
+        .push(Fault::unavailable().on(Rpc::ArtifactStatus).times(2));
+    let df = spark.create_dataframe(schema(), rows(N)).await.unwrap();
+    let stats = df.upload_stats();
+    assert_eq!(stats.retries, 4, "{stats:?}");
+    // All four hit the first upload group, one retry loop: PySpark's
+    // backoff (x4 from 50 ms), jittered from 2 s on (seeded: 3200 + 47).
+    assert_eq!(sleeper.sleeps_ms(), [50, 200, 800, 3247]);
+    assert_stored_once(&server, &spark, &df);
+    assert_read_back(&df, N).await;
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_server_error_is_spark_s_error_and_not_retried() {
+    let server = TestServer::start().await.unwrap();
+    let sleeper = RecordingSleeper::new();
+    let spark = session(&server, &sleeper).await;
+    server.faults().push(
+        Fault::status(tonic::Code::PermissionDenied, "uploads are off").on(Rpc::AddArtifacts),
+    );
+    let err = spark
+        .create_dataframe(schema(), rows(N))
+        .await
+        .expect_err("refused");
+    let server_error = err.server_error().expect("a server error");
+    assert_eq!(server_error.code(), tonic::Code::PermissionDenied);
+    assert!(sleeper.sleeps().is_empty());
+    assert_eq!(server.calls().add_artifacts, 1);
+    server.shutdown().await;
+}
