@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo bench --bench raw_drain --features testing -- \
-//!     --remote sc://127.0.0.1:15010 --case arrow10m|first_batch
+//!     --remote sc://127.0.0.1:15010 --case arrow10m|first_batch [--reattachable] [--keep]
 //! ```
 //!
 //! `scripts/side-by-side.sh` runs it as the `raw` arm next to this crate's
@@ -13,27 +13,47 @@
 //! retries, no reattach, no sanitize layer, no Arrow decoding: only the
 //! `row_count` of each ArrowBatch is summed and checked after the timer.
 //! (There is no `cuts10m` here: a raw stream does not survive a cut.)
+//!
+//! Two flags make it the floor for a real client, the `raw_client` arm:
+//! `--reattachable` asks for a reattachable execution, as every retrying
+//! client does (this crate, PySpark, the official Rust client), so the
+//! server keeps its retry buffer (one ReleaseExecute(all) after the timer
+//! frees it); `--keep` keeps every payload until after the timer, as a
+//! client that returns the result must (163 MB for 10M rows: the memory is
+//! fresh, and faulting it in costs the process CPU).
 
 use std::process::ExitCode;
 use std::time::Instant;
 
+use spark_connect_retry::proto::execute_plan_request::{RequestOption, request_option};
 use spark_connect_retry::proto::execute_plan_response::ResponseType;
 use spark_connect_retry::proto::spark_connect_service_client::SparkConnectServiceClient;
 use spark_connect_retry::proto::{self, ExecutePlanRequest, Plan, Relation};
 
 const ROWS: i64 = 10_000_000;
 const QUERY: &str = "SELECT id, id*2 AS x FROM range(10000000)";
-const USAGE: &str = "usage: raw_drain --remote sc://HOST:PORT --case arrow10m|first_batch";
+const USAGE: &str = "usage: raw_drain --remote sc://HOST:PORT --case arrow10m|first_batch [--reattachable] [--keep]";
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-fn parse_args() -> Result<(String, String), String> {
+/// Command-line flags.
+struct Args {
+    remote: String,
+    case: String,
+    reattachable: bool,
+    keep: bool,
+}
+
+fn parse_args() -> Result<Args, String> {
     let (mut remote, mut case) = (std::env::var("SPARK_REMOTE").ok(), None);
+    let (mut reattachable, mut keep) = (false, false);
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--remote" => remote = args.next(),
             "--case" => case = args.next(),
+            "--reattachable" => reattachable = true,
+            "--keep" => keep = true,
             // `cargo bench` passes `--bench`; the driver passes `--proxy-cuts 0`.
             "--bench" => {}
             "--proxy-cuts" => {
@@ -47,11 +67,18 @@ fn parse_args() -> Result<(String, String), String> {
     if case != "arrow10m" && case != "first_batch" {
         return Err(format!("unknown case {case:?}\n{USAGE}"));
     }
-    Ok((remote, case))
+    Ok(Args {
+        remote,
+        case,
+        reattachable,
+        keep,
+    })
 }
 
-async fn run(remote: &str, case: &str) -> Result<String, BoxError> {
-    let authority = remote
+async fn run(args: &Args) -> Result<String, BoxError> {
+    let (case, reattachable) = (args.case.as_str(), args.reattachable);
+    let authority = args
+        .remote
         .trim_start_matches("sc://")
         .split(['/', ';'])
         .next()
@@ -76,9 +103,21 @@ async fn run(remote: &str, case: &str) -> Result<String, BoxError> {
         })
         .await?
         .into_inner();
+    let request_options = if reattachable {
+        vec![RequestOption {
+            request_option: Some(request_option::RequestOption::ReattachOptions(
+                proto::ReattachOptions { reattachable: true },
+            )),
+        }]
+    } else {
+        Vec::new()
+    };
+    let operation_id = uuid::Uuid::new_v4().to_string();
     let request = ExecutePlanRequest {
-        session_id,
-        user_context,
+        session_id: session_id.clone(),
+        user_context: user_context.clone(),
+        operation_id: Some(operation_id.clone()),
+        request_options,
         plan: Some(Plan {
             op_type: Some(proto::plan::OpType::Root(Relation {
                 common: None,
@@ -92,11 +131,15 @@ async fn run(remote: &str, case: &str) -> Result<String, BoxError> {
     let t0 = Instant::now();
     let mut stream = client.execute_plan(request).await?.into_inner();
     let (mut rows, mut batches, mut bytes) = (0i64, 0u64, 0u64);
+    let mut kept = Vec::new();
     while let Some(resp) = stream.message().await? {
         if let Some(ResponseType::ArrowBatch(b)) = resp.response_type {
             rows += b.row_count;
             batches += 1;
             bytes += b.data.len() as u64;
+            if args.keep {
+                kept.push(b.data);
+            }
             if case == "first_batch" {
                 break;
             }
@@ -104,6 +147,20 @@ async fn run(remote: &str, case: &str) -> Result<String, BoxError> {
     }
     let wall = t0.elapsed();
     drop(stream);
+    drop(kept);
+    if reattachable {
+        client
+            .release_execute(proto::ReleaseExecuteRequest {
+                session_id,
+                user_context,
+                operation_id,
+                release: Some(proto::release_execute_request::Release::ReleaseAll(
+                    Default::default(),
+                )),
+                ..Default::default()
+            })
+            .await?;
+    }
     let want = if case == "first_batch" {
         rows.max(1)
     } else {
@@ -118,9 +175,15 @@ async fn run(remote: &str, case: &str) -> Result<String, BoxError> {
     };
     Ok(format!(
         concat!(
-            "{{\"client\":\"raw\",\"case\":\"{}\",\"wall_ms\":{:.1},\"cpu_ms\":null,",
+            "{{\"client\":\"{}\",\"case\":\"{}\",\"wall_ms\":{:.1},\"cpu_ms\":null,",
             "\"rows\":{},\"batches\":{},\"bytes\":{},\"proxy_cuts\":0,\"server\":\"{}\"}}"
         ),
+        match (reattachable, args.keep) {
+            (false, false) => "raw",
+            (true, true) => "raw_client",
+            (true, false) => "raw_reattach",
+            (false, true) => "raw_keep",
+        },
         case,
         wall.as_secs_f64() * 1e3,
         rows,
@@ -131,7 +194,7 @@ async fn run(remote: &str, case: &str) -> Result<String, BoxError> {
 }
 
 fn main() -> ExitCode {
-    let (remote, case) = match parse_args() {
+    let args = match parse_args() {
         Ok(a) => a,
         Err(e) => {
             eprintln!("{e}");
@@ -145,13 +208,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(run(&remote, &case)) {
+    match rt.block_on(run(&args)) {
         Ok(line) => {
             println!("{line}");
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("raw_drain {case}: {e}");
+            eprintln!("raw_drain {}: {e}", args.case);
             ExitCode::FAILURE
         }
     }

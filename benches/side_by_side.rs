@@ -168,6 +168,8 @@ async fn run(args: &Args) -> Result<String, SparkError> {
     }
     drop(stream);
     spark.close().await.expect("close");
+    // ReleaseExecute calls the server answered, during the stream and after.
+    let releases = spark.releases().sent();
 
     let (rows, sum_x) = verify(&batches)?;
     let expected_rows = if args.case == Case::FirstBatch {
@@ -186,7 +188,7 @@ async fn run(args: &Args) -> Result<String, SparkError> {
         concat!(
             "{{\"client\":\"rust\",\"case\":\"{}\",\"wall_ms\":{:.1},\"cpu_ms\":{},",
             "\"rows\":{},\"sum_x\":{},\"batches\":{},\"reattaches\":{},\"retries\":{},",
-            "\"proxy_cuts\":{},\"server\":\"{}\"}}"
+            "\"releases\":{},\"proxy_cuts\":{},\"server\":\"{}\"}}"
         ),
         args.case.name(),
         wall.as_secs_f64() * 1e3,
@@ -196,6 +198,7 @@ async fn run(args: &Args) -> Result<String, SparkError> {
         batches.len(),
         stats.reattaches,
         stats.policy_retries + stats.immediate_retries,
+        releases,
         args.proxy_cuts,
         version,
     ))

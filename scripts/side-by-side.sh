@@ -2,12 +2,14 @@
 # Side-by-side benchmark: this crate's client vs PySpark 4.3.0's own Connect
 # client, the official Rust client (apache-spark-connect 4.2.0, built apart
 # from this crate, see scripts/side_by_side_official.rs) and a raw tonic
-# ExecutePlan drain (no decoding: the floor any client can reach), against
-# the same real Spark Connect server in the same run, runs alternating rust,
-# python, raw, official, rust, ... per case (so load drift hits all alike;
-# raw and official have no cuts10m arm). Prints medians and the ratios
-# rust/pyspark, raw/rust and rust/official per case, plus the machine;
-# writes every JSON line to $SBS_OUT/results.jsonl.
+# ExecutePlan drain (no decoding: the floor any client can reach), plain
+# (`raw`) and as a client must (`raw_client`: reattachable, payloads kept),
+# against the same real Spark Connect server in the same run, runs
+# alternating rust, python, raw, raw_client, official, rust, ... per case (so
+# load drift hits all alike; the raw arms and official have no cuts10m arm).
+# Prints per case each arm's median and the ratios rust/pyspark, raw/rust,
+# raw_client/rust, rust/official (and rust/base with SBS_BASE_BENCH),
+# plus the machine; writes every JSON line to $SBS_OUT/results.jsonl.
 #
 # Usage: scripts/side-by-side.sh [CASE ...]      (default: arrow10m first_batch cuts10m)
 #
@@ -31,6 +33,9 @@
 #   SBS_OFFICIAL_DIR where the official client is built (default
 #                    target/side-by-side-official; kept between runs). It needs
 #                    `protoc`: installed from Debian's protobuf-compiler if missing
+#   SBS_BASE_BENCH   a side_by_side bench executable built from another commit
+#                    (copy it aside first): run as one more arm, `base`, for a
+#                    before/after in one run (default: none)
 #   CARGO_TARGET_DIR honoured by cargo as usual
 set -euo pipefail
 
@@ -97,6 +102,8 @@ RAW="$(exe_of raw_drain | tail -n1)"
 if ! [ -x "$BENCH" ] || ! [ -x "$PROXY" ] || ! [ -x "$RAW" ]; then
     die "build did not produce the bench and proxy executables"
 fi
+BASE="${SBS_BASE_BENCH:-}"
+if [ -n "$BASE" ] && ! [ -x "$BASE" ]; then die "SBS_BASE_BENCH=$BASE is not an executable"; fi
 
 # The official Rust client, in a project of its own: it needs a system protoc.
 OFFICIAL=""
@@ -179,12 +186,19 @@ run_one() {
         remote="sc://$PROXY_ADDR"
         cuts="$N_CUTS"
     fi
-    if [ "$client" = rust ]; then
-        line="$("$BENCH" --remote "$remote" --case "$case" --proxy-cuts "$cuts")" ||
-            die "rust $case failed (run $tag)"
+    if [ "$client" = rust ] || [ "$client" = base ]; then
+        local exe="$BENCH"
+        [ "$client" = rust ] || exe="$BASE"
+        line="$("$exe" --remote "$remote" --case "$case" --proxy-cuts "$cuts")" ||
+            die "$client $case failed (run $tag)"
+        # The base executable calls itself rust.
+        line="${line/\"client\":\"rust\"/\"client\":\"$client\"}"
     elif [ "$client" = raw ]; then
         line="$("$RAW" --remote "$remote" --case "$case")" ||
             die "raw $case failed (run $tag)"
+    elif [ "$client" = raw_client ]; then
+        line="$("$RAW" --remote "$remote" --case "$case" --reattachable --keep)" ||
+            die "raw_client $case failed (run $tag)"
     elif [ "$client" = official ]; then
         line="$("$OFFICIAL" --remote "$remote" --case "$case" 2>"$OUT/official-$tag.err")" ||
             die "official $case failed (run $tag): $(tail -n5 "$OUT/official-$tag.err")"
@@ -212,8 +226,10 @@ for case in "${CASES[@]}"; do
         run_one pyspark "$case" "$case-$i-py" "$warm"
         if [ "$case" != cuts10m ]; then
             run_one raw "$case" "$case-$i-raw" "$warm"
+            run_one raw_client "$case" "$case-$i-rawc" "$warm"
             if [ -n "$OFFICIAL" ]; then run_one official "$case" "$case-$i-official" "$warm"; fi
         fi
+        if [ -n "$BASE" ]; then run_one base "$case" "$case-$i-base" "$warm"; fi
     done
 done
 LOAD_END="$(cat /proc/loadavg)"
@@ -233,19 +249,28 @@ cases = []
 for r in rows:
     if r["case"] not in cases:
         cases.append(r["case"])
-print(f"{'case':<12} {'rust ms (median)':>17} {'pyspark ms (median)':>20} {'ratio r/p':>10}  "
-      f"{'raw ms':>7} {'raw/rust':>9} {'official ms':>12} {'rust/off':>9}  {'rust cpu':>9} {'py cpu':>8}  runs (ms)")
+arms = ["rust", "pyspark", "raw", "raw_client", "official", "base"]
+ratios = [("rust/pyspark", "rust", "pyspark"), ("raw/rust", "raw", "rust"),
+          ("raw_client/rust", "raw_client", "rust"), ("rust/official", "rust", "official"),
+          ("rust/base", "rust", "base")]
 for c in cases:
     m = [r for r in rows if r["case"] == c and not r["warmup"]]
     def med(client, key):
         v = [r[key] for r in m if r["client"] == client and r.get(key) is not None]
-        return statistics.median(v) if v else float("nan")
-    rw, pw, xw = med("rust", "wall_ms"), med("pyspark", "wall_ms"), med("raw", "wall_ms")
-    ow = med("official", "wall_ms")
-    rc, pc = med("rust", "cpu_ms"), med("pyspark", "cpu_ms")
-    runs = " ".join(f"{r['client'][:2]}{r['wall_ms']:.0f}" for r in m)
-    print(f"{c:<12} {rw:>17.1f} {pw:>20.1f} {rw / pw:>10.3f}  {xw:>7.1f} {xw / rw:>9.3f} "
-          f"{ow:>12.1f} {rw / ow:>9.3f}  {rc:>9.0f} {pc:>8.0f}  {runs}")
+        return statistics.median(v) if v else None
+    print(f"{c}:")
+    for a in arms:
+        w = med(a, "wall_ms")
+        if w is None:
+            continue
+        cpu = med(a, "cpu_ms")
+        runs = " ".join(f"{r['wall_ms']:.0f}" for r in m if r["client"] == a)
+        cpu_s = f"{cpu:.0f}" if cpu is not None else "-"
+        print(f"  {a:<13} median {w:>8.1f} ms  cpu {cpu_s:>5} ms  runs: {runs}")
+    for name, x, y in ratios:
+        wx, wy = med(x, "wall_ms"), med(y, "wall_ms")
+        if wx is not None and wy is not None:
+            print(f"  {name:<18} {wx / wy:.3f}")
     bad = [r["run"] for r in m if r.get("proxy") and r["proxy"]["cuts"] != r["proxy_cuts"]]
     if bad:
         print(f"  warning: proxy made fewer cuts than scheduled in {bad}")
