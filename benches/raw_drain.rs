@@ -22,6 +22,8 @@
 //! client that returns the result must (163 MB for 10M rows: the memory is
 //! fresh, and faulting it in costs the process CPU).
 
+mod support;
+
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -194,28 +196,9 @@ async fn run(args: &Args) -> Result<String, BoxError> {
 }
 
 fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
-    };
-    let rt = match tokio::runtime::Runtime::new() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("tokio runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match rt.block_on(run(&args)) {
-        Ok(line) => {
-            println!("{line}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("raw_drain {}: {e}", args.case);
-            ExitCode::FAILURE
-        }
-    }
+    support::main_with(
+        parse_args(),
+        |a| format!("raw_drain {}", a.case),
+        |rt, a| rt.block_on(run(a)).map_err(|e| e.to_string()),
+    )
 }

@@ -26,6 +26,8 @@
 //!
 //! `--remote` defaults to `SPARK_REMOTE`, `--case` to `SBS_CASE`.
 
+mod support;
+
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -205,29 +207,9 @@ async fn run(args: &Args) -> Result<String, SparkError> {
 }
 
 fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
-    };
-    // The default multi-threaded runtime, as `#[tokio::main]` applications get.
-    let rt = match tokio::runtime::Runtime::new() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("tokio runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match rt.block_on(run(&args)) {
-        Ok(line) => {
-            println!("{line}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("side_by_side {}: {e}", args.case.name());
-            ExitCode::FAILURE
-        }
-    }
+    support::main_with(
+        parse_args(),
+        |a| format!("side_by_side {}", a.case.name()),
+        |rt, a| rt.block_on(run(a)).map_err(|e| e.to_string()),
+    )
 }

@@ -15,6 +15,8 @@
 //! read, chunking, hashing and the upload. The data is read back and
 //! checked (`x = 2 * id`, ids in order) after the timer.
 
+mod support;
+
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -104,28 +106,9 @@ async fn run(remote: &str, file: &str) -> Result<String, Box<dyn std::error::Err
 }
 
 fn main() -> ExitCode {
-    let (remote, file) = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
-    };
-    let rt = match tokio::runtime::Runtime::new() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("tokio runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match rt.block_on(run(&remote, &file)) {
-        Ok(line) => {
-            println!("{line}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("upload bench: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    support::main_with(
+        parse_args(),
+        |_| "upload bench".to_owned(),
+        |rt, (remote, file)| rt.block_on(run(remote, file)).map_err(|e| e.to_string()),
+    )
 }
