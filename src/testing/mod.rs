@@ -139,6 +139,7 @@ mod plan;
 pub mod plans;
 pub mod proxy;
 pub mod server;
+mod views;
 
 pub use error::SparkException;
 pub use faults::{BAD_STATUS_DETAILS, Fault, FaultScript, Rpc};
