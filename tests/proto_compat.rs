@@ -48,3 +48,29 @@ fn known_variants_roundtrip_with_field_numbers_of_spark_4_3() {
     };
     assert_eq!(resp.encode_to_vec(), vec![0x7a, 0x01, b's']);
 }
+
+#[test]
+fn the_view_command_has_spark_4_3_field_numbers() {
+    use spark_connect_retry::proto::{Command, CreateDataFrameViewCommand, command::CommandType};
+    // PySpark 4.3.0's encoding of the same command (commands_pb2):
+    // create_dataframe_view = 3 { input = 1 {}, name = 2 "v", replace = 4 true }.
+    let cmd = Command {
+        command_type: Some(CommandType::CreateDataframeView(
+            CreateDataFrameViewCommand {
+                input: Some(Default::default()),
+                name: "v".into(),
+                is_global: false,
+                replace: true,
+            },
+        )),
+    };
+    assert_eq!(
+        cmd.encode_to_vec(),
+        [0x1a, 0x07, 0x0a, 0x00, 0x12, 0x01, b'v', 0x20, 0x01]
+    );
+    let global = CreateDataFrameViewCommand {
+        is_global: true,
+        ..Default::default()
+    };
+    assert_eq!(global.encode_to_vec(), [0x18, 0x01]); // is_global = 3
+}

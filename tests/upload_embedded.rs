@@ -1,8 +1,8 @@
 //! `create_dataframe` against the embedded server: small and large data
 //! read back exactly, cuts before, during and after the last message of an
 //! upload (each artifact stored exactly once, the bytes sent recorded), a
-//! resumed upload skipping what the server holds, and a CRC mismatch as a
-//! clear error.
+//! resumed upload skipping what the server holds, a CRC mismatch as a
+//! clear error, and temporary views over the data read back with SQL.
 #![cfg(feature = "testing")]
 
 mod arrow_data;
@@ -47,10 +47,21 @@ async fn session(server: &TestServer, sleeper: &RecordingSleeper) -> SparkSessio
     spark
 }
 
-/// Every row of `0..n` exactly once, in order, with `x = 2 * id`.
+/// Every row of `df`, `0..n`, exactly once, in order, with `x = 2 * id`.
 async fn assert_read_back(df: &DataFrame, n: i64) {
+    assert_rows(&df.collect().await.unwrap(), n);
+}
+
+/// `SELECT * FROM view` gives every row of `0..n` exactly once, in order.
+async fn assert_view(spark: &SparkSession, view: &str, n: i64) {
+    let rows = spark.sql(&format!("SELECT * FROM {view}")).await.unwrap();
+    assert_rows(&rows.collect().await.unwrap(), n);
+}
+
+/// Every row of `0..n` exactly once, in order, with `x = 2 * id`.
+fn assert_rows(batches: &[RecordBatch], n: i64) {
     let mut next = 0;
-    for b in df.collect().await.unwrap() {
+    for b in batches {
         let col = |i: usize| {
             b.column(i)
                 .as_any()
@@ -295,5 +306,142 @@ async fn a_server_error_is_spark_s_error_and_not_retried() {
     assert_eq!(server_error.code(), tonic::Code::PermissionDenied);
     assert!(sleeper.sleeps().is_empty());
     assert_eq!(server.calls().add_artifacts, 1);
+    server.shutdown().await;
+}
+
+/// The view command of the last ExecutePlan: its name, whether it replaces,
+/// whether it is global, and whether its input is `df`'s relation.
+fn last_view_command(server: &TestServer, df: &DataFrame) -> (String, bool, bool, bool) {
+    use spark_connect_retry::proto::{command::CommandType, plan::OpType};
+    let req = server.last_execute_request().expect("an ExecutePlan");
+    match req.plan.and_then(|p| p.op_type) {
+        Some(OpType::Command(c)) => match c.command_type {
+            Some(CommandType::CreateDataframeView(v)) => (
+                v.name,
+                v.replace,
+                v.is_global,
+                v.input.as_ref() == Some(df.relation()),
+            ),
+            other => panic!("{other:?}"),
+        },
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_view_over_inline_data_reads_back_exactly_with_sql() {
+    let server = TestServer::start().await.unwrap();
+    let sleeper = RecordingSleeper::new();
+    let spark = session(&server, &sleeper).await;
+    let df = spark.create_dataframe(schema(), rows(5_000)).await.unwrap();
+    assert!(!df.is_cached());
+    df.create_or_replace_temp_view("small").await.unwrap();
+    assert_eq!(
+        last_view_command(&server, &df),
+        ("small".to_owned(), true, false, true)
+    );
+    // Names are case-insensitive, as in Spark.
+    assert_view(&spark, "SMALL", 5_000).await;
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_view_over_cached_data_reads_back_exactly_without_uploading_again() {
+    let server = TestServer::start().await.unwrap();
+    let sleeper = RecordingSleeper::new();
+    let spark = session(&server, &sleeper).await;
+    let df = spark.create_dataframe(schema(), rows(N)).await.unwrap();
+    assert!(df.is_cached());
+    let uploads = server.calls().add_artifacts;
+    df.create_temp_view("big").await.unwrap();
+    assert_eq!(
+        last_view_command(&server, &df),
+        ("big".to_owned(), false, false, true)
+    );
+    assert_view(&spark, "big", N).await;
+    assert_view(&spark, "big", N).await;
+    assert_eq!(server.calls().add_artifacts, uploads);
+    assert!(sleeper.sleeps().is_empty());
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_taken_name_fails_unless_replaced() {
+    let server = TestServer::start().await.unwrap();
+    let sleeper = RecordingSleeper::new();
+    let spark = session(&server, &sleeper).await;
+    let five = spark.create_dataframe(schema(), rows(5)).await.unwrap();
+    let seven = spark.create_dataframe(schema(), rows(7)).await.unwrap();
+    five.create_temp_view("t").await.unwrap();
+    let err = seven.create_temp_view("T").await.expect_err("taken");
+    assert_eq!(err.error_class(), Some("TEMP_TABLE_OR_VIEW_ALREADY_EXISTS"));
+    assert_eq!(err.sql_state(), Some("42P07"));
+    let params = err.server_error().unwrap().message_parameters();
+    assert_eq!(params["relationName"], "`T`");
+    assert_view(&spark, "t", 5).await;
+    seven.create_or_replace_temp_view("T").await.unwrap();
+    assert_view(&spark, "t", 7).await;
+    assert!(
+        sleeper.sleeps().is_empty(),
+        "Spark's errors are not retried"
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn unknown_tables_and_bad_view_names_are_named() {
+    let server = TestServer::start().await.unwrap();
+    let sleeper = RecordingSleeper::new();
+    let spark = session(&server, &sleeper).await;
+    // Eager: the missing table fails sql() itself.
+    let err = spark.sql("SELECT * FROM nope").await.expect_err("no table");
+    assert_eq!(err.error_class(), Some("TABLE_OR_VIEW_NOT_FOUND"));
+    assert_eq!(err.sql_state(), Some("42P01"));
+    let df = spark.create_dataframe(schema(), rows(3)).await.unwrap();
+    let executes = server.calls().execute;
+    match df.create_temp_view("").await {
+        Err(SparkError::InvalidViewName { name, .. }) => assert_eq!(name, ""),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(server.calls().execute, executes, "refused before sending");
+    let err = df.create_temp_view("my view").await.expect_err("bad name");
+    assert_eq!(err.error_class(), Some("_LEGACY_ERROR_TEMP_1321"));
+    assert!(
+        err.to_string().contains("Invalid view name: my view."),
+        "{err}"
+    );
+    // Another session does not see this session's views.
+    df.create_temp_view("mine").await.unwrap();
+    let other = session(&server, &sleeper).await;
+    let err = other
+        .sql("SELECT * FROM mine")
+        .await
+        .expect_err("not shared");
+    assert_eq!(err.error_class(), Some("TABLE_OR_VIEW_NOT_FOUND"));
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_view_command_through_a_cut_connection_runs_once() {
+    let server = TestServer::start().await.unwrap();
+    let sleeper = RecordingSleeper::new();
+    let spark = session(&server, &sleeper).await;
+    let df = spark.create_dataframe(schema(), rows(N)).await.unwrap();
+    // Cut after the server ran the command: the client reattaches and reads
+    // its end; a second run would find the name taken.
+    server
+        .faults()
+        .push(Fault::reset_connection().on(Rpc::ExecutePlan));
+    df.create_temp_view("once").await.unwrap();
+    assert_eq!(server.calls().execute, 1);
+    assert!(server.calls().reattach >= 1, "{:?}", server.calls());
+    // A lost request: never run, so it is sent again.
+    server
+        .faults()
+        .push(Fault::lose_request().on(Rpc::ExecutePlan));
+    df.create_temp_view("twice").await.unwrap();
+    assert_eq!(server.calls().execute, 3);
+    assert_view(&spark, "once", N).await;
+    assert_view(&spark, "twice", N).await;
     server.shutdown().await;
 }

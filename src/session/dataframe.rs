@@ -60,6 +60,10 @@ impl DataFrame {
     pub fn relation(&self) -> &Relation {
         &self.relation
     }
+    /// The session the data belongs to.
+    pub(super) fn session(&self) -> &SparkSession {
+        &self.session
+    }
     /// What the upload did (all zero when the data went inline).
     pub fn upload_stats(&self) -> UploadStats {
         self.stats

@@ -227,6 +227,15 @@ pub enum SparkError {
         /// What is wrong with it.
         reason: &'static str,
     },
+    /// A temporary view name the client refuses before sending it (an
+    /// empty one); the server checks the others.
+    #[error("invalid view name {name:?}: {reason}")]
+    InvalidViewName {
+        /// The name given.
+        name: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
     /// Arrow data could not be decoded.
     #[cfg(feature = "arrow")]
     #[error("invalid Arrow data from server: {0}")]

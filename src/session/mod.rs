@@ -48,6 +48,8 @@ mod stream;
 mod tags;
 #[cfg(feature = "arrow")]
 pub mod upload;
+#[cfg(feature = "arrow")]
+mod view;
 
 pub use builder::{DEFAULT_RELEASE_WAIT, MIN_ARROW_CHUNK_SIZE, SparkSessionBuilder};
 #[cfg(feature = "arrow")]

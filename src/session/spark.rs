@@ -413,10 +413,14 @@ impl SparkSession {
     /// builder's configs (on the session's first call) and a renewal of a
     /// stale session happen when it is first read.
     pub fn relation(&self, relation: Relation) -> Result<ArrowStream, SparkError> {
-        self.check_open()?;
-        let plan = Plan {
+        self.plan_stream(Plan {
             op_type: Some(proto::plan::OpType::Root(relation)),
-        };
+        })
+    }
+
+    /// A lazy stream of `plan`, as [`relation`](Self::relation) describes.
+    pub(super) fn plan_stream(&self, plan: Plan) -> Result<ArrowStream, SparkError> {
+        self.check_open()?;
         Ok(ArrowStream::new(
             self.clone(),
             plan,

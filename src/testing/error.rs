@@ -100,7 +100,10 @@ impl SparkException {
     /// characters like Spark.
     pub fn message(&self) -> String {
         let mut m = String::new();
-        if let Some(class) = &self.error_class {
+        // Spark shows no class on legacy error classes.
+        if let Some(class) = &self.error_class
+            && !class.starts_with("_LEGACY_ERROR_")
+        {
             m.push('[');
             m.push_str(class);
             m.push_str("] ");
@@ -276,12 +279,9 @@ impl SparkException {
             "42601",
             format!("Syntax error at or near {near}."),
         )
-        .with_classes([
+        .with_classes(analysis_exception(
             "org.apache.spark.sql.catalyst.parser.ParseException",
-            "org.apache.spark.sql.AnalysisException",
-            "java.lang.Exception",
-            "java.lang.Throwable",
-        ])
+        ))
         .with_parameter("error", near)
         .with_parameter("hint", "")
     }
@@ -316,6 +316,58 @@ impl SparkException {
                 "java.lang.Throwable",
             ])
             .with_parameter("message", message)
+    }
+
+    /// `TABLE_OR_VIEW_NOT_FOUND`: SQL reading a table the session does not
+    /// have (Spark also appends the position and the unresolved plan).
+    pub fn table_or_view_not_found(name: &str) -> Self {
+        let search_path = "[`system`.`builtin`, `system`.`session`, `spark_catalog`.`default`]";
+        SparkException::new(
+            "TABLE_OR_VIEW_NOT_FOUND",
+            "42P01",
+            format!(
+                "The table or view `{name}` cannot be found. Verify the spelling and correctness of the schema and catalog.\n\
+                 Search path: {search_path}.\n\
+                 If you did not qualify the name with a schema, verify the current_schema() output, or qualify the name with the correct schema and catalog.\n\
+                 To tolerate the error on drop use DROP VIEW IF EXISTS or DROP TABLE IF EXISTS."
+            ),
+        )
+        .with_classes(analysis_exception(
+            "org.apache.spark.sql.catalyst.ExtendedAnalysisException",
+        ))
+        .with_parameter("relationName", format!("`{name}`"))
+        .with_parameter("searchPath", search_path)
+    }
+
+    /// `TEMP_TABLE_OR_VIEW_ALREADY_EXISTS`: a temporary view created without
+    /// `replace` under a name the session has.
+    pub fn temp_view_already_exists(name: &str) -> Self {
+        SparkException::new(
+            "TEMP_TABLE_OR_VIEW_ALREADY_EXISTS",
+            "42P07",
+            format!(
+                "Cannot create the temporary view `{name}` because it already exists.\n\
+                 Choose a different name, drop or replace the existing view."
+            ),
+        )
+        .with_classes(analysis_exception(
+            "org.apache.spark.sql.catalyst.analysis.TempTableAlreadyExistsException",
+        ))
+        .with_parameter("relationName", format!("`{name}`"))
+    }
+
+    /// `_LEGACY_ERROR_TEMP_1321`: a view name Spark cannot parse (no
+    /// SQLSTATE, as in Spark).
+    pub fn invalid_view_name(name: &str) -> Self {
+        let mut e = SparkException::new(
+            "_LEGACY_ERROR_TEMP_1321",
+            "",
+            format!("Invalid view name: {name}."),
+        )
+        .with_classes(ANALYSIS_EXCEPTION)
+        .with_parameter("viewName", name);
+        e.sql_state = None;
+        e
     }
 
     /// `ARTIFACT_ALREADY_EXISTS`: AddArtifacts of a name the session holds
@@ -353,6 +405,19 @@ const RUNTIME_EXCEPTION: [&str; 4] = [
     "java.lang.Exception",
     "java.lang.Throwable",
 ];
+
+const ANALYSIS_EXCEPTION: [&str; 3] = [
+    "org.apache.spark.sql.AnalysisException",
+    "java.lang.Exception",
+    "java.lang.Throwable",
+];
+
+/// A subclass of `AnalysisException`, then its ancestors.
+fn analysis_exception(class: &str) -> Vec<&str> {
+    let mut classes = vec![class];
+    classes.extend(ANALYSIS_EXCEPTION);
+    classes
+}
 
 fn to_strings(s: &[&str]) -> Vec<String> {
     s.iter().map(|s| (*s).to_owned()).collect()

@@ -42,6 +42,11 @@
 //!   larger than its preferred size, or
 //!   [`max_chunk_bytes`](TestServerBuilder::max_chunk_bytes), in chunks.
 //!   Other SQL fails with `PARSE_SYNTAX_ERROR` (SQLSTATE 42601).
+//! * **Temporary views**: `Command.create_dataframe_view` names a relation
+//!   in its session (`TEMP_TABLE_OR_VIEW_ALREADY_EXISTS` for a taken name
+//!   without `replace`; names are plain identifiers, case-insensitive);
+//!   `SELECT * FROM name` reads it, an unknown name fails with
+//!   `TABLE_OR_VIEW_NOT_FOUND` (SQLSTATE 42P01).
 //! * **Errors** are encoded like Spark's: gRPC `INTERNAL`, message
 //!   `[ERROR.CLASS] text SQLSTATE: xxxxx`, and a `google.rpc.ErrorInfo`
 //!   (see [`SparkException`]) with an `errorId` that **FetchErrorDetails** serves
@@ -139,6 +144,7 @@ mod plan;
 pub mod plans;
 pub mod proxy;
 pub mod server;
+mod views;
 
 pub use error::SparkException;
 pub use faults::{BAD_STATUS_DETAILS, Fault, FaultScript, Rpc};

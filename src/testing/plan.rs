@@ -1,6 +1,7 @@
 //! The plans the test server understands: `Range`, a tiny SQL grammar over
-//! `range(...)`, and the client's own rows ([`local`](super::local)).
-//! Results are real Arrow IPC streams.
+//! `range(...)` and temporary views, the client's own rows
+//! ([`local`](super::local)), and the command that names a relation as a
+//! temporary view. Results are real Arrow IPC streams.
 
 use std::sync::Arc;
 
@@ -10,6 +11,7 @@ use arrow_schema::{DataType, Field, Schema};
 
 use super::error::SparkException;
 use super::local::{self, Cache, LocalTable};
+use super::views;
 use crate::proto::{Plan, Relation, command, plan, relation};
 
 /// The columns a query returns.
@@ -83,6 +85,30 @@ pub(crate) enum Work {
     Rows(Source),
     /// A `SqlCommandResult` echoing this relation (`spark.sql(...)`).
     SqlCommand(Relation),
+    /// A temporary view to register in the session (no rows).
+    CreateView(View),
+}
+
+/// A session temporary view, its input resolved when it is created (as
+/// Spark analyses a DataFrame's plan when it becomes a view).
+#[derive(Debug, Clone)]
+pub(crate) struct View {
+    /// The name as given.
+    pub(crate) name: String,
+    /// The rows the view stands for.
+    pub(crate) source: Source,
+    /// Replace a view of that name instead of failing.
+    pub(crate) replace: bool,
+}
+
+/// What a plan may refer to in its session.
+pub(crate) struct Catalog<'a> {
+    /// The session's artifacts (for cached local relations).
+    pub(crate) cache: Cache<'a>,
+    /// The session's temporary views, by name (case-insensitive).
+    pub(crate) views: &'a dyn Fn(&str) -> Option<Source>,
+    /// Names the session in errors, as Spark does.
+    pub(crate) session_uuid: &'a str,
 }
 
 pub(crate) fn unsupported(what: &str) -> SparkException {
@@ -93,15 +119,12 @@ pub(crate) fn unsupported(what: &str) -> SparkException {
 }
 
 /// Maps a plan to the work it asks for, or to the error Spark would raise.
-/// `cache` looks up the artifacts of the plan's session (for cached local
-/// relations); `session_uuid` names that session in errors.
 pub(crate) fn parse_plan(
     plan: Option<&Plan>,
-    cache: Cache<'_>,
-    session_uuid: &str,
+    catalog: &Catalog<'_>,
 ) -> Result<Work, SparkException> {
     match plan.and_then(|p| p.op_type.as_ref()) {
-        Some(plan::OpType::Root(rel)) => Ok(Work::Rows(parse_relation(rel, cache, session_uuid)?)),
+        Some(plan::OpType::Root(rel)) => Ok(Work::Rows(parse_relation(rel, catalog)?)),
         Some(plan::OpType::Command(cmd)) => match &cmd.command_type {
             Some(command::CommandType::SqlCommand(sql)) => match &sql.input {
                 Some(
@@ -112,14 +135,29 @@ pub(crate) fn parse_plan(
                 ) => {
                     // Spark analyses the query eagerly, so a bad query
                     // fails the command.
-                    parse_sql(&s.query)?;
+                    parse_sql(&s.query, catalog.views)?;
                     Ok(Work::SqlCommand(rel.clone()))
                 }
                 _ => Err(unsupported(
                     "a SqlCommand whose input is not a SQL relation",
                 )),
             },
-            None => Err(unsupported("this command")),
+            Some(command::CommandType::CreateDataframeView(v)) => {
+                if v.is_global {
+                    return Err(unsupported("global temporary views"));
+                }
+                views::check_name(&v.name)?;
+                let input = v.input.as_ref().ok_or_else(|| {
+                    SparkException::invalid_plan_input("CreateDataFrameViewCommand has no input.")
+                })?;
+                Ok(Work::CreateView(View {
+                    name: v.name.clone(),
+                    source: parse_relation(input, catalog)?,
+                    replace: v.replace,
+                }))
+            }
+            // Commands this server does not model (and ones added later).
+            _ => Err(unsupported("this command")),
         },
         None => Err(SparkException::java(
             "java.lang.IllegalArgumentException",
@@ -128,24 +166,20 @@ pub(crate) fn parse_plan(
     }
 }
 
-fn parse_relation(
-    rel: &Relation,
-    cache: Cache<'_>,
-    session_uuid: &str,
-) -> Result<Source, SparkException> {
+fn parse_relation(rel: &Relation, catalog: &Catalog<'_>) -> Result<Source, SparkException> {
     match &rel.rel_type {
         Some(relation::RelType::Range(r)) => {
             range(r.start.unwrap_or(0), r.end, r.step).map(Source::Range)
         }
-        Some(relation::RelType::Sql(s)) => parse_sql(&s.query).map(Source::Range),
+        Some(relation::RelType::Sql(s)) => parse_sql(&s.query, catalog.views),
         Some(
             rel @ (relation::RelType::LocalRelation(_)
             | relation::RelType::CachedLocalRelation(_)
             | relation::RelType::ChunkedCachedLocalRelation(_)),
         ) => Ok(Source::Local(Arc::new(local::resolve(
             rel,
-            cache,
-            session_uuid,
+            catalog.cache,
+            catalog.session_uuid,
         )?))),
         None => Err(unsupported("this relation")),
     }
@@ -283,8 +317,12 @@ impl Parser {
 /// Parses the supported SQL (case-insensitive):
 /// `SELECT 1`, `SELECT * FROM range(..)`, `SELECT id FROM range(..)`,
 /// `SELECT id, id*2 AS x FROM range(..)`, where `range(..)` is `range(end)`,
-/// `range(start, end)` or `range(start, end, step)`.
-pub(crate) fn parse_sql(q: &str) -> Result<Query, SparkException> {
+/// `range(start, end)` or `range(start, end, step)`, and `SELECT * FROM v`
+/// for a temporary view `v` found by `views`.
+pub(crate) fn parse_sql(
+    q: &str,
+    views: &dyn Fn(&str) -> Option<Source>,
+) -> Result<Source, SparkException> {
     let mut p = Parser {
         toks: tokenize(q)?,
         pos: 0,
@@ -294,14 +332,15 @@ pub(crate) fn parse_sql(q: &str) -> Result<Query, SparkException> {
         if !p.at_end() {
             return Err(p.error());
         }
-        return Ok(Query {
+        return Ok(Source::Range(Query {
             start: 0,
             end: 1,
             step: 1,
             columns: Columns::One,
-        });
+        }));
     }
-    let columns = if p.eat(&Tok::Sym('*')) {
+    let star = p.eat(&Tok::Sym('*'));
+    let columns = if star {
         Columns::Id
     } else {
         p.word("id")?;
@@ -317,6 +356,21 @@ pub(crate) fn parse_sql(q: &str) -> Result<Query, SparkException> {
         }
     };
     p.word("from")?;
+    if p.toks.get(p.pos + 1) != Some(&Tok::Sym('(')) {
+        // A table name: only a temporary view, and only all of it.
+        let Some(Tok::Word(name)) = p.toks.get(p.pos).cloned() else {
+            return Err(p.error());
+        };
+        p.pos += 1;
+        if !p.at_end() {
+            return Err(p.error());
+        }
+        let source = views(&name).ok_or_else(|| SparkException::table_or_view_not_found(&name))?;
+        if !star {
+            return Err(unsupported("selecting columns of a view (only SELECT *)"));
+        }
+        return Ok(source);
+    }
     p.word("range")?;
     p.expect(Tok::Sym('('))?;
     let mut args = vec![p.number()?];
@@ -335,7 +389,7 @@ pub(crate) fn parse_sql(q: &str) -> Result<Query, SparkException> {
     };
     let mut query = range(start, end, step)?;
     query.columns = columns;
-    Ok(query)
+    Ok(Source::Range(query))
 }
 
 impl Query {
@@ -438,19 +492,53 @@ pub(crate) fn write_ipc(schema: &Schema, batch: &RecordBatch) -> Result<Vec<u8>,
 mod tests {
     use super::*;
 
+    fn no_views(_: &str) -> Option<Source> {
+        None
+    }
+
+    /// The range query `q` parses to (no views).
+    fn query(q: &str) -> Result<Query, SparkException> {
+        match parse_sql(q, &no_views)? {
+            Source::Range(q) => Ok(q),
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn grammar() {
-        let q = parse_sql("select * from RANGE(10)").unwrap();
+        let q = query("select * from RANGE(10)").unwrap();
         assert_eq!((q.start, q.end, q.step, q.columns), (0, 10, 1, Columns::Id));
-        let q = parse_sql("SELECT id, id * 2 AS x FROM range(3, 9);").unwrap();
+        let q = query("SELECT id, id * 2 AS x FROM range(3, 9);").unwrap();
         assert_eq!((q.start, q.end, q.columns), (3, 9, Columns::IdAndDouble));
-        assert_eq!(parse_sql("SELECT 1").unwrap().columns, Columns::One);
-        let e = parse_sql("SELEC 1").unwrap_err();
+        assert_eq!(query("SELECT 1").unwrap().columns, Columns::One);
+        let e = query("SELEC 1").unwrap_err();
         assert_eq!(e.error_class.as_deref(), Some("PARSE_SYNTAX_ERROR"));
         assert_eq!(e.message_parameters["error"], "'selec'");
-        let e = parse_sql("SELECT id FROM range(").unwrap_err();
+        let e = query("SELECT id FROM range(").unwrap_err();
         assert_eq!(e.message_parameters["error"], "end of input");
-        assert!(parse_sql("SELECT id FROM range(99999999999999999999)").is_err());
+        assert!(query("SELECT id FROM range(99999999999999999999)").is_err());
+        let e = query("SELECT * FROM").unwrap_err();
+        assert_eq!(e.message_parameters["error"], "end of input");
+    }
+
+    #[test]
+    fn views_by_name() {
+        let seven = Source::Range(range(0, 7, 1).unwrap());
+        let views = |name: &str| (name == "lookup").then(|| seven.clone());
+        // Names are case-insensitive; `range` without `(` is a name too.
+        assert_eq!(
+            parse_sql("SELECT * FROM Lookup;", &views)
+                .unwrap()
+                .row_count(),
+            7
+        );
+        let e = parse_sql("SELECT * FROM range", &views).unwrap_err();
+        assert_eq!(e.error_class.as_deref(), Some("TABLE_OR_VIEW_NOT_FOUND"));
+        assert_eq!(e.message_parameters["relationName"], "`range`");
+        let e = parse_sql("SELECT * FROM lookup x", &views).unwrap_err();
+        assert_eq!(e.message_parameters["error"], "'x'");
+        let e = parse_sql("SELECT id FROM lookup", &views).unwrap_err();
+        assert_eq!(e.classes[0], "java.lang.UnsupportedOperationException");
     }
 
     #[test]

@@ -1,12 +1,13 @@
 //! `create_dataframe` against a real server: 1M rows inline as a
 //! `LocalRelation`, 100 MiB through cached artifacts, and the same 100 MiB
 //! through connection resets in the middle of the upload, each read back
-//! exactly once.
+//! exactly once; uploaded data as a temporary view queried with SQL.
 
 use std::time::Instant;
 
+use arrow_array::{Array, Int64Array, RecordBatch};
 use arrow_schema::DataType;
-use spark_connect_retry::session::DataFrame;
+use spark_connect_retry::session::{DataFrame, SparkSession};
 use spark_connect_retry::testing::proxy::{CutSchedule, Direction, FaultProxy};
 
 use super::arrow_data::{rows, schema};
@@ -146,4 +147,75 @@ async fn hundred_mib_through_resets_mid_upload_are_read_back_exactly_once() {
     );
     spark.close().await.unwrap();
     proxy.shutdown().await;
+}
+
+/// The one row of `query`, every column a `BIGINT`.
+async fn one_row(spark: &SparkSession, query: &str) -> Vec<i64> {
+    let batches: Vec<RecordBatch> = spark.sql(query).await.unwrap().collect().await.unwrap();
+    let batch = batches.iter().find(|b| b.num_rows() > 0).expect("a row");
+    assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
+    batch
+        .columns()
+        .iter()
+        .map(|c| {
+            c.as_any()
+                .downcast_ref::<Int64Array>()
+                .expect("BIGINT")
+                .value(0)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn uploaded_data_as_a_temp_view_is_queried_exactly_with_sql() {
+    let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE") else {
+        return;
+    };
+    let spark = session(&url);
+    // 16 MB: over the 1 MiB default, so uploaded as cached artifacts.
+    let n = 1_000_000;
+    let df = spark
+        .create_dataframe(schema(), rows(n, 65_536))
+        .await
+        .unwrap();
+    assert!(df.is_cached());
+    df.create_or_replace_temp_view("uploaded").await.unwrap();
+    let sums = one_row(&spark, "SELECT count(*), sum(id), sum(x) FROM uploaded").await;
+    assert_eq!(sums, [n, n * (n - 1) / 2, n * (n - 1)]);
+    // Joined with a range on the server: every third id.
+    let joined = one_row(
+        &spark,
+        &format!(
+            "SELECT count(*), sum(u.x) FROM uploaded u JOIN range(0, {n}, 3) r ON u.id = r.id"
+        ),
+    )
+    .await;
+    let thirds = (0..n).step_by(3);
+    assert_eq!(
+        joined,
+        [thirds.clone().count() as i64, thirds.map(|i| 2 * i).sum()]
+    );
+
+    // The name is taken: createTempView fails with Spark's error and leaves
+    // the view; createOrReplaceTempView replaces it (inline data here).
+    let small = spark
+        .create_dataframe(schema(), rows(10, 10))
+        .await
+        .unwrap();
+    assert!(!small.is_cached());
+    let err = small.create_temp_view("uploaded").await.expect_err("taken");
+    assert_eq!(err.error_class(), Some("TEMP_TABLE_OR_VIEW_ALREADY_EXISTS"));
+    assert_eq!(err.sql_state(), Some("42P07"));
+    assert_eq!(one_row(&spark, "SELECT count(*) FROM uploaded").await, [n]);
+    small.create_or_replace_temp_view("uploaded").await.unwrap();
+    assert_eq!(
+        one_row(&spark, "SELECT count(*), sum(x) FROM uploaded").await,
+        [10, 90]
+    );
+    let err = spark
+        .sql("SELECT * FROM not_uploaded")
+        .await
+        .expect_err("unknown");
+    assert_eq!(err.error_class(), Some("TABLE_OR_VIEW_NOT_FOUND"));
+    spark.close().await.unwrap();
 }

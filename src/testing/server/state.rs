@@ -17,6 +17,8 @@ use crate::proto;
 use crate::testing::conn::Connections;
 use crate::testing::error::SparkException;
 use crate::testing::faults::{FaultScript, lock};
+use crate::testing::plan::{Catalog, Source, View, Work};
+use crate::testing::views;
 
 #[derive(Debug, Default)]
 pub(super) struct Counters {
@@ -48,6 +50,8 @@ pub(super) struct Session {
     pub(super) conf: BTreeMap<String, String>,
     pub(super) ops: HashMap<String, Arc<Operation>>,
     pub(super) artifacts: Artifacts,
+    /// Temporary views: lower-cased name → the view's rows.
+    pub(super) views: HashMap<String, Source>,
 }
 
 #[derive(Debug, Default)]
@@ -142,14 +146,37 @@ impl Shared {
     }
 
     /// The work a plan of this session asks for (its cached local relations
-    /// are looked up among the session's artifacts).
+    /// are looked up among the session's artifacts, table names among its
+    /// temporary views).
     pub(super) fn parse_plan(
         &self,
         session_id: &str,
         plan: Option<&proto::Plan>,
-    ) -> Result<crate::testing::plan::Work, SparkException> {
+    ) -> Result<Work, SparkException> {
         let cache = |name: &str| self.artifact(session_id, name);
-        crate::testing::plan::parse_plan(plan, &cache, &self.ssid())
+        let view = |name: &str| {
+            lock(&self.state)
+                .sessions
+                .get(session_id)
+                .and_then(|s| s.views.get(&views::key(name)).cloned())
+        };
+        let session_uuid = self.ssid();
+        let catalog = Catalog {
+            cache: &cache,
+            views: &view,
+            session_uuid: &session_uuid,
+        };
+        crate::testing::plan::parse_plan(plan, &catalog)
+    }
+
+    /// Registers a temporary view in a live session.
+    pub(super) fn create_view(&self, session_id: &str, view: View) -> Result<(), SparkException> {
+        let mut st = lock(&self.state);
+        let session = st
+            .sessions
+            .get_mut(session_id)
+            .ok_or_else(|| SparkException::session_closed(session_id))?;
+        views::register(&mut session.views, view)
     }
 
     pub(super) fn find_op(&self, session_id: &str, op_id: &str) -> Option<Arc<Operation>> {
