@@ -10,7 +10,7 @@ use spark_connect_retry::policy::RetryPolicy;
 use spark_connect_retry::proto::ExecutePlanRequest;
 use spark_connect_retry::proto::execute_plan_response::ResponseType;
 use spark_connect_retry::reattach::{
-    ReattachError, ReattachOptions, ReattachableExecution, ReleaseTracker,
+    RELEASE_UNTIL_INTERVAL, ReattachError, ReattachOptions, ReattachableExecution, ReleaseTracker,
 };
 use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
 use spark_connect_retry::testing::{Fault, Rpc, TestServer, plans};
@@ -463,6 +463,41 @@ async fn release_until_is_coalesced_while_one_is_in_flight() {
     let c = s.calls();
     // PySpark would send 50 release_until calls; here one in flight, the newest pending.
     assert!(c.release_until <= 2, "{c:?}");
+    assert_eq!(c.release_all, 1);
+}
+
+/// PySpark sends a release_until per response; on a fast stream that cost
+/// the server more CPU than it saved memory. Here at most one goes out per
+/// `RELEASE_UNTIL_INTERVAL`, however fast the responses come.
+#[tokio::test]
+async fn release_until_goes_at_most_once_per_interval() {
+    let s = server(10).await;
+    let tracker = ReleaseTracker::new();
+    let sleeper = RecordingSleeper::new();
+    let exec = ReattachableExecution::with_tracker(
+        client(&s),
+        range_request(20_000),
+        retrying(&sleeper),
+        ReattachOptions::default(),
+        tracker.clone(),
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let out = drain(exec).await;
+    let elapsed = started.elapsed();
+    assert!(out.error.is_none(), "{:?}", out.error);
+    assert_eq!(
+        out.responses, 2_002,
+        "the schema, 2,000 batches, ResultComplete"
+    );
+    assert!(tracker.wait_idle(Duration::from_secs(10)).await);
+    let c = s.calls();
+    let allowed = (elapsed.as_millis() / RELEASE_UNTIL_INTERVAL.as_millis()) as u64 + 1;
+    assert!(
+        c.release_until >= 1 && c.release_until <= allowed,
+        "{} release_until in {elapsed:?} (at most {allowed}): {c:?}",
+        c.release_until
+    );
     assert_eq!(c.release_all, 1);
 }
 

@@ -88,7 +88,7 @@ mod stream;
 use std::fmt;
 use std::time::Duration;
 
-pub use release::ReleaseTracker;
+pub use release::{RELEASE_UNTIL_INTERVAL, ReleaseTracker};
 pub use stream::{ExecutionStats, ReattachableExecution};
 
 use crate::deadlines::RpcDeadlines;
