@@ -146,7 +146,9 @@ async fn clean_run_is_exact_and_releases_all() {
     assert!(tracker.wait_idle(Duration::from_secs(10)).await);
     let c = s.calls();
     assert_eq!((c.execute, c.reattach, c.release_all), (1, 0, 1));
-    assert!(c.release_until >= 1 && c.release_until <= 51, "{c:?}");
+    // One per response at most; none at all when the stream ends before the
+    // first one goes (the release_all covers it).
+    assert!(c.release_until <= 51, "{c:?}");
     assert!(s.live_executions().is_empty());
     assert!(sleeper.sleeps().is_empty());
 }

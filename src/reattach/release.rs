@@ -161,7 +161,7 @@ impl Releaser {
         self.spawn(async move {
             loop {
                 let due = this.slot().next_due();
-                if let Some(at) = due {
+                if let Some(at) = due.filter(|at| *at > Instant::now()) {
                     tokio::time::sleep_until(at).await;
                 }
                 let next = {
