@@ -31,7 +31,6 @@ mod support;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use arrow_array::{Array, Int64Array, RecordBatch};
 use spark_connect_retry::session::{SparkError, SparkSession};
 
 const ROWS: i64 = 10_000_000;
@@ -114,33 +113,6 @@ fn cpu_time() -> Option<Duration> {
     Some(Duration::from_millis((utime + stime) * 10))
 }
 
-/// Rows and the exact sum of `x`, checking `x == 2 * id` on every row and
-/// that ids run 0, 1, 2, ... across batches.
-fn verify(batches: &[RecordBatch]) -> Result<(i64, i128), SparkError> {
-    let mut next_id = 0i64;
-    let mut sum_x = 0i128;
-    for b in batches {
-        let col = |i: usize| {
-            b.column(i)
-                .as_any()
-                .downcast_ref::<Int64Array>()
-                .filter(|a| a.null_count() == 0)
-                .ok_or_else(|| SparkError::Protocol(format!("column {i} is not a non-null int64")))
-        };
-        let (ids, xs) = (col(0)?, col(1)?);
-        for (id, x) in ids.values().iter().zip(xs.values()) {
-            if *id != next_id || *x != 2 * id {
-                return Err(SparkError::Protocol(format!(
-                    "row {next_id}: got id={id} x={x}"
-                )));
-            }
-            next_id += 1;
-            sum_x += i128::from(*x);
-        }
-    }
-    Ok((next_id, sum_x))
-}
-
 async fn run(args: &Args) -> Result<String, SparkError> {
     let spark = SparkSession::builder()
         .remote(args.remote.clone())
@@ -173,7 +145,7 @@ async fn run(args: &Args) -> Result<String, SparkError> {
     // ReleaseExecute calls the server answered, during the stream and after.
     let releases = spark.releases().sent();
 
-    let (rows, sum_x) = verify(&batches)?;
+    let (rows, sum_x) = support::verify_id_x(&batches).map_err(SparkError::Protocol)?;
     let expected_rows = if args.case == Case::FirstBatch {
         rows.max(1)
     } else {

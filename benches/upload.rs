@@ -20,7 +20,6 @@ mod support;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use arrow_array::{Array, Int64Array, RecordBatch};
 use arrow_ipc::reader::FileReader;
 use spark_connect_retry::session::SparkSession;
 
@@ -41,32 +40,11 @@ fn parse_args() -> Result<(String, String), String> {
     Ok((remote.ok_or(USAGE)?, file.ok_or(USAGE)?))
 }
 
-/// Rows, checking ids run 0, 1, 2, ... and `x == 2 * id`.
-fn verify(batches: &[RecordBatch]) -> Result<i64, String> {
-    let mut next = 0i64;
-    for b in batches {
-        let col = |i: usize| {
-            b.column(i)
-                .as_any()
-                .downcast_ref::<Int64Array>()
-                .filter(|a| a.null_count() == 0)
-                .ok_or(format!("column {i} is not a non-null int64"))
-        };
-        for (id, x) in col(0)?.values().iter().zip(col(1)?.values()) {
-            if *id != next || *x != 2 * id {
-                return Err(format!("row {next}: id={id} x={x}"));
-            }
-            next += 1;
-        }
-    }
-    Ok(next)
-}
-
 async fn run(remote: &str, file: &str) -> Result<String, Box<dyn std::error::Error>> {
     let reader = FileReader::try_new(std::fs::File::open(file)?, None)?;
     let schema = reader.schema();
     let batches = reader.collect::<Result<Vec<_>, _>>()?;
-    let expected = verify(&batches)?;
+    let expected = support::verify_id_x(&batches)?.0;
     // In-memory size as pyarrow's `nbytes` counts it (what PySpark reports).
     let bytes: usize = batches
         .iter()
@@ -83,7 +61,7 @@ async fn run(remote: &str, file: &str) -> Result<String, Box<dyn std::error::Err
     if !df.is_cached() || stats.bytes_sent == 0 {
         return Err(format!("not uploaded: {stats:?}").into());
     }
-    let rows = verify(&df.collect().await?)?;
+    let rows = support::verify_id_x(&df.collect().await?)?.0;
     if rows != expected {
         return Err(format!("read back {rows} rows, want {expected}").into());
     }

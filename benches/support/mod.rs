@@ -2,9 +2,11 @@
 //! (`side_by_side`, `raw_drain`, `upload`) share: one measurement per
 //! process, on the runtime a `#[tokio::main]` application gets, printed as
 //! one line for the script to collect.
+#![allow(dead_code)] // each bench uses part of this module
 
 use std::process::ExitCode;
 
+use arrow_array::{Array, Int64Array, RecordBatch};
 use tokio::runtime::Runtime;
 
 /// Runs `measure` with the parsed arguments on a fresh multi-threaded
@@ -39,4 +41,28 @@ pub fn main_with<A>(
             ExitCode::FAILURE
         }
     }
+}
+
+/// The rows of an `id, x` result and the exact sum of `x`, checking that ids
+/// run 0, 1, 2, ... across batches and `x == 2 * id` on every row.
+pub fn verify_id_x(batches: &[RecordBatch]) -> Result<(i64, i128), String> {
+    let mut next_id = 0i64;
+    let mut sum_x = 0i128;
+    for b in batches {
+        let col = |i: usize| {
+            b.column(i)
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .filter(|a| a.null_count() == 0)
+                .ok_or(format!("column {i} is not a non-null int64"))
+        };
+        for (id, x) in col(0)?.values().iter().zip(col(1)?.values()) {
+            if *id != next_id || *x != 2 * id {
+                return Err(format!("row {next_id}: id={id} x={x}"));
+            }
+            next_id += 1;
+            sum_x += i128::from(*x);
+        }
+    }
+    Ok((next_id, sum_x))
 }
