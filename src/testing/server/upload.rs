@@ -141,13 +141,9 @@ impl Upload {
     }
 
     fn close_if_finished(&mut self) -> Result<(), SparkException> {
-        let Some(open) = &self.open else {
+        let Some(open) = self.open.take_if(|o| o.remaining == 0) else {
             return Ok(());
         };
-        if open.remaining != 0 {
-            return Ok(());
-        }
-        let open = self.open.take().unwrap_or_else(|| unreachable!());
         if open.received != open.total_bytes {
             let name = self.staged.last().map_or("", |a| a.name.as_str());
             return Err(missing_chunks(name, &open));
