@@ -94,8 +94,8 @@ pub(super) fn verdict(error_class: Option<&str>, observed: bool, untouched: bool
 /// server's session.
 fn reported_class(err: &SparkError) -> Option<&str> {
     match err {
-        SparkError::SessionChanged { .. } => Some(SESSION_CHANGED),
-        other => other.server_error().and_then(|e| e.error_class()),
+        SparkError::SessionClosed => None,
+        other => other.error_class(),
     }
 }
 
