@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use spark_connect_retry::layer::{HedgingPolicy, RetryLayer, RetryService};
+use spark_connect_retry::layer::{HedgingPolicy, RetryLayer, RetryService, SparkConnectLayer};
 use spark_connect_retry::proto::spark_connect_service_client::SparkConnectServiceClient;
 use spark_connect_retry::proto::spark_connect_service_server::{
     SparkConnectService, SparkConnectServiceServer,

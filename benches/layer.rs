@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::HeaderMap;
 use http_body::Frame;
-use spark_connect_retry::layer::RetryLayer;
+use spark_connect_retry::layer::{RetryLayer, SparkConnectLayer};
 use spark_connect_retry::proto::spark_connect_service_client::SparkConnectServiceClient;
 use spark_connect_retry::proto::spark_connect_service_server::{
     SparkConnectService, SparkConnectServiceServer,

@@ -11,14 +11,14 @@
 //! The child consumes `SparkSession::range(...)` with `ArrowStream::next_batch`,
 //! dropping each decoded batch after counting its rows.
 //!
-//! `cargo bench --features testing --bench memory`
+//! `cargo bench --bench memory`
 
 use std::io::BufRead;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use spark_connect_retry::session::SparkSession;
-use spark_connect_retry::testing::{BufferStats, TestServer};
+use spark_connect_testkit::{BufferStats, TestServer};
 
 /// 131 072 Int64 rows: a 1 MiB column, ~1 MiB of Arrow IPC per response,
 /// well under tonic's default 4 MiB decoding limit.

@@ -2,7 +2,7 @@
 //! drained with no decoding, run once, one JSON line on stdout.
 //!
 //! ```text
-//! cargo bench --bench raw_drain --features testing -- \
+//! cargo bench --bench raw_drain -- \
 //!     --remote sc://127.0.0.1:15010 --case arrow10m|first_batch [--reattachable] [--keep]
 //! ```
 //!

@@ -2,7 +2,7 @@
 //! server: this crate's client, run once, one JSON line on stdout.
 //!
 //! ```text
-//! cargo bench --bench side_by_side --features testing -- \
+//! cargo bench --bench side_by_side -- \
 //!     --remote sc://127.0.0.1:15010 --case arrow10m|cuts10m|first_batch [--proxy-cuts N]
 //! ```
 //!

@@ -11,7 +11,7 @@
 //!    awaiting the stream directly, interleaved: in memory (the box alone) and
 //!    over the embedded server with small batches (its share of a response).
 //!
-//! `cargo bench --features testing --bench stream` (optional arguments:
+//! `cargo bench --bench stream` (optional arguments:
 //! `--rows N`, `--rounds N`, `--reps N`, `--box-items N`, and `--only
 //! throughput|latency|box` to run one part).
 
@@ -30,8 +30,8 @@ use spark_connect_retry::proto::{
 };
 use spark_connect_retry::reattach::{ReattachOptions, ReattachableExecution};
 use spark_connect_retry::retrying::Retrying;
-use spark_connect_retry::testing::{Fault, Rpc, TestServer};
 use spark_connect_retry::transport::spark_client;
+use spark_connect_testkit::{Fault, Rpc, TestServer};
 use tokio_stream::{Stream, StreamExt as _};
 use tonic::transport::Channel;
 use tracing_subscriber::layer::{Context, SubscriberExt};
@@ -569,7 +569,7 @@ fn main() {
     let marks = RetryMarks::default();
     // Only the crate's debug events are needed; everything else stays off.
     let filter = tracing_subscriber::filter::Targets::new()
-        .with_target("spark_connect_retry::retrying", tracing::Level::DEBUG);
+        .with_target("tonic_retry::retrying", tracing::Level::DEBUG);
     let subscriber = tracing_subscriber::registry().with(tracing_subscriber::Layer::with_filter(
         marks.clone(),
         filter,

@@ -2,15 +2,15 @@
 //! arrives exactly once.
 //!
 //! ```text
-//! cargo run --example demo --features testing                 # embedded fault-injecting server
-//! cargo run --example demo --features testing -- --remote sc://127.0.0.1:15002   # a real server
+//! cargo run --example demo                 # embedded fault-injecting server
+//! cargo run --example demo -- --remote sc://127.0.0.1:15002   # a real server
 //! ```
 
 use std::time::{Duration, Instant};
 
 use arrow_array::Int64Array;
 use spark_connect_retry::session::{SparkError, SparkSession};
-use spark_connect_retry::testing::{Fault, Rpc, SparkException, TestServer};
+use spark_connect_testkit::{Fault, Rpc, SparkException, TestServer};
 use tonic::Code;
 
 const ROWS: i64 = 2_000_000;

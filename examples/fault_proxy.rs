@@ -2,7 +2,7 @@
 //! (PySpark) meet exactly the same faults as this crate's client.
 //!
 //! ```text
-//! cargo run --example fault_proxy --features testing -- \
+//! cargo run --example fault_proxy -- \
 //!     --upstream 127.0.0.1:15010 [--listen 127.0.0.1:0] \
 //!     [--cuts 20M,30M,30M,30M,30M] [--mode reset|fin]
 //! ```
@@ -23,7 +23,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
-use spark_connect_retry::testing::proxy::{CutMode, CutSchedule, Direction, FaultProxy};
+use spark_connect_testkit::proxy::{CutMode, CutSchedule, Direction, FaultProxy};
 use tokio::signal::unix::{SignalKind, signal};
 
 const USAGE: &str = "usage: fault_proxy --upstream HOST:PORT [--listen HOST:PORT] [--cuts N[K|M],...] [--mode reset|fin]";

@@ -83,7 +83,7 @@ PY="$(dirname "$(dirname "$(dirname "$(dirname "$SPARK_HOME")")")")/bin/python"
 
 log "building the bench and the fault proxy (release)"
 build_json="$OUT/build.json"
-(cd "$ROOT" && cargo build --release --features testing \
+(cd "$ROOT" && cargo build --release \
     --bench side_by_side --bench raw_drain --example fault_proxy --message-format=json) >"$build_json"
 # Bench targets built with --release land under deps/ with a hash: take the
 # executables from cargo's own report rather than guessing paths.

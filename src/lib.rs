@@ -25,7 +25,6 @@
 //! | [`sanitize`] | [`SanitizeLayer`](sanitize::SanitizeLayer): a guard against tonic's panic on non-base64 status details |
 //! | [`transport`] | [`GrpcChannel`](transport::GrpcChannel): any service stack as one boxed, sanitized client type |
 //! | [`proto`] | the Spark Connect protocol (`spark.connect`), generated at build time |
-//! | `testing` | (feature `testing`) an embedded Spark Connect server with fault injection, and a TCP fault proxy |
 //!
 //! ```no_run
 //! use spark_connect_retry::session::SparkSession;
@@ -59,15 +58,22 @@ pub mod proto {
 }
 
 pub mod deadlines;
-mod headers;
 pub mod layer;
-pub mod policy;
 pub mod reattach;
 pub mod renew;
-pub mod retrying;
-pub mod sanitize;
 pub mod session;
 pub mod status;
-#[cfg(feature = "testing")]
-pub mod testing;
 pub mod transport;
+
+pub use tonic_retry::{policy, retrying, sanitize};
+
+/// The crates whose types appear in this crate's API, re-exported so that a
+/// program's versions cannot drift from the ones this crate was built with.
+pub mod deps {
+    #[cfg(feature = "arrow")]
+    pub use arrow_array;
+    #[cfg(feature = "arrow")]
+    pub use arrow_schema;
+    pub use tonic;
+    pub use tonic_retry;
+}

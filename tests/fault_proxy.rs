@@ -1,7 +1,6 @@
 //! FaultProxy against real loopback sockets: plain tokio TCP upstreams (a
 //! source, an echo and a sink), so each fault is checked byte-exactly and
 //! without a Spark server.
-#![cfg(feature = "testing")]
 
 use std::io::ErrorKind;
 use std::net::SocketAddr;
@@ -9,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use spark_connect_retry::testing::proxy::{
+use spark_connect_testkit::proxy::{
     AddrRole, CutMode, CutReason, CutSchedule, Direction, FaultProxy, FaultProxyError,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -12,7 +12,7 @@ use std::time::Duration;
 use futures_util::{Stream, StreamExt};
 use spark_connect_retry::layer::{
     HedgingError, HedgingPolicy, RetryLayer, RetryService, RetryStats, RetryStatsSnapshot,
-    RetryThrottle,
+    RetryThrottle, SparkConnectLayer,
 };
 use spark_connect_retry::proto::spark_connect_service_client::SparkConnectServiceClient;
 use spark_connect_retry::proto::spark_connect_service_server::{

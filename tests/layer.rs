@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use spark_connect_retry::layer::{
-    MethodConfig, ResponseKind, RetryLayer, RetryService, RetryThrottle,
+    MethodConfig, ResponseKind, RetryLayer, RetryService, RetryThrottle, SparkConnectLayer,
 };
 use spark_connect_retry::policy::RetryPolicy;
 use spark_connect_retry::proto::spark_connect_service_client::SparkConnectServiceClient;
@@ -204,7 +204,7 @@ async fn captured<T, E: std::fmt::Debug>(
     out.expect("call");
     events
         .into_iter()
-        .filter(|e| e.target.starts_with("spark_connect_retry::layer"))
+        .filter(|e| e.target.starts_with("tonic_retry::layer"))
         .map(|e| e.fields.join(" "))
         .collect()
 }

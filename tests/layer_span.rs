@@ -1,15 +1,14 @@
 //! The retry layer's span carries OpenTelemetry's RPC fields: set when the
 //! call starts, and the final status code recorded when it ends. Its own
 //! test binary, so its subscriber is the only one.
-#![cfg(feature = "testing")]
 
 use std::sync::{Arc, Mutex};
 
-use spark_connect_retry::layer::RetryLayer;
+use spark_connect_retry::layer::{RetryLayer, SparkConnectLayer};
 use spark_connect_retry::proto::ConfigRequest;
 use spark_connect_retry::proto::spark_connect_service_client::SparkConnectServiceClient;
 use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
-use spark_connect_retry::testing::{Fault, Rpc, TestServer, plans};
+use spark_connect_testkit::{Fault, Rpc, TestServer, plans};
 use tower::ServiceBuilder;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};

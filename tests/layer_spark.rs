@@ -1,14 +1,13 @@
 //! The generated Spark Connect client through `RetryLayer` against the
 //! embedded Spark Connect server, and a `SparkSession` over a layered channel.
-#![cfg(feature = "testing")]
 
-use spark_connect_retry::layer::RetryLayer;
+use spark_connect_retry::layer::{RetryLayer, SparkConnectLayer};
 use spark_connect_retry::proto::spark_connect_service_client::SparkConnectServiceClient;
 use spark_connect_retry::proto::{self, ConfigRequest};
 use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
 use spark_connect_retry::session::SparkSession;
-use spark_connect_retry::testing::{Fault, Rpc, TestServer, plans};
 use spark_connect_retry::transport::grpc_channel;
+use spark_connect_testkit::{Fault, Rpc, TestServer, plans};
 use tower::ServiceBuilder;
 
 fn layer(sleeper: &RecordingSleeper) -> RetryLayer {

@@ -13,7 +13,6 @@
 //!
 //! Without them each test prints that it is skipped, unless
 //! `SPARK_CONNECT_REQUIRE_REAL=1` (set in CI), where a missing server fails.
-#![cfg(feature = "testing")]
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -21,7 +20,7 @@ use std::time::{Duration, Instant};
 use arrow_array::{Array, Int64Array, RecordBatch};
 use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
 use spark_connect_retry::session::{SparkError, SparkSession};
-use spark_connect_retry::testing::proxy::{CutMode, CutSchedule, Direction, FaultProxy};
+use spark_connect_testkit::proxy::{CutMode, CutSchedule, Direction, FaultProxy};
 
 mod arrow_data;
 #[path = "real_spark/restart.rs"]

@@ -1,6 +1,5 @@
 //! The reattachable execution over real loopback sockets against the
 //! embedded Spark Connect server, through injected faults.
-#![cfg(feature = "testing")]
 
 use std::time::Duration;
 
@@ -13,8 +12,8 @@ use spark_connect_retry::reattach::{
     RELEASE_UNTIL_INTERVAL, ReattachError, ReattachOptions, ReattachableExecution, ReleaseTracker,
 };
 use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
-use spark_connect_retry::testing::{Fault, Rpc, TestServer, plans};
 use spark_connect_retry::transport::{SparkClient, spark_client};
+use spark_connect_testkit::{Fault, Rpc, TestServer, plans};
 use tokio_stream::StreamExt;
 use tonic::Code;
 

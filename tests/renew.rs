@@ -1,16 +1,15 @@
 //! `RenewableChannel` over real loopback sockets: a request marked
 //! `FreshConnection` goes over a newly dialled connection, streams already
 //! open on the old one run to their end, and later requests stay on the new one.
-#![cfg(feature = "testing")]
 
 use std::time::Duration;
 
 use spark_connect_retry::proto::execute_plan_response::ResponseType;
 use spark_connect_retry::proto::{ReleaseExecuteRequest, release_execute_request};
 use spark_connect_retry::renew::{FreshConnection, RenewableChannel};
-use spark_connect_retry::testing::proxy::FaultProxy;
-use spark_connect_retry::testing::{TestServer, plans};
 use spark_connect_retry::transport::spark_client;
+use spark_connect_testkit::proxy::FaultProxy;
+use spark_connect_testkit::{TestServer, plans};
 use tokio::time::timeout;
 
 const SESSION: &str = "0c7d4b1e-5a3f-4e2d-8b6a-9f8e7d6c5b4a";

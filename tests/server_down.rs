@@ -7,7 +7,6 @@
 //! sum of the policy's waits: 608.25 s without jitter, up to 6 s more with it.
 //! Measured once against a real Spark 4.3.0 server (613.2 s, README); proved
 //! here in paused time, exactly.
-#![cfg(feature = "testing")]
 
 use std::time::Duration;
 
@@ -15,8 +14,8 @@ use spark_connect_retry::policy::RetryPolicy;
 use spark_connect_retry::reattach::core::CoreCounters;
 use spark_connect_retry::retrying::Retrying;
 use spark_connect_retry::session::{SparkError, SparkSession};
-use spark_connect_retry::testing::TestServer;
-use spark_connect_retry::testing::proxy::FaultProxy;
+use spark_connect_testkit::TestServer;
+use spark_connect_testkit::proxy::FaultProxy;
 
 #[path = "support/streams.rs"]
 mod streams;

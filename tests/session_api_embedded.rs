@@ -1,7 +1,6 @@
 //! The session's PySpark behaviours against the embedded server: eager
 //! `sql()`, schemas, tags and interrupts, cancellation, chunked results,
 //! the session lifecycle, and the same errors from every read path.
-#![cfg(feature = "testing")]
 
 use std::time::Duration;
 
@@ -12,7 +11,7 @@ use spark_connect_retry::proto::execute_plan_request::request_option::RequestOpt
 use spark_connect_retry::proto::{self, Relation};
 use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
 use spark_connect_retry::session::{SparkError, SparkSession, SparkSessionBuilder};
-use spark_connect_retry::testing::TestServer;
+use spark_connect_testkit::TestServer;
 use tokio_stream::StreamExt;
 
 fn builder(server: &TestServer) -> SparkSessionBuilder {

@@ -1,5 +1,4 @@
 //! `SparkSession` against the embedded Spark Connect server.
-#![cfg(feature = "testing")]
 
 use std::time::Duration;
 
@@ -7,8 +6,8 @@ use arrow_array::{Array, Int64Array, RecordBatch};
 use spark_connect_retry::policy::RetryPolicy;
 use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
 use spark_connect_retry::session::{SparkError, SparkSession};
-use spark_connect_retry::testing::proxy::{CutMode, CutSchedule, Direction, FaultProxy};
-use spark_connect_retry::testing::{Fault, Rpc, TestServer};
+use spark_connect_testkit::proxy::{CutMode, CutSchedule, Direction, FaultProxy};
+use spark_connect_testkit::{Fault, Rpc, TestServer};
 use tokio_stream::StreamExt;
 
 fn fast_retrying(sleeper: &RecordingSleeper) -> Retrying {
@@ -58,7 +57,7 @@ async fn sql_through_every_kind_of_fault_is_exact() {
                 .on(Rpc::ReattachExecute),
         )
         .push(
-            Fault::spark(spark_connect_retry::testing::SparkException::cursor_disconnected())
+            Fault::spark(spark_connect_testkit::SparkException::cursor_disconnected())
                 .on(Rpc::ReattachExecute)
                 .after_responses(1),
         );

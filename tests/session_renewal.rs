@@ -2,7 +2,6 @@
 //! every session and gets a new server-side id) without and with
 //! `renew_stale_session`, builder configs set again on the fresh session,
 //! running executions never moved, and racing calls renewing once.
-#![cfg(feature = "testing")]
 
 use std::time::Duration;
 
@@ -10,7 +9,7 @@ use arrow_array::{Array, Int64Array};
 use spark_connect_retry::policy::RetryPolicy;
 use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
 use spark_connect_retry::session::{SparkError, SparkSession, SparkSessionBuilder};
-use spark_connect_retry::testing::TestServer;
+use spark_connect_testkit::TestServer;
 
 #[path = "support/streams.rs"]
 mod streams;

@@ -7,7 +7,6 @@
 //! A flight recorder keeps the debug events of the current schedule (this
 //! crate's, and h2's frames) in memory; when a schedule fails or hangs, the
 //! panic message carries them, with the client's and the server's state.
-#![cfg(feature = "testing")]
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,8 +18,8 @@ use spark_connect_retry::proto::ExecutePlanRequest;
 use spark_connect_retry::proto::execute_plan_response::ResponseType;
 use spark_connect_retry::reattach::{ReattachOptions, ReattachableExecution, ReleaseTracker};
 use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
-use spark_connect_retry::testing::{Fault, Rpc, SparkException, TestServer, plans};
 use spark_connect_retry::transport::spark_client;
+use spark_connect_testkit::{Fault, Rpc, SparkException, TestServer, plans};
 use tonic::Code;
 
 const SCHEDULES: u64 = 500;
@@ -95,7 +94,7 @@ impl Recorder {
         let writer = rec.clone();
         tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::new(
-                "spark_connect_retry=debug,h2=debug",
+                "spark_connect_retry=debug,tonic_retry=debug,h2=debug",
             ))
             .with_thread_ids(true)
             .with_ansi(false)

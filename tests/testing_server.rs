@@ -1,5 +1,4 @@
 //! The embedded test server, exercised by a real tonic client over loopback.
-#![cfg(feature = "testing")]
 
 use std::error::Error as _;
 use std::time::{Duration, Instant};
@@ -9,7 +8,7 @@ use spark_connect_retry::proto::{
     self, execute_plan_response::ResponseType,
     spark_connect_service_client::SparkConnectServiceClient,
 };
-use spark_connect_retry::testing::{Fault, Rpc, SparkException, TestServer};
+use spark_connect_testkit::{Fault, Rpc, SparkException, TestServer};
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 use tonic_types::StatusExt;
@@ -1328,7 +1327,7 @@ async fn any_faults_times_tags_and_connection_resets() {
 
 #[tokio::test]
 async fn plan_helpers_and_execution_progress() {
-    use spark_connect_retry::testing::plans;
+    use spark_connect_testkit::plans;
     let server = TestServer::builder()
         // Exact response positions below: batches only, no schema response.
         .schema_response(false)

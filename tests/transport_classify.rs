@@ -1,7 +1,6 @@
 //! Transport failures classified as PySpark sees them, with real sockets:
 //! a port that refuses, a TCP reset mid-stream and before the response, and
 //! a malformed `grpc-status-details-bin` from a real server.
-#![cfg(feature = "testing")]
 
 use std::time::Duration;
 
@@ -9,8 +8,8 @@ use spark_connect_retry::policy::{Classifier, DefaultClassifier, FailureKind, cl
 use spark_connect_retry::proto::spark_connect_service_client::SparkConnectServiceClient;
 use spark_connect_retry::proto::{self, ExecutePlanRequest};
 use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
-use spark_connect_retry::testing::{Fault, Rpc, TestServer, plans};
 use spark_connect_retry::transport::spark_client;
+use spark_connect_testkit::{Fault, Rpc, TestServer, plans};
 use tonic::Code;
 
 const SESSION: &str = "0d9b7a52-93c4-4bb4-9a6e-3f1f8f0c2a11";

@@ -3,7 +3,6 @@
 //! upload (each artifact stored exactly once, the bytes sent recorded), a
 //! resumed upload skipping what the server holds, a CRC mismatch as a
 //! clear error, and temporary views over the data read back with SQL.
-#![cfg(feature = "testing")]
 
 mod arrow_data;
 
@@ -15,7 +14,7 @@ use arrow_schema::{DataType, Field, Schema};
 use spark_connect_retry::proto::relation::RelType;
 use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
 use spark_connect_retry::session::{DataFrame, SparkError, SparkSession, UploadError};
-use spark_connect_retry::testing::{Fault, Rpc, TestServer};
+use spark_connect_testkit::{Fault, Rpc, TestServer};
 
 /// Small limits, so a few hundred KiB make several chunks and groups:
 /// 64 KiB chunks, at most 3 per `AddArtifacts` stream (min with 200 KiB).

@@ -2,7 +2,6 @@
 //! driven by the generated tonic client over loopback: uploads shaped as
 //! PySpark 4.3 sends them, every upload fault of the script, and the rows
 //! read back.
-#![cfg(feature = "testing")]
 
 mod relations;
 mod upload;
@@ -14,7 +13,7 @@ use spark_connect_retry::proto::{
     },
     spark_connect_service_client::SparkConnectServiceClient,
 };
-use spark_connect_retry::testing::TestServer;
+use spark_connect_testkit::TestServer;
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 use tonic_types::StatusExt;

@@ -8,7 +8,7 @@ use arrow_array::{Array, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema};
 use spark_connect_retry::proto::{self, relation::RelType};
 use spark_connect_retry::session::SparkSession;
-use spark_connect_retry::testing::{Fault, Rpc, TestServer};
+use spark_connect_testkit::{Fault, Rpc, TestServer};
 
 use crate::{SESSION, add, assert_spark, client, pyspark_requests};
 
@@ -171,7 +171,7 @@ async fn a_missing_artifact_fails_the_query_as_spark_does() {
     let plan = |rel_type| proto::Plan {
         op_type: Some(proto::plan::OpType::Root(relation(rel_type))),
     };
-    let req = spark_connect_retry::testing::plans::execute_request(
+    let req = spark_connect_testkit::plans::execute_request(
         SESSION,
         plan(RelType::ChunkedCachedLocalRelation(
             proto::ChunkedCachedLocalRelation {

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use spark_connect_retry::proto::{self, add_artifacts_request::Payload};
-use spark_connect_retry::testing::{Fault, Rpc, TestServer};
+use spark_connect_testkit::{Fault, Rpc, TestServer};
 use tonic::Code;
 
 use crate::{SESSION, add, assert_spark, chunk, client, data, pyspark_requests, summaries};

@@ -8,7 +8,7 @@ use std::time::Instant;
 use arrow_array::{Array, Int64Array, RecordBatch};
 use arrow_schema::DataType;
 use spark_connect_retry::session::{DataFrame, SparkSession};
-use spark_connect_retry::testing::proxy::{CutSchedule, Direction, FaultProxy};
+use spark_connect_testkit::proxy::{CutSchedule, Direction, FaultProxy};
 
 use super::arrow_data::{rows, schema};
 use super::{Check, absorb, addr_of, assert_exact, remote, session};

@@ -51,7 +51,7 @@ pub fn init() {
         let fmt = tracing_subscriber::fmt::layer()
             .with_test_writer()
             .with_filter(tracing_subscriber::EnvFilter::new(
-                "spark_connect_retry=debug",
+                "spark_connect_retry=debug,tonic_retry=debug",
             ));
         tracing_subscriber::registry()
             .with(fmt)
@@ -75,7 +75,9 @@ struct Capture;
 impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Capture {
     fn on_event(&self, e: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
         let meta = e.metadata();
-        if !meta.target().starts_with("spark_connect_retry") {
+        if !(meta.target().starts_with("spark_connect_retry")
+            || meta.target().starts_with("tonic_retry"))
+        {
             return;
         }
         CAPTURED.with(|c| {

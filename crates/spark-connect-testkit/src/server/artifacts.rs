@@ -1,0 +1,194 @@
+//! The artifact RPCs: AddArtifacts reads a client stream into the staging
+//! area of [`upload`](super::upload), applies the fault script between
+//! messages, and stores the artifacts once the client has ended the stream
+//! ([`store`](super::store)); ArtifactStatus says which `cache/` artifacts a
+//! session holds.
+//!
+//! As in Spark, the session is the one of the first request (created on
+//! first use, checked against the server-side session id the client saw);
+//! a stream with no request at all fails with `INTERNAL` (Spark fails it
+//! with a `NullPointerException`).
+
+use tonic::{Request, Response, Status, Streaming};
+
+use super::handle::UploadCall;
+use super::service::{Service, kill_switch};
+use super::state::Shared;
+use super::upload::Upload;
+use crate::conn::KillSwitch;
+use crate::error::SparkException;
+use crate::faults::{Action, Fault, Rpc, lock};
+use spark_connect_retry::proto::{self, add_artifacts_request::Payload};
+
+impl Service {
+    pub(super) async fn rpc_add_artifacts(
+        &self,
+        request: Request<Streaming<proto::AddArtifactsRequest>>,
+    ) -> Result<Response<proto::AddArtifactsResponse>, Status> {
+        let shared = &self.shared;
+        let kill = kill_switch(&request);
+        let fault = self
+            .begin(
+                Rpc::AddArtifacts,
+                &shared.counters.add_artifacts,
+                &request,
+                "",
+                "",
+            )
+            .await?;
+        let mut call = UploadCall::default();
+        let result = self
+            .read_upload(
+                request.into_inner(),
+                fault.as_ref(),
+                kill.as_ref(),
+                &mut call,
+            )
+            .await;
+        lock(&shared.log).uploads.push(call.clone());
+        let response = result?;
+        // A fault without `after_requests` acts once everything was stored.
+        let after_store =
+            fault.filter(|f| f.after.is_none() && !matches!(f.action, Action::Corrupt));
+        self.finish(after_store, kill, &call.session_id, "", Ok(response))
+            .await
+    }
+
+    /// Reads the stream, then stores what it carried.
+    async fn read_upload(
+        &self,
+        mut stream: Streaming<proto::AddArtifactsRequest>,
+        fault: Option<&Fault>,
+        kill: Option<&KillSwitch>,
+        call: &mut UploadCall,
+    ) -> Result<proto::AddArtifactsResponse, Status> {
+        let shared = &self.shared;
+        let is_corrupt = |f: &&Fault| matches!(f.action, Action::Corrupt);
+        let corrupt_at = fault.filter(is_corrupt).map(|f| f.after.unwrap_or(0));
+        let mut pending = fault.filter(|f| f.after.is_some() && !is_corrupt(f));
+        let mut upload = Upload::default();
+        let mut read = 0u32;
+        loop {
+            if let Some(f) = pending.filter(|f| f.after == Some(read)) {
+                pending = None;
+                self.apply(f, kill, &call.session_id, "").await?;
+            }
+            // An error here is the client's cut: everything staged is dropped.
+            let Some(mut msg) = stream.message().await? else {
+                break;
+            };
+            if corrupt_at == Some(read) {
+                corrupt(&mut msg.payload);
+            }
+            read += 1;
+            call.messages += 1;
+            call.bytes += payload_bytes(msg.payload.as_ref());
+            if call.messages == 1 {
+                shared.get_or_create_session(
+                    &msg.session_id,
+                    msg.client_observed_server_side_session_id.as_deref(),
+                )?;
+                call.session_id = msg.session_id.clone();
+            }
+            upload
+                .push(msg.payload)
+                .map_err(|e| shared.spark_status(&e, Some(&call.session_id)))?;
+        }
+        if let Some(f) = pending {
+            self.apply(f, kill, &call.session_id, "").await?;
+        }
+        if call.messages == 0 {
+            return Err(SparkException::java(
+                "java.lang.IllegalStateException",
+                "The AddArtifacts stream ended before its first request",
+            )
+            .to_status(None));
+        }
+        let session_id = call.session_id.clone();
+        let staged = upload
+            .finish()
+            .map_err(|e| shared.spark_status(&e, Some(&session_id)))?;
+        let commit = {
+            let mut st = lock(&shared.state);
+            let Some(session) = st.sessions.get_mut(&session_id) else {
+                // Released while the stream was read.
+                return Err(SparkException::session_closed(&session_id).to_status(None));
+            };
+            session.artifacts.commit(staged)
+        };
+        call.stored = commit.stored;
+        if let Some(e) = commit.error {
+            return Err(shared.spark_status(&e, Some(&session_id)));
+        }
+        Ok(proto::AddArtifactsResponse {
+            session_id,
+            server_side_session_id: shared.ssid(),
+            artifacts: commit.summaries,
+        })
+    }
+
+    pub(super) async fn rpc_artifact_status(
+        &self,
+        request: Request<proto::ArtifactStatusesRequest>,
+    ) -> Result<Response<proto::ArtifactStatusesResponse>, Status> {
+        let counter = &self.shared.counters.artifact_status;
+        self.session_unary(Rpc::ArtifactStatus, counter, request, artifact_status)
+            .await
+    }
+}
+
+/// ArtifactStatus: `exists` for each name (only `cache/` names can exist).
+fn artifact_status(
+    shared: &Shared,
+    req: proto::ArtifactStatusesRequest,
+) -> Result<proto::ArtifactStatusesResponse, Status> {
+    use proto::artifact_statuses_response::ArtifactStatus;
+    let statuses = {
+        let st = lock(&shared.state);
+        let artifacts = st.sessions.get(&req.session_id).map(|s| &s.artifacts);
+        req.names
+            .into_iter()
+            .map(|name| {
+                let exists = artifacts.is_some_and(|a| a.exists(&name));
+                (name, ArtifactStatus { exists })
+            })
+            .collect()
+    };
+    Ok(proto::ArtifactStatusesResponse {
+        session_id: req.session_id,
+        server_side_session_id: shared.ssid(),
+        statuses,
+    })
+}
+
+/// Artifact data bytes in a request.
+fn payload_bytes(payload: Option<&Payload>) -> u64 {
+    let n = match payload {
+        Some(Payload::Batch(b)) => b
+            .artifacts
+            .iter()
+            .map(|a| a.data.as_ref().map_or(0, |c| c.data.len()))
+            .sum(),
+        Some(Payload::BeginChunk(b)) => b.initial_chunk.as_ref().map_or(0, |c| c.data.len()),
+        Some(Payload::Chunk(c)) => c.data.len(),
+        None => 0,
+    };
+    n as u64
+}
+
+/// Changes the first chunk of a request as a bad link would: its first byte
+/// flipped, or its CRC when it has no data.
+fn corrupt(payload: &mut Option<Payload>) {
+    let chunk = match payload {
+        Some(Payload::Batch(b)) => b.artifacts.first_mut().and_then(|a| a.data.as_mut()),
+        Some(Payload::BeginChunk(b)) => b.initial_chunk.as_mut(),
+        Some(Payload::Chunk(c)) => Some(c),
+        None => None,
+    };
+    if let Some(chunk) = chunk {
+        match chunk.data.first_mut() {
+            Some(byte) => *byte ^= 0xff,
+            None => chunk.crc ^= 1,
+        }
+    }
+}

@@ -1,0 +1,400 @@
+//! [`TestServer`], the public handle: starts and stops the server, exposes
+//! the fault script, and reports what the server saw (call counts, metadata,
+//! requests, buffer occupancy).
+
+use std::collections::BTreeMap;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio_stream::StreamExt as _;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::metadata::MetadataMap;
+
+use super::buffer::Operation;
+use super::service::Service;
+use super::state::{Counters, Log, Shared, State};
+use super::{MAX_MESSAGE_BYTES, Settings, TestServerBuilder};
+use crate::conn::{Connections, KillableTcp};
+use crate::error::SparkException;
+use crate::faults::{FaultScript, Rpc, lock};
+use spark_connect_retry::proto::{self, spark_connect_service_server::SparkConnectServiceServer};
+
+/// How many times each RPC was called (including calls that failed or were
+/// hit by a fault). See [`TestServer::calls`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CallCounts {
+    /// `ExecutePlan` calls.
+    pub execute: u64,
+    /// `ReattachExecute` calls.
+    pub reattach: u64,
+    /// `ReleaseExecute` calls with `release_until`.
+    pub release_until: u64,
+    /// `ReleaseExecute` calls with `release_all`.
+    pub release_all: u64,
+    /// `Config` calls.
+    pub config: u64,
+    /// `AnalyzePlan` calls.
+    pub analyze: u64,
+    /// `Interrupt` calls.
+    pub interrupt: u64,
+    /// `ReleaseSession` calls.
+    pub release_session: u64,
+    /// `FetchErrorDetails` calls.
+    pub fetch_error_details: u64,
+    /// `AddArtifacts` calls.
+    pub add_artifacts: u64,
+    /// `ArtifactStatus` calls.
+    pub artifact_status: u64,
+    /// Calls of RPCs this server does not implement.
+    pub other: u64,
+}
+
+/// Retry-buffer occupancy of one execution. See [`TestServer::buffer_stats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BufferStats {
+    /// Responses buffered now: sent ones kept for reattach, plus produced
+    /// ones not sent yet (the producer runs up to 256 responses ahead).
+    pub buffered: usize,
+    /// Of those, responses already sent: neither released by the client
+    /// (`release_until`) nor evicted by the retry-buffer limit yet.
+    pub sent_buffered: usize,
+    /// Encoded bytes of all buffered responses.
+    pub buffered_bytes: u64,
+    /// Most `sent_buffered` seen so far, checked after every send.
+    pub max_sent_buffered: usize,
+    /// Most `buffered` seen so far.
+    pub max_buffered: usize,
+}
+
+/// What one `AddArtifacts` call carried and stored. See
+/// [`TestServer::upload_calls`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct UploadCall {
+    /// The session of its first request (empty when none arrived).
+    pub session_id: String,
+    /// Request messages read.
+    pub messages: u64,
+    /// Artifact data bytes read (chunk payloads, as received).
+    pub bytes: u64,
+    /// The names it wrote into the session, in order (none when the stream
+    /// was cut, failed, or only carried CRC failures).
+    pub stored: Vec<String>,
+}
+
+/// The request metadata (headers) of one call, in arrival order.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct RecordedCall {
+    /// Which RPC was called.
+    pub rpc: Rpc,
+    /// Its request metadata (e.g. `authorization`, `user-agent`, custom keys).
+    pub metadata: MetadataMap,
+}
+
+/// An embedded Spark Connect server on `127.0.0.1` with an ephemeral port.
+///
+/// See the [module docs](super) for what it implements. Dropping it stops
+/// the server (in the background); [`shutdown`](Self::shutdown) waits.
+#[derive(Debug)]
+pub struct TestServer {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    shutdown_tx: Option<oneshot::Sender<()>>,
+    serve: Option<JoinHandle<()>>,
+}
+
+impl TestServer {
+    /// Starts a server with default settings.
+    pub async fn start() -> io::Result<TestServer> {
+        TestServerBuilder::default().start().await
+    }
+
+    /// A builder to change the defaults.
+    pub fn builder() -> TestServerBuilder {
+        TestServerBuilder::default()
+    }
+
+    pub(super) async fn start_with(settings: Settings) -> io::Result<TestServer> {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+        let addr = listener.local_addr()?;
+        let (stopping, _) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            settings,
+            server_side_session_id: Mutex::new(uuid::Uuid::new_v4().to_string()),
+            state: Mutex::new(State::default()),
+            faults: FaultScript::default(),
+            counters: Counters::default(),
+            log: Mutex::new(Log::default()),
+            connections: Connections::default(),
+            stopping,
+        });
+        let svc = SparkConnectServiceServer::new(Service {
+            shared: shared.clone(),
+        })
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let conns = shared.clone();
+        let incoming = TcpListenerStream::new(listener)
+            .map(move |r| r.map(|s| KillableTcp::new(s, &conns.connections)));
+        let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
+        let serve = tokio::spawn(async move {
+            let result = tonic::transport::Server::builder()
+                .add_service(svc)
+                .serve_with_incoming_shutdown(incoming, async {
+                    let _ = shutdown_rx.await;
+                })
+                .await;
+            if let Err(e) = result {
+                tracing::warn!(error = %e, "spark-connect-retry test server stopped with an error");
+            }
+        });
+        Ok(TestServer {
+            addr,
+            shared,
+            shutdown_tx: Some(shutdown_tx),
+            serve: Some(serve),
+        })
+    }
+
+    /// The bound socket address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT`, for `tonic::transport::Endpoint`.
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// `sc://127.0.0.1:PORT`, a Spark Connect connection string.
+    pub fn remote(&self) -> String {
+        format!("sc://{}", self.addr)
+    }
+
+    /// The fault script: push faults here.
+    pub fn faults(&self) -> &FaultScript {
+        &self.shared.faults
+    }
+
+    /// Per-RPC call counters.
+    pub fn calls(&self) -> CallCounts {
+        let c = &self.shared.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::SeqCst);
+        CallCounts {
+            execute: get(&c.execute),
+            reattach: get(&c.reattach),
+            release_until: get(&c.release_until),
+            release_all: get(&c.release_all),
+            config: get(&c.config),
+            analyze: get(&c.analyze),
+            interrupt: get(&c.interrupt),
+            release_session: get(&c.release_session),
+            fetch_error_details: get(&c.fetch_error_details),
+            add_artifacts: get(&c.add_artifacts),
+            artifact_status: get(&c.artifact_status),
+            other: get(&c.other),
+        }
+    }
+
+    /// The operation ids still registered (not released, and for
+    /// non-reattachable executions not yet finished), sorted.
+    pub fn live_executions(&self) -> Vec<String> {
+        let st = lock(&self.shared.state);
+        let mut ids: Vec<String> = st
+            .sessions
+            .values()
+            .flat_map(|s| s.ops.keys().cloned())
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    /// Retry-buffer occupancy of a registered execution (`None` once it was
+    /// released or never existed). Lets benchmarks and tests check that the
+    /// client's releases keep the server's buffer bounded.
+    pub fn buffer_stats(&self, operation_id: &str) -> Option<BufferStats> {
+        let op = {
+            let st = lock(&self.shared.state);
+            st.sessions
+                .values()
+                .find_map(|s| s.ops.get(operation_id).cloned())?
+        };
+        let st = lock(&op.state);
+        Some(BufferStats {
+            buffered: st.buffer.len(),
+            sent_buffered: st.sent_buffered(),
+            buffered_bytes: st.buffer.values().map(|(_, size)| size).sum(),
+            max_sent_buffered: st.max_sent_buffered,
+            max_buffered: st.max_buffered,
+        })
+    }
+
+    /// The server-side session id set on every response.
+    pub fn server_side_session_id(&self) -> String {
+        self.shared.ssid()
+    }
+
+    /// Replaces the server-side session id and returns the new one. Later
+    /// responses carry it, and requests that still carry the old one in
+    /// `client_observed_server_side_session_id` fail with
+    /// `INVALID_HANDLE.SESSION_CHANGED`. Sessions and executions survive;
+    /// see [`simulate_restart`](Self::simulate_restart) for a full restart.
+    pub fn rotate_server_side_session_id(&self) -> String {
+        let id = uuid::Uuid::new_v4().to_string();
+        *lock(&self.shared.server_side_session_id) = id.clone();
+        id
+    }
+
+    /// Simulates a server restart: every open connection is reset (TCP RST),
+    /// the server-side session id changes, and every session and execution
+    /// is forgotten. Later reattaches get `INVALID_HANDLE.SESSION_NOT_FOUND`,
+    /// and requests carrying the old id in
+    /// `client_observed_server_side_session_id` get
+    /// `INVALID_HANDLE.SESSION_CHANGED`. Returns the new id.
+    pub fn simulate_restart(&self) -> String {
+        self.reset_connections();
+        let id = self.rotate_server_side_session_id();
+        let ops: Vec<Arc<Operation>> = {
+            let mut st = lock(&self.shared.state);
+            st.errors.clear();
+            st.closed.clear();
+            st.sessions
+                .drain()
+                .flat_map(|(_, s)| s.ops.into_values())
+                .collect()
+        };
+        for op in ops {
+            op.fail(SparkException::operation_canceled().to_status(None));
+            op.close();
+        }
+        id
+    }
+
+    /// Resets (TCP RST) every open client connection now. Returns how many.
+    pub fn reset_connections(&self) -> usize {
+        self.shared.connections.kill_all()
+    }
+
+    /// The metadata of every call so far, in arrival order.
+    pub fn recorded_calls(&self) -> Vec<RecordedCall> {
+        lock(&self.shared.log).calls.clone()
+    }
+
+    /// The metadata of the last call of `rpc` ([`Rpc::Any`]: of any call).
+    pub fn last_metadata(&self, rpc: Rpc) -> Option<MetadataMap> {
+        lock(&self.shared.log)
+            .calls
+            .iter()
+            .rev()
+            .find(|c| rpc == Rpc::Any || c.rpc == rpc)
+            .map(|c| c.metadata.clone())
+    }
+
+    /// Every ExecutePlan request that passed auth and the fault script.
+    pub fn execute_requests(&self) -> Vec<proto::ExecutePlanRequest> {
+        lock(&self.shared.log).execute.clone()
+    }
+
+    /// The last ExecutePlan request that passed auth and the fault script.
+    pub fn last_execute_request(&self) -> Option<proto::ExecutePlanRequest> {
+        lock(&self.shared.log).execute.last().cloned()
+    }
+
+    /// Every ReattachExecute request that passed auth and the fault script.
+    pub fn reattach_requests(&self) -> Vec<proto::ReattachExecuteRequest> {
+        lock(&self.shared.log).reattach.clone()
+    }
+
+    /// The last ReattachExecute request that passed auth and the fault script.
+    pub fn last_reattach_request(&self) -> Option<proto::ReattachExecuteRequest> {
+        lock(&self.shared.log).reattach.last().cloned()
+    }
+
+    /// Every ReleaseExecute request that passed auth and the fault script.
+    pub fn release_requests(&self) -> Vec<proto::ReleaseExecuteRequest> {
+        lock(&self.shared.log).release.clone()
+    }
+
+    /// The last ReleaseExecute request that passed auth and the fault script.
+    pub fn last_release_request(&self) -> Option<proto::ReleaseExecuteRequest> {
+        lock(&self.shared.log).release.last().cloned()
+    }
+
+    /// Every `AddArtifacts` call that passed auth and the fault script, in
+    /// arrival order (recorded when the server is done reading it): what it
+    /// carried and what it stored.
+    pub fn upload_calls(&self) -> Vec<UploadCall> {
+        lock(&self.shared.log).uploads.clone()
+    }
+
+    /// The artifacts a live session holds: name → bytes.
+    pub fn artifacts(&self, session_id: &str) -> BTreeMap<String, bytes::Bytes> {
+        lock(&self.shared.state)
+            .sessions
+            .get(session_id)
+            .map(|s| s.artifacts.files.clone())
+            .unwrap_or_default()
+    }
+
+    /// One artifact of a live session.
+    pub fn artifact(&self, session_id: &str, name: &str) -> Option<bytes::Bytes> {
+        self.shared.artifact(session_id, name)
+    }
+
+    /// How many times a session's artifact was written (stored, or replaced
+    /// by a later upload of the same `cache/` name): 1 after an upload that
+    /// happened exactly once, whatever was retried.
+    pub fn artifact_writes(&self, session_id: &str, name: &str) -> u64 {
+        lock(&self.shared.state)
+            .sessions
+            .get(session_id)
+            .and_then(|s| s.artifacts.writes.get(name).copied())
+            .unwrap_or(0)
+    }
+
+    /// The config of a live session (what `Config.set` stored).
+    pub fn session_config(&self, session_id: &str) -> Option<BTreeMap<String, String>> {
+        lock(&self.shared.state)
+            .sessions
+            .get(session_id)
+            .map(|s| s.conf.clone())
+    }
+
+    fn signal_stop(&mut self) {
+        self.shared.stopping.send_replace(true);
+        if let Some(tx) = self.shutdown_tx.take() {
+            let _ = tx.send(());
+        }
+    }
+
+    /// Stops the server: ends every open stream (stalled ones too), stops
+    /// accepting, and waits up to 2 s for open connections to drain before
+    /// dropping the accept loop.
+    pub async fn shutdown(mut self) {
+        self.signal_stop();
+        if let Some(serve) = self.serve.take() {
+            let abort = serve.abort_handle();
+            if tokio::time::timeout(Duration::from_secs(2), serve)
+                .await
+                .is_err()
+            {
+                abort.abort();
+            }
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.signal_stop();
+    }
+}

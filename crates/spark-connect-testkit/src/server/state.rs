@@ -1,0 +1,214 @@
+//! The state the service, the executions and the handle share: settings,
+//! sessions and their executions, the errors FetchErrorDetails serves, call
+//! counters and the request log.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::watch;
+use tonic::Status;
+
+use super::Settings;
+use super::buffer::Operation;
+use super::handle::{RecordedCall, UploadCall};
+use super::store::Artifacts;
+use crate::conn::Connections;
+use crate::error::SparkException;
+use crate::faults::{FaultScript, lock};
+use crate::plan::{Catalog, Source, View, Work};
+use crate::views;
+use spark_connect_retry::proto;
+
+#[derive(Debug, Default)]
+pub(super) struct Counters {
+    pub(super) execute: AtomicU64,
+    pub(super) reattach: AtomicU64,
+    pub(super) release_until: AtomicU64,
+    pub(super) release_all: AtomicU64,
+    pub(super) config: AtomicU64,
+    pub(super) analyze: AtomicU64,
+    pub(super) interrupt: AtomicU64,
+    pub(super) release_session: AtomicU64,
+    pub(super) fetch_error_details: AtomicU64,
+    pub(super) add_artifacts: AtomicU64,
+    pub(super) artifact_status: AtomicU64,
+    pub(super) other: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct Log {
+    pub(super) calls: Vec<RecordedCall>,
+    pub(super) execute: Vec<proto::ExecutePlanRequest>,
+    pub(super) reattach: Vec<proto::ReattachExecuteRequest>,
+    pub(super) release: Vec<proto::ReleaseExecuteRequest>,
+    pub(super) uploads: Vec<UploadCall>,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct Session {
+    pub(super) conf: BTreeMap<String, String>,
+    pub(super) ops: HashMap<String, Arc<Operation>>,
+    pub(super) artifacts: Artifacts,
+    /// Temporary views: lower-cased name → the view's rows.
+    pub(super) views: HashMap<String, Source>,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct State {
+    pub(super) sessions: HashMap<String, Session>,
+    pub(super) closed: HashSet<String>,
+    /// errorId → (session id, error), served once by FetchErrorDetails.
+    pub(super) errors: HashMap<String, (String, SparkException)>,
+}
+
+#[derive(Debug)]
+pub(super) struct Shared {
+    pub(super) settings: Settings,
+    pub(super) server_side_session_id: Mutex<String>,
+    pub(super) state: Mutex<State>,
+    pub(super) faults: FaultScript,
+    pub(super) counters: Counters,
+    pub(super) log: Mutex<Log>,
+    pub(super) connections: Connections,
+    pub(super) stopping: watch::Sender<bool>,
+}
+
+impl Shared {
+    pub(super) fn ssid(&self) -> String {
+        lock(&self.server_side_session_id).clone()
+    }
+
+    /// A Spark-encoded status; when the session exists the error gets an
+    /// `errorId` that FetchErrorDetails serves once.
+    pub(super) fn spark_status(&self, err: &SparkException, session_id: Option<&str>) -> Status {
+        let id = session_id.and_then(|sid| {
+            let mut st = lock(&self.state);
+            st.sessions.contains_key(sid).then(|| {
+                let id = uuid::Uuid::new_v4().to_string();
+                st.errors.insert(id.clone(), (sid.to_owned(), err.clone()));
+                id
+            })
+        });
+        err.to_status(id.as_deref())
+    }
+
+    fn check_observed(&self, session_id: &str, observed: Option<&str>) -> Result<(), Status> {
+        match observed {
+            Some(o) if o != self.ssid() => {
+                Err(self.spark_status(&SparkException::session_changed(session_id), None))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    pub(super) fn get_or_create_session(
+        &self,
+        session_id: &str,
+        observed: Option<&str>,
+    ) -> Result<(), Status> {
+        if uuid::Uuid::parse_str(session_id).is_err() {
+            return Err(SparkException::invalid_handle_format(session_id).to_status(None));
+        }
+        {
+            let mut st = lock(&self.state);
+            if st.closed.contains(session_id) {
+                return Err(SparkException::session_closed(session_id).to_status(None));
+            }
+            st.sessions.entry(session_id.to_owned()).or_default();
+        }
+        self.check_observed(session_id, observed)
+    }
+
+    pub(super) fn lookup_session(
+        &self,
+        session_id: &str,
+        observed: Option<&str>,
+    ) -> Result<(), Status> {
+        {
+            let st = lock(&self.state);
+            if st.closed.contains(session_id) {
+                return Err(SparkException::session_closed(session_id).to_status(None));
+            }
+            if !st.sessions.contains_key(session_id) {
+                return Err(SparkException::session_not_found(session_id).to_status(None));
+            }
+        }
+        self.check_observed(session_id, observed)
+    }
+
+    /// The bytes of an artifact of a live session.
+    pub(super) fn artifact(&self, session_id: &str, name: &str) -> Option<bytes::Bytes> {
+        lock(&self.state)
+            .sessions
+            .get(session_id)
+            .and_then(|s| s.artifacts.files.get(name).cloned())
+    }
+
+    /// The work a plan of this session asks for (its cached local relations
+    /// are looked up among the session's artifacts, table names among its
+    /// temporary views).
+    pub(super) fn parse_plan(
+        &self,
+        session_id: &str,
+        plan: Option<&proto::Plan>,
+    ) -> Result<Work, SparkException> {
+        let cache = |name: &str| self.artifact(session_id, name);
+        let view = |name: &str| {
+            lock(&self.state)
+                .sessions
+                .get(session_id)
+                .and_then(|s| s.views.get(&views::key(name)).cloned())
+        };
+        let session_uuid = self.ssid();
+        let catalog = Catalog {
+            cache: &cache,
+            views: &view,
+            session_uuid: &session_uuid,
+        };
+        crate::plan::parse_plan(plan, &catalog)
+    }
+
+    /// Registers a temporary view in a live session.
+    pub(super) fn create_view(&self, session_id: &str, view: View) -> Result<(), SparkException> {
+        let mut st = lock(&self.state);
+        let session = st
+            .sessions
+            .get_mut(session_id)
+            .ok_or_else(|| SparkException::session_closed(session_id))?;
+        views::register(&mut session.views, view)
+    }
+
+    pub(super) fn find_op(&self, session_id: &str, op_id: &str) -> Option<Arc<Operation>> {
+        lock(&self.state)
+            .sessions
+            .get(session_id)
+            .and_then(|s| s.ops.get(op_id).cloned())
+    }
+
+    pub(super) fn remove_op(&self, op: &Operation) {
+        let mut st = lock(&self.state);
+        if let Some(s) = st.sessions.get_mut(&op.session_id)
+            && s.ops
+                .get(&op.id)
+                .is_some_and(|o| std::ptr::eq(Arc::as_ptr(o), op))
+        {
+            s.ops.remove(&op.id);
+        }
+    }
+
+    pub(super) fn canceled_status(&self, session_id: &str) -> Status {
+        self.spark_status(&SparkException::operation_canceled(), Some(session_id))
+    }
+
+    /// Cancels (if still running) and disconnects these executions.
+    pub(super) fn close_ops(&self, ops: Vec<Arc<Operation>>) {
+        for op in ops {
+            if op.is_running() {
+                let status = self.canceled_status(&op.session_id);
+                op.fail(status);
+            }
+            op.close();
+        }
+    }
+}

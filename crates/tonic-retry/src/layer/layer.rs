@@ -1,0 +1,357 @@
+//! [`RetryLayer`]: what to retry, per method, and the tower `Layer` impl.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::config::ServiceConfig;
+use super::hedge::{HedgingError, HedgingPolicy};
+use super::service::RetryService;
+use super::stats::RetryStats;
+use super::throttle::RetryThrottle;
+use crate::retrying::Retrying;
+
+/// Default cap on a request body kept for replay: 1 MiB per call (grpc-java's per-RPC figure).
+pub const DEFAULT_MAX_REQUEST_BUFFER: usize = 1 << 20;
+/// Default cap on a unary response body buffered to read its status: 4 MiB.
+pub const DEFAULT_MAX_RESPONSE_BUFFER: usize = 4 << 20;
+
+/// How the layer finds a response's gRPC status before committing to it
+/// (see the [module docs](super)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ResponseKind {
+    /// Decide per response: buffer the first message; trailers next means
+    /// unary (status known, retry possible), a second message means a
+    /// stream (committed). Holds a stream's first message until its second
+    /// begins, so name streaming methods when known.
+    #[default]
+    Auto,
+    /// One response message: buffer it and the trailers (up to the response cap).
+    Unary,
+    /// A server stream: retried only until its first message (gRFC A6 commit rule).
+    ServerStreaming,
+}
+
+/// Per-method retry settings, keyed by gRPC path (`/package.Service/Method`).
+#[derive(Debug, Clone)]
+pub struct MethodConfig {
+    idempotent: bool,
+    retry: bool,
+    kind: ResponseKind,
+    timeout: Option<Duration>,
+    retrying: Option<Retrying>,
+    hedging: Option<HedgingPolicy>,
+}
+
+impl Default for MethodConfig {
+    /// Not idempotent, [`ResponseKind::Auto`], retried under the layer's policies.
+    fn default() -> Self {
+        MethodConfig {
+            idempotent: false,
+            retry: true,
+            kind: ResponseKind::Auto,
+            timeout: None,
+            retrying: None,
+            hedging: None,
+        }
+    }
+}
+
+impl MethodConfig {
+    /// A method safe to run twice: any failure the policy accepts is replayed.
+    pub fn idempotent() -> Self {
+        MethodConfig {
+            idempotent: true,
+            ..Self::default()
+        }
+    }
+    /// A method that must not run twice: replayed only after failures that
+    /// show the server did not start it (see the [module docs](super)).
+    pub fn non_idempotent() -> Self {
+        Self::default()
+    }
+    /// Never retried and never buffered: for bidirectional streams, whose
+    /// request body may wait on the responses.
+    pub fn passthrough() -> Self {
+        MethodConfig {
+            retry: false,
+            ..Self::default()
+        }
+    }
+    /// Set how the response status is found.
+    pub fn with_kind(mut self, kind: ResponseKind) -> Self {
+        self.kind = kind;
+        self
+    }
+    /// The method's deadline across attempts, when the caller sets none
+    /// shorter (a service config's `timeout`).
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+    /// Policies for this method instead of the layer's.
+    pub fn with_retrying(mut self, retrying: Retrying) -> Self {
+        self.retrying = Some(retrying);
+        self
+    }
+    /// Hedge the method instead of retrying it (gRFC A6; see
+    /// [`hedge`](super::hedge)). Hedging runs a call more than once on
+    /// purpose, so a method that is not idempotent (or is passed through)
+    /// is a [`HedgingError::NotIdempotent`].
+    pub fn with_hedging(mut self, policy: HedgingPolicy) -> Result<Self, HedgingError> {
+        if !self.idempotent || !self.retry {
+            return Err(HedgingError::NotIdempotent("this method".to_owned()));
+        }
+        self.hedging = Some(policy);
+        Ok(self)
+    }
+    /// The method's hedging policy, if it is hedged.
+    pub fn hedging(&self) -> Option<&HedgingPolicy> {
+        self.hedging.as_ref()
+    }
+    /// Whether the method is idempotent.
+    pub fn is_idempotent(&self) -> bool {
+        self.idempotent
+    }
+    /// Whether the method is retried at all.
+    pub fn is_retried(&self) -> bool {
+        self.retry
+    }
+    /// How the response status is found.
+    pub fn kind(&self) -> ResponseKind {
+        self.kind
+    }
+    /// The method's own deadline, if set.
+    pub fn timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+    /// The method's own policies, if set.
+    pub fn retrying(&self) -> Option<&Retrying> {
+        self.retrying.as_ref()
+    }
+}
+
+/// Everything a [`RetryService`] shares with its clones.
+#[derive(Debug, Clone)]
+pub(crate) struct Shared {
+    pub(crate) retrying: Retrying,
+    /// By full path, then by service name (gRFC A6's service-wide entries).
+    methods: HashMap<String, MethodConfig>,
+    services: HashMap<String, MethodConfig>,
+    default_method: MethodConfig,
+    pub(crate) max_request_buffer: usize,
+    pub(crate) max_response_buffer: usize,
+    pub(crate) default_deadline: Option<Duration>,
+    pub(crate) per_attempt_timeout: Option<Duration>,
+    pub(crate) throttle: Option<Arc<RetryThrottle>>,
+    pub(crate) stats: RetryStats,
+}
+
+impl Shared {
+    /// The settings for `path`: the method's, else its service's, else the default.
+    pub(crate) fn method(&self, path: &str) -> &MethodConfig {
+        if let Some(m) = self.methods.get(path) {
+            return m;
+        }
+        if !self.services.is_empty() {
+            let (service, _) = super::decide::split_path(path);
+            if let Some(m) = self.services.get(service) {
+                return m;
+            }
+        }
+        &self.default_method
+    }
+}
+
+/// A tower layer that retries gRPC calls; see the [module docs](super).
+///
+/// Build it, then `ServiceBuilder::new().layer(layer).service(channel)`;
+/// every service it builds (and every clone of those) shares the token
+/// bucket and the [`stats`](Self::stats).
+#[derive(Debug, Clone)]
+pub struct RetryLayer {
+    shared: Arc<Shared>,
+}
+
+impl RetryLayer {
+    /// A layer over `retrying`'s policies, with the defaults: every method
+    /// non-idempotent and [`ResponseKind::Auto`], 1 MiB request buffer, 4 MiB
+    /// response buffer, no default deadline, no per-attempt timeout, no
+    /// throttling.
+    pub fn new(retrying: Retrying) -> Self {
+        RetryLayer {
+            shared: Arc::new(Shared {
+                retrying,
+                methods: HashMap::new(),
+                services: HashMap::new(),
+                default_method: MethodConfig::default(),
+                max_request_buffer: DEFAULT_MAX_REQUEST_BUFFER,
+                max_response_buffer: DEFAULT_MAX_RESPONSE_BUFFER,
+                default_deadline: None,
+                per_attempt_timeout: None,
+                throttle: None,
+                stats: RetryStats::default(),
+            }),
+        }
+    }
+
+    /// For any gRPC service, as gRFC A6 specifies: each method named in
+    /// `config` with a `retryPolicy` is retried only on the codes it lists,
+    /// at most `maxAttempts` times in all, with A6's backoff; its `timeout`
+    /// is its deadline. Methods without a `retryPolicy`, and methods the
+    /// config does not name, are not retried. `retryThrottling` becomes the
+    /// token bucket. The
+    /// sleeper, clock and jitter come from `base`, whose policies are not
+    /// used.
+    ///
+    /// A method with a `retryPolicy` counts as idempotent: the
+    /// configuration's author chose the codes that are safe to retry for it.
+    /// A method with a `hedgingPolicy` is hedged, and idempotent for the
+    /// same reason.
+    pub fn from_service_config(config: &ServiceConfig, base: Retrying) -> Self {
+        let mut layer = Self::new(base.clone().with_policies(Vec::new()));
+        for entry in config.method_configs() {
+            let mut method = match (entry.retry_policy(), entry.hedging_policy()) {
+                (Some(policy), _) => MethodConfig::idempotent()
+                    .with_retrying(base.clone().with_policies(vec![policy.clone()])),
+                (None, Some(policy)) => MethodConfig {
+                    hedging: Some(policy.clone()),
+                    ..MethodConfig::idempotent()
+                },
+                (None, None) => MethodConfig::non_idempotent(),
+            };
+            method.timeout = entry.timeout();
+            for name in entry.names() {
+                layer = match (name.service(), name.method()) {
+                    (None, _) => layer.default_method(method.clone()),
+                    (Some(s), None) => layer.service(s, method.clone()),
+                    (Some(s), Some(m)) => layer.method(format!("/{s}/{m}"), method.clone()),
+                };
+            }
+        }
+        if let Some(t) = config.retry_throttling() {
+            layer = layer.throttle(t);
+        }
+        layer
+    }
+
+    fn edit(mut self, f: impl FnOnce(&mut Shared)) -> Self {
+        // Builders run before any service exists, so the Arc is unique; if
+        // a service already shares it, the layer gets its own copy (with
+        // fresh stats) and the service is unaffected.
+        if Arc::get_mut(&mut self.shared).is_none() {
+            let mut copy = (*self.shared).clone();
+            copy.stats = RetryStats::default();
+            self.shared = Arc::new(copy);
+        }
+        if let Some(s) = Arc::get_mut(&mut self.shared) {
+            f(s);
+        }
+        self
+    }
+
+    /// Settings for one method, by gRPC path (`/package.Service/Method`).
+    pub fn method(self, path: impl Into<String>, config: MethodConfig) -> Self {
+        let path = path.into();
+        self.edit(|s| {
+            s.methods.insert(path, config);
+        })
+    }
+    /// Hedge the method at `path` (`/package.Service/Method`) with `policy`,
+    /// keeping the rest of the settings that apply to it. A method that is
+    /// not idempotent is a [`HedgingError::NotIdempotent`] naming `path`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tonic_retry::layer::{HedgingError, HedgingPolicy, MethodConfig, RetryLayer};
+    /// use tonic_retry::retrying::Retrying;
+    ///
+    /// let policy = HedgingPolicy::new(3, Duration::from_millis(5)).unwrap();
+    /// let path = "/kv.Store/Get";
+    /// let layer = RetryLayer::new(Retrying::default())
+    ///     .method(path, MethodConfig::idempotent())
+    ///     .hedge(path, policy.clone())?;
+    /// assert_eq!(layer.method_config(path).hedging(), Some(&policy));
+    /// let exec = "/kv.Store/Put"; // unknown methods are not idempotent
+    /// let err = layer.hedge(exec, policy).unwrap_err();
+    /// assert_eq!(err, HedgingError::NotIdempotent(exec.to_owned()));
+    /// # Ok::<(), HedgingError>(())
+    /// ```
+    pub fn hedge(
+        self,
+        path: impl Into<String>,
+        policy: HedgingPolicy,
+    ) -> Result<Self, HedgingError> {
+        let path = path.into();
+        let config = self
+            .method_config(&path)
+            .clone()
+            .with_hedging(policy)
+            .map_err(|_| HedgingError::NotIdempotent(path.clone()))?;
+        Ok(self.method(path, config))
+    }
+    /// Settings for every method of a service (`package.Service`) not named
+    /// with [`method`](Self::method).
+    pub fn service(self, service: impl Into<String>, config: MethodConfig) -> Self {
+        let service = service.into();
+        self.edit(|s| {
+            s.services.insert(service, config);
+        })
+    }
+    /// Settings for methods named nowhere else.
+    pub fn default_method(self, config: MethodConfig) -> Self {
+        self.edit(|s| s.default_method = config)
+    }
+    /// Cap on the request body kept for replay (default 1 MiB). Bigger
+    /// requests are sent once, unretried.
+    pub fn max_request_buffer(self, bytes: usize) -> Self {
+        self.edit(|s| s.max_request_buffer = bytes)
+    }
+    /// Cap on a unary response buffered to read its status (default 4 MiB).
+    /// A bigger response is committed: delivered as is, never retried.
+    pub fn max_response_buffer(self, bytes: usize) -> Self {
+        self.edit(|s| s.max_response_buffer = bytes)
+    }
+    /// Deadline across attempts for methods without their own timeout. A
+    /// request's `grpc-timeout` wins when it is shorter. Any duration is
+    /// accepted: one past the clock's range means no deadline.
+    pub fn default_deadline(self, d: Duration) -> Self {
+        self.edit(|s| s.default_deadline = Some(d))
+    }
+    /// Timeout of each attempt; each attempt's `grpc-timeout` is
+    /// `min(per_attempt, time left overall)`.
+    pub fn per_attempt_timeout(self, d: Duration) -> Self {
+        self.edit(|s| s.per_attempt_timeout = Some(d))
+    }
+    /// gRFC A6 throttling with this token bucket, shared by every service
+    /// the layer builds; pass an `Arc` to share one bucket across layers
+    /// (e.g. one per server).
+    pub fn throttle(self, throttle: impl Into<Arc<RetryThrottle>>) -> Self {
+        let t = throttle.into();
+        self.edit(|s| s.throttle = Some(t))
+    }
+    /// The token bucket, if throttling is on.
+    pub fn throttle_handle(&self) -> Option<Arc<RetryThrottle>> {
+        self.shared.throttle.clone()
+    }
+    /// The counters shared by every service this layer builds.
+    pub fn stats(&self) -> RetryStats {
+        self.shared.stats.clone()
+    }
+    /// The layer's policies.
+    pub fn retrying(&self) -> &Retrying {
+        &self.shared.retrying
+    }
+    /// The settings that apply to `path`.
+    pub fn method_config(&self, path: &str) -> &MethodConfig {
+        self.shared.method(path)
+    }
+}
+
+impl<S: Clone> tower::Layer<S> for RetryLayer {
+    type Service = RetryService<S>;
+    fn layer(&self, inner: S) -> Self::Service {
+        RetryService::new(inner, self.shared.clone())
+    }
+}

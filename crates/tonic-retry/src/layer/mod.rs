@@ -1,0 +1,138 @@
+//! Retries for any tonic client, as a tower layer.
+//!
+//! tonic has no retries, and its interceptors cannot add them: an
+//! interceptor sees a request once and never its response. A tower layer
+//! between the generated client and the `Channel` can: [`RetryLayer`] keeps
+//! the request body in memory, reads each response until its gRPC status
+//! is known, and sends the call again when the [policy](crate::policy)
+//! says so, the same policy core as the rest of the crate. Generated clients
+//! are used unchanged:
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use tower::ServiceBuilder;
+//! use tonic_retry::layer::{MethodConfig, ResponseKind, RetryLayer, RetryThrottle};
+//! use tonic_retry::retrying::Retrying;
+//!
+//! let channel = tonic::transport::Endpoint::from_static("http://127.0.0.1:50051")
+//!     .connect_lazy();
+//! let layer = RetryLayer::new(Retrying::default())
+//!     .method("/kv.Store/Get", MethodConfig::idempotent().with_kind(ResponseKind::Unary))
+//!     .per_attempt_timeout(Duration::from_secs(30))
+//!     .throttle(RetryThrottle::new(10, 0.1)?);
+//! let stats = layer.stats();
+//! // Any generated client: `StoreClient::new(ServiceBuilder::new().layer(layer).service(channel))`.
+//! let mut client = tonic::client::Grpc::new(ServiceBuilder::new().layer(layer).service(channel));
+//! # let _ = (&mut client, stats);
+//! # Ok(()) }
+//! ```
+//!
+//! Two constructors:
+//!
+//! * [`RetryLayer::new`]: the policies of a [`Retrying`](crate::retrying::Retrying)
+//!   (PySpark's classification by default: UNAVAILABLE, RetryInfo,
+//!   transport failures), with methods named one by one
+//!   ([`RetryLayer::method`], [`MethodConfig`]);
+//! * [`RetryLayer::from_service_config`]: for any gRPC service, from a
+//!   gRFC A6 service config ([`ServiceConfig::from_json`]): the codes it
+//!   names, as many attempts as it says, A6's backoff and throttling.
+//!
+//! # Which calls are replayed
+//!
+//! The layer decides after each attempt in one pure function,
+//! [`decide::decide`], whose module lists every rule in order. A method is
+//! idempotent or not ([`MethodConfig`]); **unknown methods are
+//! non-idempotent**, because a duplicated write is worse than a surfaced
+//! error.
+//!
+//! | failure | idempotent | non-idempotent |
+//! |---|---|---|
+//! | the request never reached the server (`FailureKind::Unprocessed`: refused connection, `REFUSED_STREAM`, GOAWAY `NO_ERROR`, canceled before it was written) | policy decides | policy decides |
+//! | a status with `grpc-retry-pushback-ms` ≥ 0 (the server asks for this retry) | policy decides | policy decides |
+//! | RESOURCE_EXHAUSTED with `google.rpc.RetryInfo` (rejected at admission) | policy decides | policy decides |
+//! | any other status (UNAVAILABLE, RetryInfo on other codes, …) | policy decides | never |
+//! | a transport failure after the request was written (a reset, …) | policy decides | never |
+//! | the attempt's own timeout | retried as UNAVAILABLE | never |
+//! | `grpc-retry-pushback-ms` negative or garbled | never (A6) | never |
+//!
+//! "Policy decides" means the first [`RetryPolicy`](crate::policy::RetryPolicy)
+//! of the method's [`Retrying`](crate::retrying::Retrying) that accepts the
+//! status, within its budget.
+//!
+//! The request body is buffered up to a cap (1 MiB by default,
+//! [`RetryLayer::max_request_buffer`]); a bigger request is sent once,
+//! never retried (counted as `passthrough_too_large`). A retry is possible
+//! only while the caller has seen nothing of the response, so each
+//! response is read until its status is known, or committed (handed on,
+//! never retried):
+//!
+//! | response | how the status is found | retryable? |
+//! |---|---|---|
+//! | trailers-only (`grpc-status` in the headers) | the headers | yes |
+//! | HTTP status ≠ 200 without `grpc-status` | gRPC's HTTP mapping (503 → UNAVAILABLE, …) | yes |
+//! | transport error from the channel | `Status::from_error`, source chain kept | yes |
+//! | body error before anything was delivered | the body's status | yes |
+//! | [`Unary`](ResponseKind::Unary): message then trailers | the trailers, the message buffered up to the response cap | yes, unless over the cap (committed) |
+//! | [`ServerStreaming`](ResponseKind::ServerStreaming) | committed at the first message (gRFC A6) | before data only |
+//! | [`Auto`](ResponseKind::Auto) | the first message is buffered; trailers next ⇒ unary; a second message ⇒ committed stream | unary: yes; stream: before data |
+//! | body ends without trailers | handed on (tonic reports the missing status) | no |
+//!
+//! # gRPC conventions
+//!
+//! * Retries carry `grpc-previous-rpc-attempts: N`.
+//! * Waits: `grpc-retry-pushback-ms` ≥ 0 exactly (the policy's budget is
+//!   still used and its backoff restarts, as in A6), else the policy's
+//!   backoff with `RetryInfo` as its floor.
+//! * Deadline across attempts: the smaller of the request's `grpc-timeout`
+//!   and the method's timeout (service config) or
+//!   [`RetryLayer::default_deadline`]. Each attempt's `grpc-timeout` is
+//!   `min(per-attempt timeout, time left)`. No retry is scheduled to start
+//!   at or past the deadline; when it expires during an attempt the caller
+//!   gets DEADLINE_EXCEEDED. Durations too large for the clock mean "none",
+//!   never a panic.
+//! * Throttling ([`RetryLayer::throttle`]): A6's token bucket, shared by
+//!   every clone; a throttled retry fails fast with the last status.
+//!
+//! # Hedging
+//!
+//! An idempotent method can be hedged instead of retried (gRFC A6
+//! `hedgingPolicy`: [`RetryLayer::hedge`], [`MethodConfig::with_hedging`],
+//! or a service config): copies of the call go out `hedgingDelay` apart
+//! and the first answer wins; the others are dropped, which resets their
+//! HTTP/2 streams. [`hedge`] lists the rules. A request over the buffer
+//! cap is sent once, as for retries; a server stream is committed by its
+//! first message.
+//!
+//! # Observability
+//!
+//! Each call runs in a `grpc_retry` debug span with OpenTelemetry's RPC
+//! fields: `rpc.system = "grpc"`, `rpc.service`, `rpc.method`, and
+//! `rpc.grpc.status_code` once the call ends. Each attempt logs one
+//! `grpc attempt` debug event with `rpc.service`, `rpc.method`, `attempt`
+//! (0 for the first), `rpc.grpc.status_code`, `wait_ms` for a retry, and
+//! `reason` ([`decide::Reason`]); a hedged call logs each hedge with
+//! `reason = "hedge"`, and the event that ends it names the attempt that
+//! `won`. [`RetryLayer::stats`] counts calls, attempts, retries, throttled
+//! and exhausted calls, and hedges sent, won and cancelled. Waits use the
+//! `Retrying`'s injected sleeper, so tests never sleep.
+
+mod attempt;
+mod body;
+mod config;
+pub mod decide;
+pub mod hedge;
+#[allow(clippy::module_inception)]
+mod layer;
+mod service;
+mod stats;
+mod throttle;
+
+pub use config::{MethodEntry, MethodName, ServiceConfig, ServiceConfigError};
+pub use hedge::{HedgingError, HedgingPolicy, MAX_HEDGED_ATTEMPTS};
+pub use layer::{
+    DEFAULT_MAX_REQUEST_BUFFER, DEFAULT_MAX_RESPONSE_BUFFER, MethodConfig, ResponseKind, RetryLayer,
+};
+pub use service::RetryService;
+pub use stats::{RetryStats, RetryStatsSnapshot};
+pub use throttle::{InvalidThrottle, MAX_TOKENS_LIMIT, RetryThrottle};

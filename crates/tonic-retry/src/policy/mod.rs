@@ -1,0 +1,477 @@
+//! Retry policies: which errors to retry, how many times, and how long to wait.
+//!
+//! A Spark Connect client meets transient failures all the time: a restarting
+//! server answers UNAVAILABLE, a preempted cursor reports
+//! `INVALID_CURSOR.DISCONNECTED`, a busy server asks for a pause with a
+//! `google.rpc.RetryInfo`, and tonic reports a reset connection as `Unknown`.
+//! Giving up on the first one loses a long query to a blip; retrying every
+//! error at once hammers a server that is trying to recover and repeats
+//! failures that will never succeed (a syntax error, a missing table). The
+//! client must tell the two apart, wait longer after each failure, honour the
+//! server's requested delay, and stop after a bounded time: the same way
+//! PySpark does, so a Rust client and a Python one load a server alike.
+//!
+//! A [`RetryPolicy`] is PySpark 4.3.0's `RetryPolicy` made into a value: a
+//! classifier that decides whether an error is retryable, a retry budget, and
+//! an exponential backoff with jitter and a server-delay floor.
+//! [`RetryPolicy::default()`] is PySpark's `DefaultPolicy`, to the millisecond:
+//!
+//! | parameter | default |
+//! |---|---|
+//! | `max_retries` | 15 |
+//! | `initial_backoff` | 50 ms |
+//! | `max_backoff` | 60 s |
+//! | `backoff_multiplier` | 4.0 |
+//! | `jitter` | 500 ms, added only when the wait is ≥ `min_jitter_threshold` |
+//! | `min_jitter_threshold` | 2 s |
+//! | `recognize_server_retry_delay` | true (`google.rpc.RetryInfo` is a floor) |
+//! | `max_server_retry_delay` | 10 min |
+//!
+//! With jitter 0 the waits are 50, 200, 800, 3 200, 12 800, 51 200 ms and then
+//! 60 000 ms nine times: 608 250 ms in total, over 16 attempts.
+//!
+//! The three concerns are kept apart, as in google-cloud-rust's gax:
+//! [`Classifier`] decides *whether* an error may be retried, [`RetryPolicy`]
+//! holds the budget and the backoff arithmetic, and throttling (a shared token
+//! bucket) lives in the tower layer. The loop that drives them is
+//! [`crate::retrying`]; its pure decision core, [`RetryState`], is shared by
+//! the retry loop, the reattachable stream and the tower layer.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tonic_retry::policy::{RetryPolicy, CodeClassifier};
+//!
+//! // A policy that only retries ABORTED, 3 times, 10 ms apart.
+//! let policy = RetryPolicy::builder()
+//!     .name("aborted")
+//!     .classifier(CodeClassifier::new([tonic::Code::Aborted]))
+//!     .max_retries(Some(3))
+//!     .initial_backoff(Duration::from_millis(10))
+//!     .max_backoff(None)
+//!     .build()
+//!     .unwrap();
+//! assert_eq!(policy.max_retries(), Some(3));
+//! ```
+
+mod classify;
+mod state;
+
+pub use classify::{
+    Classifier, CodeClassifier, DefaultClassifier, FailureKind, FnClassifier, classify_failure,
+};
+pub use state::{GiveUpReason, PolicyState, RetryDecision, RetryReason, RetryState};
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A retry policy: a classifier, a retry budget and a backoff schedule.
+///
+/// Build one with [`RetryPolicy::builder`]; [`RetryPolicy::default`] is
+/// PySpark 4.3.0's `DefaultPolicy`. Cloning is cheap. A policy holds no
+/// mutable state: each retry loop keeps its own [`PolicyState`], so budgets
+/// never carry over between calls.
+#[derive(Clone)]
+pub struct RetryPolicy {
+    name: Arc<str>,
+    max_retries: Option<u32>,
+    initial_backoff_ms: f64,
+    max_backoff_ms: Option<f64>,
+    backoff_multiplier: f64,
+    jitter_ms: f64,
+    min_jitter_threshold_ms: f64,
+    recognize_server_retry_delay: bool,
+    max_server_retry_delay_ms: Option<f64>,
+    jitter_factor: f64,
+    classifier: Arc<dyn Classifier>,
+}
+
+impl fmt::Debug for RetryPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RetryPolicy")
+            .field("name", &self.name)
+            .field("max_retries", &self.max_retries)
+            .field("initial_backoff_ms", &self.initial_backoff_ms)
+            .field("max_backoff_ms", &self.max_backoff_ms)
+            .field("backoff_multiplier", &self.backoff_multiplier)
+            .field("jitter_ms", &self.jitter_ms)
+            .field("min_jitter_threshold_ms", &self.min_jitter_threshold_ms)
+            .field(
+                "recognize_server_retry_delay",
+                &self.recognize_server_retry_delay,
+            )
+            .field("max_server_retry_delay_ms", &self.max_server_retry_delay_ms)
+            .field("jitter_factor", &self.jitter_factor)
+            .field("classifier", &self.classifier)
+            .finish()
+    }
+}
+
+impl Default for RetryPolicy {
+    /// PySpark 4.3.0's `DefaultPolicy`.
+    fn default() -> Self {
+        RetryPolicy {
+            name: Arc::from("DefaultPolicy"),
+            max_retries: Some(15),
+            initial_backoff_ms: 50.0,
+            max_backoff_ms: Some(60_000.0),
+            backoff_multiplier: 4.0,
+            jitter_ms: 500.0,
+            min_jitter_threshold_ms: 2_000.0,
+            recognize_server_retry_delay: true,
+            max_server_retry_delay_ms: Some(600_000.0),
+            jitter_factor: 0.0,
+            classifier: Arc::new(DefaultClassifier),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// A builder that starts from [`RetryPolicy::default`] (PySpark's `DefaultPolicy`).
+    pub fn builder() -> RetryPolicyBuilder {
+        RetryPolicyBuilder {
+            policy: RetryPolicy::default(),
+            error: None,
+        }
+    }
+
+    /// A builder that starts from PySpark's *base* `RetryPolicy` defaults:
+    /// unlimited retries, 1 s initial backoff, no maximum (so the wait never
+    /// grows), multiplier 1, no jitter, no server delay, and a classifier that
+    /// retries nothing.
+    pub fn base_builder() -> RetryPolicyBuilder {
+        RetryPolicyBuilder {
+            policy: RetryPolicy {
+                name: Arc::from("RetryPolicy"),
+                max_retries: None,
+                initial_backoff_ms: 1_000.0,
+                max_backoff_ms: None,
+                backoff_multiplier: 1.0,
+                jitter_ms: 0.0,
+                min_jitter_threshold_ms: 0.0,
+                recognize_server_retry_delay: false,
+                max_server_retry_delay_ms: None,
+                jitter_factor: 0.0,
+                classifier: Arc::new(FnClassifier::new("never", |_| false)),
+            },
+            error: None,
+        }
+    }
+
+    /// The policy's name (used in logs only).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// Maximum number of waits; `None` means unlimited. Attempts = 1 + max_retries.
+    pub fn max_retries(&self) -> Option<u32> {
+        self.max_retries
+    }
+    /// The first wait.
+    pub fn initial_backoff(&self) -> Duration {
+        ms_to_duration(self.initial_backoff_ms)
+    }
+    /// Cap on the computed backoff. `None` means the wait never grows (PySpark's quirk).
+    pub fn max_backoff(&self) -> Option<Duration> {
+        self.max_backoff_ms.map(ms_to_duration)
+    }
+    /// Growth factor between waits.
+    pub fn backoff_multiplier(&self) -> f64 {
+        self.backoff_multiplier
+    }
+    /// Upper bound of the uniform jitter added to waits at or above the threshold.
+    pub fn jitter(&self) -> Duration {
+        ms_to_duration(self.jitter_ms)
+    }
+    /// Waits below this value get no jitter.
+    pub fn min_jitter_threshold(&self) -> Duration {
+        ms_to_duration(self.min_jitter_threshold_ms)
+    }
+    /// Whether `google.rpc.RetryInfo.retry_delay` is used as a minimum wait.
+    pub fn recognize_server_retry_delay(&self) -> bool {
+        self.recognize_server_retry_delay
+    }
+    /// Cap on the delay a server may ask for.
+    pub fn max_server_retry_delay(&self) -> Option<Duration> {
+        self.max_server_retry_delay_ms.map(ms_to_duration)
+    }
+    /// The proportional jitter factor `f` (gRFC A6: 0.2): each wait is the
+    /// backoff times a uniform sample of `[1 - f, 1 + f)`; 0 when PySpark's
+    /// additive jitter applies instead.
+    pub fn jitter_factor(&self) -> f64 {
+        self.jitter_factor
+    }
+    /// The classifier deciding which errors this policy retries.
+    pub fn classifier(&self) -> &Arc<dyn Classifier> {
+        &self.classifier
+    }
+
+    /// Whether this policy's classifier accepts `status`.
+    pub fn can_retry(&self, status: &tonic::Status) -> bool {
+        self.classifier.can_retry(status)
+    }
+
+    /// A fresh per-loop state for this policy.
+    pub fn new_state(&self) -> PolicyState {
+        PolicyState::new(self.initial_backoff_ms)
+    }
+
+    /// PySpark's `next_attempt`: the next wait, or `None` when the budget is used up.
+    ///
+    /// `server_delay` is the `RetryInfo.retry_delay` of the error, if any;
+    /// `jitter_sample` must return a value uniformly distributed in `[0, 1)`
+    /// and is only called when jitter applies. The order of operations is
+    /// PySpark 4.3's, quirks included:
+    ///
+    /// 1. stop if `attempt >= max_retries`;
+    /// 2. `wait = next_wait`;
+    /// 3. only if `max_backoff` is set: `next_wait = min(max_backoff, wait * multiplier)`,
+    ///    from the un-floored wait, so a server delay never bends the sequence;
+    /// 4. if server delays are recognized: `wait = max(wait, min(delay, max_server_retry_delay))`;
+    /// 5. if `wait >= min_jitter_threshold`: `wait += jitter * sample`;
+    /// 6. truncate to whole milliseconds.
+    ///
+    /// With a [`proportional_jitter`](RetryPolicyBuilder::proportional_jitter)
+    /// factor `f` (gRFC A6, 2024 revision: `f = 0.2`), step 5 is instead
+    /// `wait *= 1 - f + 2 f sample`, applied before the server-delay floor of
+    /// step 4.
+    pub fn next_attempt(
+        &self,
+        state: &mut PolicyState,
+        server_delay: Option<Duration>,
+        jitter_sample: &mut dyn FnMut() -> f64,
+    ) -> Option<Duration> {
+        if let Some(max) = self.max_retries
+            && state.attempt >= max
+        {
+            return None;
+        }
+        state.attempt += 1;
+        let mut wait = state.next_wait_ms;
+        if let Some(max_backoff) = self.max_backoff_ms {
+            state.next_wait_ms = max_backoff.min(wait * self.backoff_multiplier);
+        }
+        if self.jitter_factor > 0.0 {
+            let sample = jitter_sample().clamp(0.0, 1.0);
+            wait *= 1.0 - self.jitter_factor + 2.0 * self.jitter_factor * sample;
+        }
+        if self.recognize_server_retry_delay
+            && let Some(delay) = server_delay
+        {
+            // PySpark: seconds*1000 + nanos/1e6, nanos truncated toward zero.
+            let mut d = delay.as_secs() as f64 * 1000.0 + f64::from(delay.subsec_millis());
+            if let Some(cap) = self.max_server_retry_delay_ms {
+                d = d.min(cap);
+            }
+            wait = wait.max(d);
+        }
+        if self.jitter_factor == 0.0 && wait >= self.min_jitter_threshold_ms && self.jitter_ms > 0.0
+        {
+            let sample = jitter_sample().clamp(0.0, 1.0);
+            wait += self.jitter_ms * sample;
+        }
+        Some(Duration::from_millis(wait.trunc().max(0.0) as u64))
+    }
+}
+
+fn ms_to_duration(ms: f64) -> Duration {
+    Duration::from_secs_f64(ms / 1000.0)
+}
+
+/// A policy parameter failed validation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InvalidPolicy {
+    field: &'static str,
+    value: f64,
+    reason: &'static str,
+}
+
+impl InvalidPolicy {
+    /// The name of the offending field, e.g. `"backoff_multiplier"`.
+    pub fn field(&self) -> &'static str {
+        self.field
+    }
+    /// The rejected value.
+    pub fn value(&self) -> f64 {
+        self.value
+    }
+}
+
+impl fmt::Display for InvalidPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invalid retry policy: `{}` = {} {}",
+            self.field, self.value, self.reason
+        )
+    }
+}
+
+impl std::error::Error for InvalidPolicy {}
+
+/// Builds a validated [`RetryPolicy`].
+///
+/// Millisecond setters (`*_ms`) take `f64`, as PySpark's keyword arguments
+/// do; negative, NaN or infinite values make [`build`](Self::build) fail with
+/// an [`InvalidPolicy`] naming the field.
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct RetryPolicyBuilder {
+    policy: RetryPolicy,
+    error: Option<InvalidPolicy>,
+}
+
+impl RetryPolicyBuilder {
+    fn check(&mut self, field: &'static str, value: f64, allow_zero: bool) -> bool {
+        let reason = if value.is_nan() {
+            Some("is not a number")
+        } else if value.is_infinite() {
+            Some("is not finite")
+        } else if value < 0.0 {
+            Some("is negative")
+        } else if !allow_zero && value == 0.0 {
+            Some("must be greater than zero")
+        } else {
+            None
+        };
+        match reason {
+            Some(reason) => {
+                if self.error.is_none() {
+                    self.error = Some(InvalidPolicy {
+                        field,
+                        value,
+                        reason,
+                    });
+                }
+                false
+            }
+            None => true,
+        }
+    }
+
+    /// The policy's name, for logs.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.policy.name = Arc::from(name.into());
+        self
+    }
+    /// The classifier deciding which errors are retried.
+    pub fn classifier(mut self, classifier: impl Classifier + 'static) -> Self {
+        self.policy.classifier = Arc::new(classifier);
+        self
+    }
+    /// A shared classifier.
+    pub fn classifier_arc(mut self, classifier: Arc<dyn Classifier>) -> Self {
+        self.policy.classifier = classifier;
+        self
+    }
+    /// Maximum number of retries (`None`: unlimited).
+    pub fn max_retries(mut self, max_retries: Option<u32>) -> Self {
+        self.policy.max_retries = max_retries;
+        self
+    }
+    /// The first wait.
+    pub fn initial_backoff(self, d: Duration) -> Self {
+        self.initial_backoff_ms(d.as_secs_f64() * 1000.0)
+    }
+    /// The first wait, in milliseconds.
+    pub fn initial_backoff_ms(mut self, ms: f64) -> Self {
+        if self.check("initial_backoff", ms, true) {
+            self.policy.initial_backoff_ms = ms;
+        }
+        self
+    }
+    /// Cap on the computed backoff; `None` freezes the wait at `initial_backoff`.
+    pub fn max_backoff(mut self, d: Option<Duration>) -> Self {
+        self.policy.max_backoff_ms = d.map(|d| d.as_secs_f64() * 1000.0);
+        self
+    }
+    /// Cap on the computed backoff, in milliseconds.
+    pub fn max_backoff_ms(mut self, ms: Option<f64>) -> Self {
+        match ms {
+            Some(ms) if self.check("max_backoff", ms, true) => {
+                self.policy.max_backoff_ms = Some(ms)
+            }
+            Some(_) => {}
+            None => self.policy.max_backoff_ms = None,
+        }
+        self
+    }
+    /// Growth factor (unitless). Must be finite and greater than zero.
+    pub fn backoff_multiplier(mut self, m: f64) -> Self {
+        if self.check("backoff_multiplier", m, false) {
+            self.policy.backoff_multiplier = m;
+        }
+        self
+    }
+    /// Upper bound of the uniform jitter.
+    pub fn jitter(self, d: Duration) -> Self {
+        self.jitter_ms(d.as_secs_f64() * 1000.0)
+    }
+    /// Upper bound of the uniform jitter, in milliseconds.
+    pub fn jitter_ms(mut self, ms: f64) -> Self {
+        if self.check("jitter", ms, true) {
+            self.policy.jitter_ms = ms;
+        }
+        self
+    }
+    /// Waits below this value get no jitter.
+    pub fn min_jitter_threshold(self, d: Duration) -> Self {
+        self.min_jitter_threshold_ms(d.as_secs_f64() * 1000.0)
+    }
+    /// Waits below this value (ms) get no jitter.
+    pub fn min_jitter_threshold_ms(mut self, ms: f64) -> Self {
+        if self.check("min_jitter_threshold", ms, true) {
+            self.policy.min_jitter_threshold_ms = ms;
+        }
+        self
+    }
+    /// Use `google.rpc.RetryInfo.retry_delay` as a minimum wait.
+    pub fn recognize_server_retry_delay(mut self, yes: bool) -> Self {
+        self.policy.recognize_server_retry_delay = yes;
+        self
+    }
+    /// Cap on the delay a server may ask for (`None`: uncapped).
+    pub fn max_server_retry_delay(mut self, d: Option<Duration>) -> Self {
+        self.policy.max_server_retry_delay_ms = d.map(|d| d.as_secs_f64() * 1000.0);
+        self
+    }
+    /// Cap on the delay a server may ask for, in milliseconds.
+    pub fn max_server_retry_delay_ms(mut self, ms: Option<f64>) -> Self {
+        match ms {
+            Some(ms) if self.check("max_server_retry_delay", ms, true) => {
+                self.policy.max_server_retry_delay_ms = Some(ms)
+            }
+            Some(_) => {}
+            None => self.policy.max_server_retry_delay_ms = None,
+        }
+        self
+    }
+
+    /// Proportional jitter, as gRFC A6 (2024 revision) specifies with
+    /// `factor = 0.2`: each wait is the backoff times a uniform sample of
+    /// `[1 - factor, 1 + factor)`. A factor above 0 replaces the additive
+    /// [`jitter`](Self::jitter); it must be in `0..=1`.
+    pub fn proportional_jitter(mut self, factor: f64) -> Self {
+        if self.check("proportional_jitter", factor, true) {
+            if factor > 1.0 {
+                if self.error.is_none() {
+                    self.error = Some(InvalidPolicy {
+                        field: "proportional_jitter",
+                        value: factor,
+                        reason: "must be at most 1",
+                    });
+                }
+            } else {
+                self.policy.jitter_factor = factor;
+            }
+        }
+        self
+    }
+
+    /// Validate and build. The first invalid value set is reported.
+    pub fn build(self) -> Result<RetryPolicy, InvalidPolicy> {
+        match self.error {
+            Some(e) => Err(e),
+            None => Ok(self.policy),
+        }
+    }
+}

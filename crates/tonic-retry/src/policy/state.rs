@@ -1,0 +1,180 @@
+//! The pure decision core shared by every driver: the retry loop
+//! ([`crate::retrying::Retrying`]), the reattachable stream and the tower
+//! layer. No I/O, no clock reads, no sleeping: callers pass the time and a
+//! jitter source in and get a [`RetryDecision`] out.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tonic::Status;
+
+use super::RetryPolicy;
+
+/// Per-loop state of one policy: PySpark's `RetryPolicyState`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicyState {
+    pub(crate) attempt: u32,
+    pub(crate) next_wait_ms: f64,
+}
+
+impl PolicyState {
+    pub(crate) fn new(initial_backoff_ms: f64) -> Self {
+        PolicyState {
+            attempt: 0,
+            next_wait_ms: initial_backoff_ms,
+        }
+    }
+    /// Retries this policy has granted so far in this loop.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+}
+
+/// Why a retry was granted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RetryReason {
+    /// The policy at this index (in list order) matched and granted a wait.
+    Policy {
+        /// Index of the policy in the list.
+        index: usize,
+        /// The server's `RetryInfo` delay, when it raised the wait.
+        server_delay: Option<Duration>,
+    },
+    /// The immediate-retry marker (PySpark's `RetryException`).
+    RetryNow,
+}
+
+/// Why a loop gave up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum GiveUpReason {
+    /// No policy's classifier accepted the error.
+    NotRetryable,
+    /// The first matching policy has no retries left (no fallback to later ones).
+    Exhausted {
+        /// Index of that policy.
+        index: usize,
+    },
+    /// Immediate retries went on for longer than the elapsed-time bound.
+    RetryNowElapsed,
+}
+
+/// What to do after a failed attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RetryDecision {
+    /// Sleep for `delay` (zero for [`RetryReason::RetryNow`]), then try again.
+    Retry {
+        /// How long to wait first.
+        delay: Duration,
+        /// Which rule granted it.
+        reason: RetryReason,
+    },
+    /// Stop and surface the error.
+    GiveUp(GiveUpReason),
+}
+
+/// The state of one retry loop over an ordered list of policies.
+///
+/// PySpark 4.3 semantics: the first policy whose classifier matches decides,
+/// with no fallback; every policy keeps its own budget; the immediate-retry
+/// marker is bounded by elapsed time measured from its first occurrence.
+#[derive(Debug, Clone)]
+pub struct RetryState {
+    policies: Arc<[RetryPolicy]>,
+    states: Vec<PolicyState>,
+    retry_now_started: Option<Duration>,
+    retry_now_bound: Duration,
+    retries: u32,
+}
+
+impl RetryState {
+    /// A fresh loop state; `retry_now_bound` limits immediate retries (PySpark: 1 h).
+    pub fn new(policies: Arc<[RetryPolicy]>, retry_now_bound: Duration) -> Self {
+        let states = policies.iter().map(RetryPolicy::new_state).collect();
+        RetryState {
+            policies,
+            states,
+            retry_now_started: None,
+            retry_now_bound,
+            retries: 0,
+        }
+    }
+
+    /// Retries granted so far (policy retries and immediate retries).
+    pub fn retries(&self) -> u32 {
+        self.retries
+    }
+
+    /// The per-policy states, in list order.
+    pub fn policy_states(&self) -> &[PolicyState] {
+        &self.states
+    }
+
+    /// Index of the first policy whose classifier accepts `status`.
+    pub fn matching_policy(&self, status: &Status) -> Option<usize> {
+        self.policies.iter().position(|p| p.can_retry(status))
+    }
+
+    /// Decide after an attempt failed with `status`.
+    ///
+    /// `jitter_sample` returns a uniform value in `[0, 1)`.
+    pub fn on_status(
+        &mut self,
+        status: &Status,
+        jitter_sample: &mut dyn FnMut() -> f64,
+    ) -> RetryDecision {
+        let Some(index) = self.matching_policy(status) else {
+            return RetryDecision::GiveUp(GiveUpReason::NotRetryable);
+        };
+        let policy = &self.policies[index];
+        let server_delay = if policy.recognize_server_retry_delay() {
+            crate::status::retry_info(status)
+        } else {
+            None
+        };
+        match policy.next_attempt(&mut self.states[index], server_delay, jitter_sample) {
+            Some(delay) => {
+                self.retries += 1;
+                RetryDecision::Retry {
+                    delay,
+                    reason: RetryReason::Policy {
+                        index,
+                        server_delay,
+                    },
+                }
+            }
+            None => RetryDecision::GiveUp(GiveUpReason::Exhausted { index }),
+        }
+    }
+
+    /// Restart policy `index`'s backoff from its initial wait, keeping its
+    /// budget: gRFC A6's rule after a server pushback.
+    pub(crate) fn restart_backoff(&mut self, index: usize) {
+        if let (Some(state), Some(policy)) = (self.states.get_mut(index), self.policies.get(index))
+        {
+            state.next_wait_ms = policy.initial_backoff_ms;
+        }
+    }
+
+    /// Forget when the immediate retries started: the next one starts the
+    /// elapsed-time bound afresh. Policy budgets are kept.
+    pub fn restart_retry_now_clock(&mut self) {
+        self.retry_now_started = None;
+    }
+
+    /// Decide after an attempt asked for an immediate retry, at monotonic time `now`.
+    ///
+    /// The first marker starts the clock and is always granted (unless the
+    /// bound is zero); later ones are refused once `now - start >= bound`.
+    pub fn on_retry_now(&mut self, now: Duration) -> RetryDecision {
+        let start = *self.retry_now_started.get_or_insert(now);
+        if now.saturating_sub(start) >= self.retry_now_bound {
+            return RetryDecision::GiveUp(GiveUpReason::RetryNowElapsed);
+        }
+        self.retries += 1;
+        RetryDecision::Retry {
+            delay: Duration::ZERO,
+            reason: RetryReason::RetryNow,
+        }
+    }
+}

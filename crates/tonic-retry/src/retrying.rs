@@ -1,0 +1,453 @@
+//! The async retry loop (PySpark 4.3's `Retrying`).
+//!
+//! A policy says whether to retry and how long to wait; something still has to
+//! run the attempts, sleep between them, keep one budget per policy, let an
+//! attempt ask for an immediate retry, and return the right error when it
+//! gives up. Written inline at every call site, that loop drifts from
+//! PySpark's in small ways (which policy decides, which error is returned,
+//! how many warnings are logged), and a loop that sleeps on the real clock
+//! cannot be tested without waiting minutes.
+//!
+//! [`Retrying`] is that loop, written once: it runs an async operation until
+//! it succeeds, an error is not retryable, or the budget runs out:
+//!
+//! * the first attempt is free, with no sleep before it;
+//! * after a failure, the **first** policy (in list order) whose classifier
+//!   accepts the error decides; there is no fallback to later policies, and
+//!   every policy keeps its own budget within one loop;
+//! * an attempt may instead ask for an immediate retry
+//!   ([`AttemptError::RetryNow`], PySpark's `RetryException`): no sleep, no
+//!   policy, no budget, but bounded by elapsed time (1 h by default) from the
+//!   first such request in the loop; on give-up its cause is returned;
+//! * on give-up the last error is returned unchanged, after one
+//!   `[RETRIES_EXCEEDED]` warning.
+//!
+//! Sleeping, the clock and the jitter RNG are injectable, so tests are exact
+//! and never wait in real time.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! use std::sync::atomic::{AtomicU32, Ordering};
+//! use tonic_retry::retrying::{Retrying, RecordingSleeper};
+//!
+//! let sleeper = RecordingSleeper::new();
+//! let retrying = Retrying::default().with_sleeper(sleeper.clone()).with_seed(7);
+//! let calls = AtomicU32::new(0);
+//! let answer = retrying
+//!     .call(|| async {
+//!         if calls.fetch_add(1, Ordering::SeqCst) < 2 {
+//!             Err(tonic::Status::unavailable("restarting"))
+//!         } else {
+//!             Ok(42)
+//!         }
+//!     })
+//!     .await;
+//! assert_eq!(answer.unwrap(), 42);
+//! assert_eq!(sleeper.sleeps_ms(), vec![50, 200]);
+//! # }
+//! ```
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tonic::Status;
+
+use crate::policy::{GiveUpReason, RetryDecision, RetryPolicy, RetryReason, RetryState};
+
+/// PySpark 4.3's default bound on immediate retries: one hour.
+pub const DEFAULT_RETRY_NOW_BOUND: Duration = Duration::from_secs(3600);
+
+/// The warning logged once per give-up, PySpark's exact text.
+pub const RETRIES_EXCEEDED: &str =
+    "[RETRIES_EXCEEDED] The maximum number of retries has been exceeded.";
+
+/// A boxed, sendable future.
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// How the loop waits between attempts.
+pub trait Sleeper: Send + Sync + fmt::Debug {
+    /// A future that completes after `d`.
+    fn sleep(&self, d: Duration) -> BoxFuture<()>;
+}
+
+/// Sleeps with `tokio::time::sleep` (so `tokio::time::pause` applies).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TokioSleeper;
+
+impl Sleeper for TokioSleeper {
+    fn sleep(&self, d: Duration) -> BoxFuture<()> {
+        Box::pin(tokio::time::sleep(d))
+    }
+}
+
+/// Records every requested sleep and returns at once. For tests.
+#[derive(Debug, Clone, Default)]
+pub struct RecordingSleeper {
+    sleeps: Arc<Mutex<Vec<Duration>>>,
+}
+
+impl RecordingSleeper {
+    /// An empty recorder.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Every sleep requested so far.
+    pub fn sleeps(&self) -> Vec<Duration> {
+        self.sleeps
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+    /// Every sleep requested so far, in whole milliseconds.
+    pub fn sleeps_ms(&self) -> Vec<u64> {
+        self.sleeps().iter().map(|d| d.as_millis() as u64).collect()
+    }
+}
+
+impl Sleeper for RecordingSleeper {
+    fn sleep(&self, d: Duration) -> BoxFuture<()> {
+        self.sleeps
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(d);
+        Box::pin(std::future::ready(()))
+    }
+}
+
+/// A monotonic clock, as a duration since an arbitrary origin.
+pub trait Clock: Send + Sync + fmt::Debug {
+    /// The current time.
+    fn now(&self) -> Duration;
+}
+
+/// `tokio::time::Instant` since the first use (so `tokio::time::pause` applies).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TokioClock;
+
+impl Clock for TokioClock {
+    fn now(&self) -> Duration {
+        static ORIGIN: OnceLock<tokio::time::Instant> = OnceLock::new();
+        let origin = *ORIGIN.get_or_init(tokio::time::Instant::now);
+        tokio::time::Instant::now().saturating_duration_since(origin)
+    }
+}
+
+/// A clock moved by hand. For tests.
+#[derive(Debug, Clone, Default)]
+pub struct ManualClock {
+    now: Arc<Mutex<Duration>>,
+}
+
+impl ManualClock {
+    /// A clock at zero.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Move the clock forward.
+    pub fn advance(&self, d: Duration) {
+        *self.now.lock().unwrap_or_else(|e| e.into_inner()) += d;
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Duration {
+        *self.now.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The error of one attempt, as the loop sees it.
+#[derive(Debug)]
+pub enum AttemptError<E = std::convert::Infallible> {
+    /// A gRPC status: the policies decide.
+    Status(Status),
+    /// Retry at once, without a policy or a sleep (PySpark's `RetryException`).
+    /// The status, if any, is the cause returned when the elapsed-time bound
+    /// is exceeded.
+    RetryNow(Option<Status>),
+    /// Any other error: never retried.
+    Other(E),
+}
+
+impl<E: fmt::Display> fmt::Display for AttemptError<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AttemptError::Status(s) => write!(f, "{}: {}", s.code(), s.message()),
+            AttemptError::RetryNow(Some(s)) => {
+                write!(
+                    f,
+                    "immediate retry requested after {}: {}",
+                    s.code(),
+                    s.message()
+                )
+            }
+            AttemptError::RetryNow(None) => f.write_str("immediate retry requested"),
+            AttemptError::Other(e) => e.fmt(f),
+        }
+    }
+}
+
+impl<E: std::error::Error + 'static> std::error::Error for AttemptError<E> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            AttemptError::Status(s) | AttemptError::RetryNow(Some(s)) => Some(s),
+            AttemptError::RetryNow(None) => None,
+            AttemptError::Other(e) => Some(e),
+        }
+    }
+}
+
+impl AttemptError {
+    /// The status a caller sees when the loop gives up on this error: the
+    /// status itself, an immediate retry's cause, or (for a bare immediate
+    /// retry) an INTERNAL saying so. Shared by every driver.
+    pub fn into_status(self) -> Status {
+        match self {
+            AttemptError::Status(s) | AttemptError::RetryNow(Some(s)) => s,
+            AttemptError::RetryNow(None) => {
+                Status::internal("immediate retries exceeded their time bound without a cause")
+            }
+            AttemptError::Other(never) => match never {},
+        }
+    }
+}
+
+impl<E> From<Status> for AttemptError<E> {
+    fn from(s: Status) -> Self {
+        AttemptError::Status(s)
+    }
+}
+
+/// Counters of what a loop did, for observability.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoopStats {
+    /// Attempts made, including the first.
+    pub attempts: u32,
+    /// Policy-governed retries (each after a sleep).
+    pub policy_retries: u32,
+    /// Immediate retries.
+    pub immediate_retries: u32,
+    /// Total time asked of the sleeper.
+    pub slept: Duration,
+}
+
+/// A shared, seedable source of jitter.
+#[derive(Clone)]
+pub struct Jitter {
+    rng: Arc<Mutex<StdRng>>,
+}
+
+impl fmt::Debug for Jitter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Jitter")
+    }
+}
+
+impl Jitter {
+    /// Seeded from the OS.
+    pub fn from_entropy() -> Self {
+        Jitter {
+            rng: Arc::new(Mutex::new(StdRng::from_os_rng())),
+        }
+    }
+    /// Deterministic.
+    pub fn seeded(seed: u64) -> Self {
+        Jitter {
+            rng: Arc::new(Mutex::new(StdRng::seed_from_u64(seed))),
+        }
+    }
+    /// A uniform sample in `[0, 1)`.
+    pub fn sample(&self) -> f64 {
+        self.rng
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .random::<f64>()
+    }
+}
+
+/// A reusable retry configuration; each [`run`](Self::run) is one fresh loop.
+///
+/// Cheap to clone. `Retrying::default()` holds one [`RetryPolicy::default`].
+#[derive(Debug, Clone)]
+pub struct Retrying {
+    policies: Arc<[RetryPolicy]>,
+    sleeper: Arc<dyn Sleeper>,
+    clock: Arc<dyn Clock>,
+    jitter: Jitter,
+    retry_now_bound: Duration,
+}
+
+impl Default for Retrying {
+    fn default() -> Self {
+        Retrying::new(vec![RetryPolicy::default()])
+    }
+}
+
+impl Retrying {
+    /// A loop over `policies`, in order. An empty list retries nothing but
+    /// immediate-retry requests.
+    pub fn new(policies: impl Into<Vec<RetryPolicy>>) -> Self {
+        Retrying {
+            policies: Arc::from(policies.into()),
+            sleeper: Arc::new(TokioSleeper),
+            clock: Arc::new(TokioClock),
+            jitter: Jitter::from_entropy(),
+            retry_now_bound: DEFAULT_RETRY_NOW_BOUND,
+        }
+    }
+    /// Replace the policies, keeping the sleeper, clock, jitter and bound.
+    pub fn with_policies(mut self, policies: impl Into<Vec<RetryPolicy>>) -> Self {
+        self.policies = Arc::from(policies.into());
+        self
+    }
+    /// Replace the sleeper.
+    pub fn with_sleeper(mut self, sleeper: impl Sleeper + 'static) -> Self {
+        self.sleeper = Arc::new(sleeper);
+        self
+    }
+    /// Replace the clock used for the immediate-retry bound.
+    pub fn with_clock(mut self, clock: impl Clock + 'static) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+    /// Use a deterministic jitter sequence.
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.jitter = Jitter::seeded(seed);
+        self
+    }
+    /// Share a jitter source.
+    pub fn with_jitter(mut self, jitter: Jitter) -> Self {
+        self.jitter = jitter;
+        self
+    }
+    /// Bound immediate retries to `bound` of elapsed time (default 1 h).
+    pub fn with_retry_now_bound(mut self, bound: Duration) -> Self {
+        self.retry_now_bound = bound;
+        self
+    }
+    /// The policies, in order.
+    pub fn policies(&self) -> &[RetryPolicy] {
+        &self.policies
+    }
+    /// The sleeper.
+    pub fn sleeper(&self) -> &Arc<dyn Sleeper> {
+        &self.sleeper
+    }
+    /// The clock.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+    /// The jitter source.
+    pub fn jitter(&self) -> &Jitter {
+        &self.jitter
+    }
+    /// The immediate-retry bound.
+    pub fn retry_now_bound(&self) -> Duration {
+        self.retry_now_bound
+    }
+
+    /// A fresh decision state (fresh budgets and a fresh immediate-retry clock).
+    pub fn new_state(&self) -> RetryState {
+        RetryState::new(self.policies.clone(), self.retry_now_bound)
+    }
+
+    /// Decide after `error` in `state`, logging the give-up warning.
+    /// Shared by every driver so that the decision and its log are one code path.
+    pub fn decide<E>(&self, state: &mut RetryState, error: &AttemptError<E>) -> RetryDecision {
+        let decision = match error {
+            AttemptError::Status(s) => state.on_status(s, &mut || self.jitter.sample()),
+            AttemptError::RetryNow(_) => state.on_retry_now(self.clock.now()),
+            AttemptError::Other(_) => RetryDecision::GiveUp(GiveUpReason::NotRetryable),
+        };
+        match &decision {
+            RetryDecision::GiveUp(GiveUpReason::NotRetryable) => {}
+            RetryDecision::GiveUp(reason) => {
+                tracing::debug!(?reason, "giving up");
+                tracing::warn!("{RETRIES_EXCEEDED}");
+            }
+            RetryDecision::Retry { delay, reason } => {
+                let policy = match reason {
+                    RetryReason::Policy { index, .. } => self.policies[*index].name(),
+                    RetryReason::RetryNow => "immediate",
+                };
+                tracing::debug!(delay_ms = delay.as_millis() as u64, policy, "retrying");
+            }
+        }
+        decision
+    }
+
+    /// Run `op` until it succeeds or the loop gives up.
+    ///
+    /// On give-up the last error is returned unchanged, except that an
+    /// exhausted immediate retry returns its cause as
+    /// [`AttemptError::Status`] (or itself when it has none).
+    pub async fn run<T, E, F, Fut>(&self, op: F) -> Result<T, AttemptError<E>>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, AttemptError<E>>>,
+    {
+        self.run_with_stats(op).await.0
+    }
+
+    /// [`run`](Self::run), also returning what the loop did.
+    pub async fn run_with_stats<T, E, F, Fut>(
+        &self,
+        mut op: F,
+    ) -> (Result<T, AttemptError<E>>, LoopStats)
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, AttemptError<E>>>,
+    {
+        let mut state = self.new_state();
+        let mut stats = LoopStats::default();
+        loop {
+            stats.attempts += 1;
+            let error = match op().await {
+                Ok(v) => return (Ok(v), stats),
+                Err(e) => e,
+            };
+            match self.decide(&mut state, &error) {
+                RetryDecision::Retry {
+                    delay,
+                    reason: RetryReason::Policy { .. },
+                } => {
+                    stats.policy_retries += 1;
+                    stats.slept += delay;
+                    self.sleeper.sleep(delay).await;
+                }
+                RetryDecision::Retry {
+                    reason: RetryReason::RetryNow,
+                    ..
+                } => stats.immediate_retries += 1,
+                RetryDecision::GiveUp(GiveUpReason::RetryNowElapsed) => {
+                    let error = match error {
+                        AttemptError::RetryNow(Some(cause)) => AttemptError::Status(cause),
+                        other => other,
+                    };
+                    return (Err(error), stats);
+                }
+                RetryDecision::GiveUp(_) => return (Err(error), stats),
+            }
+        }
+    }
+
+    /// Run an operation whose errors are plain statuses.
+    pub async fn call<T, F, Fut>(&self, mut op: F) -> Result<T, Status>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, Status>>,
+    {
+        let result = self
+            .run::<T, std::convert::Infallible, _, _>(|| {
+                let fut = op();
+                async move { fut.await.map_err(AttemptError::Status) }
+            })
+            .await;
+        result.map_err(AttemptError::into_status)
+    }
+}
