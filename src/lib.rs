@@ -26,6 +26,17 @@
 //! | [`transport`] | [`GrpcChannel`](transport::GrpcChannel): any service stack as one boxed, sanitized client type |
 //! | [`proto`] | the Spark Connect protocol (`spark.connect`), generated at build time |
 //!
+//! # Features
+//!
+//! | feature | default | what |
+//! |---|---|---|
+//! | `arrow` | yes | decode results into arrow `RecordBatch`es, Arrow in (`create_dataframe`, uploads) |
+//! | `tls` | yes | TLS (rustls) for `use_ssl=true` connection strings |
+//!
+//! The retry policy, loop and layer come from [`tonic_retry`], which has no
+//! Spark in it; the embedded test server and the fault proxy live in the
+//! `spark-connect-testkit` crate.
+//!
 //! ```no_run
 //! use spark_connect_retry::session::SparkSession;
 //!
