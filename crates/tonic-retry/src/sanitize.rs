@@ -38,7 +38,7 @@ use tower::Layer;
 use tower::Service;
 
 use crate::headers::{GRPC_MESSAGE, GRPC_STATUS, GRPC_STATUS_DETAILS as DETAILS};
-use crate::transport::BoxError;
+use tower::BoxError;
 
 /// The base64 engine gRPC uses for binary metadata (`-bin` keys): standard
 /// alphabet, padding optional.

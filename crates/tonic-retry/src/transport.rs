@@ -10,8 +10,8 @@ use tower::{ServiceBuilder, ServiceExt};
 
 use crate::sanitize::SanitizeLayer;
 
-/// A boxed error, as tonic's transport uses.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// A boxed error, as tonic's transport and tower use (tower's own alias).
+pub use tower::BoxError;
 
 /// Any HTTP/2 service that can carry gRPC, boxed. Transport errors are
 /// already `tonic::Status` values (made by `Status::from_error`, which keeps
