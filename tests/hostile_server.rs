@@ -29,6 +29,9 @@ use tokio_stream::StreamExt;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
+/// How long the scripted server takes to answer ReleaseExecute.
+const RELEASE_DELAY: Duration = Duration::from_millis(50);
+
 const SESSION: &str = "6f1c6a7e-2b9d-4c1a-9d8e-0a1b2c3d4e5f";
 
 /// Which RPC a scripted call answers, and its number (0-based) among them.
@@ -88,7 +91,11 @@ impl SparkConnectService for Scripted {
     ) -> Result<tonic::Response<BoxStream>, Status> {
         let n = self.calls.attaches.fetch_add(1, Ordering::SeqCst);
         let req = request.into_inner();
-        self.calls.last_ids.lock().unwrap().push(req.last_response_id);
+        self.calls
+            .last_ids
+            .lock()
+            .unwrap()
+            .push(req.last_response_id);
         stream_of((self.script)(Rpc::Attach(n)), req.session_id)
     }
     async fn release_execute(
@@ -96,6 +103,8 @@ impl SparkConnectService for Scripted {
         request: tonic::Request<ReleaseExecuteRequest>,
     ) -> Result<tonic::Response<ReleaseExecuteResponse>, Status> {
         self.calls.releases.fetch_add(1, Ordering::SeqCst);
+        // A server a little slower to release than a tiny idle timeout.
+        tokio::time::sleep(RELEASE_DELAY).await;
         let req = request.into_inner();
         Ok(tonic::Response::new(ReleaseExecuteResponse {
             session_id: req.session_id,
@@ -182,7 +191,10 @@ async fn drain(mut exec: ReattachableExecution) -> (Vec<String>, Option<Reattach
             match item {
                 Ok(r) => ids.push(r.response_id),
                 Err(e) => {
-                    assert!(exec.next_response().await.is_none(), "nothing after an error");
+                    assert!(
+                        exec.next_response().await.is_none(),
+                        "nothing after an error"
+                    );
                     return Some(e);
                 }
             }
@@ -212,7 +224,10 @@ fn expect_no_progress(err: Option<ReattachError>, what: EmptySegment) {
             assert_eq!(got, what);
             assert_eq!(segments, 5);
             let msg = err.as_ref().unwrap().to_string();
-            assert!(msg.contains(operation_id.as_str()) && msg.contains("NO_PROGRESS"), "{msg}");
+            assert!(
+                msg.contains(operation_id.as_str()) && msg.contains("NO_PROGRESS"),
+                "{msg}"
+            );
         }
         other => panic!("expected NoProgress({what:?}), got {other:?}"),
     }
@@ -349,11 +364,9 @@ async fn a_deadline_too_large_for_the_clock_is_refused_where_it_enters() {
 // ---- The session's batch stream ----
 
 fn ipc(rows: i64) -> Vec<u8> {
-    let batch = RecordBatch::try_from_iter([(
-        "id",
-        Arc::new(Int64Array::from_iter_values(0..rows)) as _,
-    )])
-    .unwrap();
+    let batch =
+        RecordBatch::try_from_iter([("id", Arc::new(Int64Array::from_iter_values(0..rows)) as _)])
+            .unwrap();
     let mut out = Vec::new();
     let mut w = arrow_ipc::writer::StreamWriter::try_new(&mut out, &batch.schema()).unwrap();
     w.write(&batch).unwrap();
@@ -433,7 +446,13 @@ async fn a_chunked_batch_cut_short_by_result_complete_is_an_error() {
     let (rows, err) = batches_of(rs).await;
     assert!(rows.is_empty());
     expect_integrity(err, |e| {
-        matches!(e, IntegrityError::TornBatch { received: 2, total: 3 })
+        matches!(
+            e,
+            IntegrityError::TornBatch {
+                received: 2,
+                total: 3
+            }
+        )
     });
 }
 
@@ -452,9 +471,18 @@ async fn a_batch_whose_row_count_disagrees_is_never_delivered() {
         done("end"),
     ];
     let (rows, err) = batches_of(rs).await;
-    assert!(rows.is_empty(), "the miscounted batch was delivered: {rows:?}");
+    assert!(
+        rows.is_empty(),
+        "the miscounted batch was delivered: {rows:?}"
+    );
     expect_integrity(err, |e| {
-        matches!(e, IntegrityError::RowCount { declared: 11, decoded: 10 })
+        matches!(
+            e,
+            IntegrityError::RowCount {
+                declared: 11,
+                decoded: 10
+            }
+        )
     });
 }
 
@@ -560,4 +588,37 @@ async fn the_test_servers_longest_stream_duration_saturates() {
     assert!(err.is_none(), "{err:?}");
     assert!(!ids.is_empty());
     assert_eq!(stats.snapshot().reattaches, 0, "{:?}", stats.snapshot());
+}
+
+/// With an idle timeout shorter than the server's answer to a release, the
+/// release still succeeds at its first attempt (the attempt bound has a
+/// floor), so a session's close has nothing left to wait for.
+#[tokio::test]
+async fn a_tiny_idle_timeout_does_not_give_up_releases() {
+    let (addr, calls) = serve(|_| ok(vec![done("z")])).await;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_lazy();
+    let tracker = spark_connect_retry::reattach::ReleaseTracker::new();
+    let sleeper = RecordingSleeper::new();
+    let exec = ReattachableExecution::with_tracker(
+        spark_client(channel),
+        ExecutePlanRequest {
+            session_id: SESSION.into(),
+            ..Default::default()
+        },
+        retrying(&sleeper),
+        ReattachOptions {
+            idle_timeout: Some(Duration::from_millis(20)),
+            ..ReattachOptions::default()
+        },
+        tracker.clone(),
+    )
+    .unwrap();
+    let (ids, err) = drain(exec).await;
+    assert!(err.is_none() && ids == ["z"], "{ids:?} {err:?}");
+    assert!(tracker.wait_idle(Duration::from_secs(10)).await);
+    assert_eq!((tracker.sent(), tracker.failed()), (1, 0));
+    assert_eq!(calls.releases.load(Ordering::SeqCst), 1, "one attempt");
+    assert!(spark_connect_retry::reattach::MIN_RELEASE_ATTEMPT > RELEASE_DELAY);
 }

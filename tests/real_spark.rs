@@ -405,7 +405,10 @@ async fn silent_query_through_one_second_segments_completes() {
         stats.graceful_ends, stats.reattaches, stats.empty_backoffs
     );
     assert!(stats.graceful_ends >= 20, "{stats:?}");
-    assert_eq!(stats.empty_backoffs, 0, "long-lived segments owe nothing: {stats:?}");
+    assert_eq!(
+        stats.empty_backoffs, 0,
+        "long-lived segments owe nothing: {stats:?}"
+    );
     spark.close().await.expect("close");
 }
 

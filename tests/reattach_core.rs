@@ -17,9 +17,9 @@ use spark_connect_retry::policy::RetryPolicy;
 use spark_connect_retry::proto::execute_plan_response::{ResponseType, ResultComplete};
 use spark_connect_retry::proto::{ExecutePlanRequest, ExecutePlanResponse, ReattachExecuteRequest};
 use spark_connect_retry::reattach::ReattachError;
+use spark_connect_retry::reattach::core::{Action, Event, Open, ReattachCore, Release};
 use spark_connect_retry::reattach::integrity::IntegrityError;
 use spark_connect_retry::reattach::progress::EmptySegment;
-use spark_connect_retry::reattach::core::{Action, Event, Open, ReattachCore, Release};
 use spark_connect_retry::retrying::{ManualClock, Retrying};
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
@@ -575,9 +575,7 @@ fn instant_empty_segments_back_off_then_fail() {
         None,
     );
     match e {
-        Some(ReattachError::NoProgress {
-            segments, what, ..
-        }) => {
+        Some(ReattachError::NoProgress { segments, what, .. }) => {
             assert_eq!(segments, 5);
             assert_eq!(what, EmptySegment::EndedEmpty);
         }
@@ -587,7 +585,11 @@ fn instant_empty_segments_back_off_then_fail() {
     // segment, 3 after a backoff in [10, 20] ms, then the failure.
     assert_eq!(c.attach, 5);
     assert_eq!(c.sleeps.len(), 3);
-    assert!(c.sleeps.iter().all(|s| (10..=20).contains(s)), "{:?}", c.sleeps);
+    assert!(
+        c.sleeps.iter().all(|s| (10..=20).contains(s)),
+        "{:?}",
+        c.sleeps
+    );
     assert_eq!(c.release_all, 1);
 }
 

@@ -65,13 +65,19 @@ fn retrying(clock: &ManualClock) -> Retrying {
         .jitter_ms(0.0)
         .build()
         .unwrap();
-    Retrying::new(vec![p]).with_clock(clock.clone()).with_seed(1)
+    Retrying::new(vec![p])
+        .with_clock(clock.clone())
+        .with_seed(1)
 }
 
 fn resp(id: u8, complete: bool) -> ExecutePlanResponse {
     ExecutePlanResponse {
         session_id: "s".into(),
-        response_id: if id == 0 { String::new() } else { format!("r{id}") },
+        response_id: if id == 0 {
+            String::new()
+        } else {
+            format!("r{id}")
+        },
         response_type: complete.then_some(ResponseType::ResultComplete(ResultComplete {})),
         ..Default::default()
     }
@@ -212,7 +218,10 @@ fn run(script: &[Segment]) -> Result<(), TestCaseError> {
             .collect();
         prop_assert!(paced.len() <= 1 + SCHEDULE.len(), "{paced:?}");
         let immediate = paced.iter().filter(|d| d.is_zero()).count();
-        prop_assert!(immediate <= 1, "{immediate} immediate reopens in one run: {paced:?}");
+        prop_assert!(
+            immediate <= 1,
+            "{immediate} immediate reopens in one run: {paced:?}"
+        );
         let waits: Vec<u64> = paced
             .iter()
             .filter(|d| !d.is_zero())

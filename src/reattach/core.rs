@@ -230,7 +230,11 @@ impl ReattachCore {
             Action::Read
         } else if !self.started {
             self.started = true;
-            self.open(Open::Execute(self.initial.clone()), Duration::ZERO, retrying)
+            self.open(
+                Open::Execute(self.initial.clone()),
+                Duration::ZERO,
+                retrying,
+            )
         } else {
             self.reattach(Duration::ZERO, retrying)
         }
@@ -262,7 +266,11 @@ impl ReattachCore {
     /// The segment ends in a way that reopens at once: apply the progress
     /// rule ([`super::progress`]) to an empty one. `Ok(wait)` before the
     /// reopen, or the failure.
-    fn after_segment(&mut self, kind: EmptySegment, retrying: &Retrying) -> Result<Duration, Action> {
+    fn after_segment(
+        &mut self,
+        kind: EmptySegment,
+        retrying: &Retrying,
+    ) -> Result<Duration, Box<Action>> {
         if self.segment_progress {
             return Ok(Duration::ZERO);
         }
@@ -270,7 +278,9 @@ impl ReattachCore {
             .clock()
             .now()
             .saturating_sub(self.segment_opened_at);
-        let run = self.empty_run.get_or_insert_with(|| EmptyRun::new(retrying));
+        let run = self
+            .empty_run
+            .get_or_insert_with(|| EmptyRun::new(retrying));
         match run.on_empty(lived, retrying) {
             Verdict::Reopen(wait) => {
                 if !wait.is_zero() {
@@ -285,7 +295,7 @@ impl ReattachCore {
                     waited: run.waited,
                     what: kind,
                 };
-                Err(Action::Fail(err, self.release_all()))
+                Err(Box::new(Action::Fail(err, self.release_all())))
             }
         }
     }
@@ -314,7 +324,7 @@ impl ReattachCore {
                 self.stream_open = false;
                 match self.after_segment(EmptySegment::EndedEmpty, retrying) {
                     Ok(wait) => self.reattach(wait, retrying),
-                    Err(fail) => fail,
+                    Err(fail) => *fail,
                 }
             }
             Event::Error(status) => self.on_error(status, retrying),
@@ -406,7 +416,7 @@ impl ReattachCore {
                     self.counters.re_executes += 1;
                     self.open(Open::Execute(self.initial.clone()), wait, retrying)
                 }
-                Err(fail) => fail,
+                Err(fail) => *fail,
             };
         }
         if status.code() == Code::DeadlineExceeded
@@ -429,7 +439,7 @@ impl ReattachCore {
         }
         match self.after_segment(kind, retrying) {
             Ok(wait) => self.reattach(wait, retrying),
-            Err(fail) => fail,
+            Err(fail) => *fail,
         }
     }
 

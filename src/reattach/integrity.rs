@@ -296,16 +296,32 @@ mod tests {
                 IntegrityError::BadChunkCount(bad)
             );
         }
-        assert!(a.push(h(Some(0), Some(2), 5), vec![1], 0).unwrap().is_none());
+        assert!(
+            a.push(h(Some(0), Some(2), 5), vec![1], 0)
+                .unwrap()
+                .is_none()
+        );
         assert!(matches!(
             a.push(h(Some(1), Some(3), 5), vec![2], 0),
-            Err(IntegrityError::ChunkMismatch { field: "num_chunks_in_batch", .. })
+            Err(IntegrityError::ChunkMismatch {
+                field: "num_chunks_in_batch",
+                ..
+            })
         ));
         assert!(matches!(
             a.push(h(Some(1), Some(2), 6), vec![2], 0),
-            Err(IntegrityError::ChunkMismatch { field: "row_count", .. })
+            Err(IntegrityError::ChunkMismatch {
+                field: "row_count",
+                ..
+            })
         ));
-        assert_eq!(a.finish(), Err(IntegrityError::TornBatch { received: 1, total: 2 }));
+        assert_eq!(
+            a.finish(),
+            Err(IntegrityError::TornBatch {
+                received: 1,
+                total: 2
+            })
+        );
         let whole = a.push(h(Some(1), Some(2), 5), vec![2], 0).unwrap().unwrap();
         assert_eq!((whole.data, whole.row_count), (vec![1, 2], 5));
         assert_eq!(a.finish(), Ok(()));
@@ -316,7 +332,10 @@ mod tests {
         assert!(check_row_count(3, 3).is_ok());
         assert_eq!(
             check_row_count(3, 2),
-            Err(IntegrityError::RowCount { declared: 3, decoded: 2 })
+            Err(IntegrityError::RowCount {
+                declared: 3,
+                decoded: 2
+            })
         );
     }
 }

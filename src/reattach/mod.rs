@@ -34,6 +34,15 @@
 //! * **Releases**: `release_until` after progress (coalesced, newest id wins),
 //!   `release_all` on completion, terminal error and drop; background, best effort.
 //!
+//! Two rules on top of PySpark's keep a misbehaving server from making the
+//! client spin or lose rows: **progress-aware reopening** ([`progress`]: the
+//! immediate reopens above are immediate only for segments that delivered
+//! something, lived at least their owed backoff, or are the first short
+//! empty one of a run; later ones wait the policy's backoff, and the run
+//! ends in [`ReattachError::NoProgress`]), and **stream integrity**
+//! ([`integrity`]: replayed response ids, resuming without a position, torn
+//! or miscounted batches are errors; nothing is delivered after an error).
+//!
 //!
 //! # Stall detection (on by default)
 //!
@@ -90,7 +99,7 @@ mod stream;
 use std::fmt;
 use std::time::Duration;
 
-pub use release::{RELEASE_UNTIL_INTERVAL, ReleaseTracker};
+pub use release::{MIN_RELEASE_ATTEMPT, RELEASE_UNTIL_INTERVAL, ReleaseTracker};
 pub use stream::{ExecutionStats, ReattachableExecution};
 
 use crate::deadlines::RpcDeadlines;

@@ -172,13 +172,13 @@ mod tests {
     fn first_short_segment_is_free_then_backoff_then_give_up() {
         let r = retrying();
         let mut run = EmptyRun::new(&r);
-        assert_eq!(run.on_empty(Duration::ZERO, &r), Verdict::Reopen(Duration::ZERO));
+        assert_eq!(
+            run.on_empty(Duration::ZERO, &r),
+            Verdict::Reopen(Duration::ZERO)
+        );
         let mut waits = Vec::new();
-        loop {
-            match run.on_empty(Duration::ZERO, &r) {
-                Verdict::Reopen(w) => waits.push(w),
-                Verdict::GiveUp => break,
-            }
+        while let Verdict::Reopen(w) = run.on_empty(Duration::ZERO, &r) {
+            waits.push(w);
         }
         assert_eq!(waits.len(), 15, "the default policy's budget");
         assert_eq!(waits[0], Duration::from_millis(50));

@@ -33,7 +33,7 @@ fn seeds() -> Vec<Vec<u8>> {
         vec![("n", small)],
     ] {
         let batch = RecordBatch::try_from_iter(cols).unwrap();
-        out.push(ipc(&[batch.clone()]));
+        out.push(ipc(std::slice::from_ref(&batch)));
         out.push(ipc(&[batch.clone(), batch]));
     }
     out
@@ -116,7 +116,10 @@ fn mutated_payloads_decode_or_fail_typed_never_panic() {
         }
     }
     assert_eq!(ok + errors, 6000);
-    assert!(errors > 1000, "the mutations must break most payloads: {errors}");
+    assert!(
+        errors > 1000,
+        "the mutations must break most payloads: {errors}"
+    );
     eprintln!("decoded {ok}, errors {errors} (of which {contained} contained panics)");
 }
 
@@ -167,7 +170,10 @@ fn the_documented_panic_payload_is_a_typed_error() {
             }
         }
     });
-    assert!(raw.is_err(), "arrow-ipc no longer panics: update docs/arrow-ipc-panic.md");
+    assert!(
+        raw.is_err(),
+        "arrow-ipc no longer panics: update docs/arrow-ipc-panic.md"
+    );
     match decode(data) {
         Err(SparkError::Arrow(e)) => assert!(e.to_string().contains("corrupt Arrow IPC"), "{e}"),
         other => panic!("{other:?}"),
