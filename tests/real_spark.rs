@@ -385,6 +385,33 @@ async fn long_silent_query_without_progress_reports_completes() {
     spark.close().await.expect("close");
 }
 
+/// The progress rule must not mistake a real server's graceful segment ends
+/// for a hot loop: against `senderMaxStreamDuration=1s` with progress
+/// reports off, the silent query's stream ends empty every second for 35 s.
+#[tokio::test]
+async fn silent_query_through_one_second_segments_completes() {
+    let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE_GRACEFUL") else {
+        return;
+    };
+    let spark = session(&url);
+    let key = "spark.connect.progress.reportInterval";
+    tokio::time::timeout(Duration::from_secs(60), spark.config_set(&[(key, "-1")]))
+        .await
+        .expect("config hung")
+        .unwrap();
+    let stats = silent_query(&spark).await;
+    eprintln!(
+        "silent query, 1 s segments: {} graceful ends, {} reattaches, {} empty backoffs",
+        stats.graceful_ends, stats.reattaches, stats.empty_backoffs
+    );
+    assert!(stats.graceful_ends >= 20, "{stats:?}");
+    assert_eq!(
+        stats.empty_backoffs, 0,
+        "long-lived segments owe nothing: {stats:?}"
+    );
+    spark.close().await.expect("close");
+}
+
 /// `n` rows through `proxy` with default settings, exact; the counters and
 /// the time it took.
 async fn exact_through(

@@ -18,6 +18,8 @@ use spark_connect_retry::proto::execute_plan_response::{ResponseType, ResultComp
 use spark_connect_retry::proto::{ExecutePlanRequest, ExecutePlanResponse, ReattachExecuteRequest};
 use spark_connect_retry::reattach::ReattachError;
 use spark_connect_retry::reattach::core::{Action, Event, Open, ReattachCore, Release};
+use spark_connect_retry::reattach::integrity::IntegrityError;
+use spark_connect_retry::reattach::progress::EmptySegment;
 use spark_connect_retry::retrying::{ManualClock, Retrying};
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
@@ -97,11 +99,23 @@ fn request() -> ExecutePlanRequest {
 /// Drive the core to the end (or `take` responses), like the async driver does.
 fn run(
     req: ExecutePlanRequest,
+    execute: Script,
+    attach: Script,
+    take: Option<usize>,
+) -> (Counts, Option<ReattachError>) {
+    run_with(&test_retrying(), &|| {}, req, execute, attach, take)
+}
+
+/// [`run`] with a given policy loop, and `tick` called on every read.
+fn run_with(
+    retrying: &Retrying,
+    tick: &dyn Fn(),
+    req: ExecutePlanRequest,
     mut execute: Script,
     mut attach: Script,
     take: Option<usize>,
 ) -> (Counts, Option<ReattachError>) {
-    let retrying = test_retrying();
+    let retrying = retrying.clone();
     let mut core = ReattachCore::new(req).unwrap();
     let mut c = Counts::default();
     let mut current: Option<(bool, VecDeque<Item>)> = None; // (is_execute, own items)
@@ -149,6 +163,7 @@ fn run(
                     Action::Read
                 }
                 Action::Read => {
+                    tick();
                     let (is_exec, own) = current.as_mut().expect("read without a stream");
                     let script = if *is_exec { &mut execute } else { &mut attach };
                     let event = match script.next(own) {
@@ -218,12 +233,17 @@ fn fail_during_execute() {
 }
 
 /// `test_client.py::SparkConnectClientReattachTestCase::test_fail_and_retry_during_execute`.
+///
+/// Upstream's stub replays response "1" after the reattach (its generator
+/// is shared), which PySpark delivers twice; here that replay is an
+/// integrity error (`replayed_response_ids_fail`), so the stub sends fresh
+/// ids and the counts are upstream's.
 #[test]
 fn fail_and_retry_during_execute() {
     let (c, e) = run(
         request(),
         shared(vec![Item::R("1"), unavailable()]),
-        shared(vec![Item::R("1"), Item::R("1"), Item::Done("2")]),
+        shared(vec![Item::R("1b"), Item::R("1c"), Item::Done("2")]),
         None,
     );
     assert!(e.is_none());
@@ -236,16 +256,18 @@ fn fail_and_retry_during_execute() {
     assert_eq!(c.attach_requests[0].last_response_id.as_deref(), Some("1"));
 }
 
-/// `test_client.py::SparkConnectClientReattachTestCase::test_fail_and_retry_during_reattach`.
+/// `test_client.py::SparkConnectClientReattachTestCase::test_fail_and_retry_during_reattach`,
+/// with fresh ids where upstream's stub replays "1" (see
+/// `fail_and_retry_during_execute`).
 #[test]
 fn fail_and_retry_during_reattach() {
     let (c, e) = run(
         request(),
         shared(vec![Item::R("1"), unavailable()]),
         shared(vec![
-            Item::R("1"),
+            Item::R("1b"),
             unavailable(),
-            Item::R("1"),
+            Item::R("1c"),
             Item::Done("2"),
         ]),
         None,
@@ -499,12 +521,37 @@ fn exhaustion_after_four_failures() {
     );
 }
 
+/// Departure from PySpark: upstream's replayed response ids are delivered
+/// twice there; here the replay ends the stream with an integrity error.
 #[test]
-fn graceful_ends_never_use_the_budget() {
-    // 50 empty reattach streams in a row, with a max-3 policy: still fine.
+fn replayed_response_ids_fail() {
+    let (c, e) = run(
+        request(),
+        shared(vec![Item::R("1"), unavailable()]),
+        shared(vec![Item::R("1"), Item::R("1"), Item::Done("2")]),
+        None,
+    );
+    match e {
+        Some(ReattachError::Integrity(IntegrityError::DuplicateResponseId(id))) => {
+            assert_eq!(id, "1")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(c.yielded, ["1"], "the replay is never delivered");
+    assert_eq!(c.release_all, 1);
+}
+
+#[test]
+fn long_graceful_segments_never_use_the_budget() {
+    // 50 empty reattach streams in a row, each open for 1 s (a server's
+    // senderMaxStreamDuration), with a max-3 policy: still fine, no sleep.
+    let clock = ManualClock::new();
+    let retrying = test_retrying().with_clock(clock.clone());
     let mut calls: Vec<Vec<Item>> = (0..50).map(|_| vec![]).collect();
     calls.push(vec![Item::Done("2")]);
-    let (c, e) = run(
+    let (c, e) = run_with(
+        &retrying,
+        &|| clock.advance(Duration::from_secs(1)),
         request(),
         shared(vec![Item::R("1")]),
         Script::PerCall(calls.into()),
@@ -513,6 +560,37 @@ fn graceful_ends_never_use_the_budget() {
     assert!(e.is_none());
     assert_eq!(c.attach, 51);
     assert!(c.sleeps.is_empty());
+}
+
+/// Departure from PySpark: instant empty segments, one after another, are
+/// a hot loop. The first reattach is immediate, later ones wait the
+/// policy's backoff, and the run ends when its budget (max 3) is spent.
+#[test]
+fn instant_empty_segments_back_off_then_fail() {
+    let calls: Vec<Vec<Item>> = (0..50).map(|_| vec![]).collect();
+    let (c, e) = run(
+        request(),
+        shared(vec![Item::R("1")]),
+        Script::PerCall(calls.into()),
+        None,
+    );
+    match e {
+        Some(ReattachError::NoProgress { segments, what, .. }) => {
+            assert_eq!(segments, 5);
+            assert_eq!(what, EmptySegment::EndedEmpty);
+        }
+        other => panic!("{other:?}"),
+    }
+    // The reattach after the response, 1 free one after the first empty
+    // segment, 3 after a backoff in [10, 20] ms, then the failure.
+    assert_eq!(c.attach, 5);
+    assert_eq!(c.sleeps.len(), 3);
+    assert!(
+        c.sleeps.iter().all(|s| (10..=20).contains(s)),
+        "{:?}",
+        c.sleeps
+    );
+    assert_eq!(c.release_all, 1);
 }
 
 #[test]

@@ -6,6 +6,14 @@
 //! stall) and carries out the [`Action`] it returns (open a stream, sleep,
 //! emit, release, fail). Retry decisions go through the shared policy core
 //! ([`Retrying::decide`]), whose clock and jitter are injected.
+//!
+//! Two rules on top of PySpark's are enforced here, for every driver: the
+//! stream-integrity rules on response ids ([`super::integrity`]: no
+//! duplicate ids, no resume without a position, nothing after a terminal
+//! error), and progress-aware reopening ([`super::progress`]: a stream that
+//! keeps coming back empty is reopened with backoff, then given up with
+//! [`ReattachError::NoProgress`]). The segment lifetimes that rule needs
+//! are read from the [`Retrying`]'s injected clock.
 
 use std::time::Duration;
 
@@ -22,6 +30,8 @@ use crate::retrying::{AttemptError, Retrying};
 
 use super::ReattachError;
 use super::ids::{check_session_ids, is_canonical_uuid};
+use super::integrity::{IntegrityError, ResponseIds};
+use super::progress::{EmptyRun, EmptySegment, Verdict};
 
 /// `INVALID_HANDLE.OPERATION_NOT_FOUND`: the server has no such execution.
 pub const OPERATION_NOT_FOUND: &str = "INVALID_HANDLE.OPERATION_NOT_FOUND";
@@ -103,6 +113,9 @@ pub struct CoreCounters {
     /// Stall reattaches the server answered (headers or a message), which
     /// therefore did not count toward the immediate-retry bound.
     pub stalls_answered: u64,
+    /// Reopens delayed because the segment before them was short and empty
+    /// ([`super::progress`]).
+    pub empty_backoffs: u64,
 }
 
 /// The reattach state machine for one execution.
@@ -123,6 +136,14 @@ pub struct ReattachCore {
     /// The segment being opened replaces one given up as silent, and the
     /// server has not answered it yet.
     after_stall: bool,
+    /// Response ids delivered so far (no duplicates).
+    ids: ResponseIds,
+    /// When the current segment opened (the retrying clock; a planned
+    /// sleep included), and whether it delivered a response.
+    segment_opened_at: Duration,
+    segment_progress: bool,
+    /// The current run of empty segments, if any.
+    empty_run: Option<EmptyRun>,
 }
 
 impl ReattachCore {
@@ -159,6 +180,10 @@ impl ReattachCore {
             counters: CoreCounters::default(),
             started: false,
             after_stall: false,
+            ids: ResponseIds::default(),
+            segment_opened_at: Duration::ZERO,
+            segment_progress: false,
+            empty_run: None,
         })
     }
 
@@ -205,12 +230,73 @@ impl ReattachCore {
             Action::Read
         } else if !self.started {
             self.started = true;
-            self.stream_open = true;
-            Action::Open(Open::Execute(self.initial.clone()))
+            self.open(
+                Open::Execute(self.initial.clone()),
+                Duration::ZERO,
+                retrying,
+            )
         } else {
-            self.stream_open = true;
-            self.counters.reattaches += 1;
-            Action::Open(Open::Reattach(self.reattach_request()))
+            self.reattach(Duration::ZERO, retrying)
+        }
+    }
+
+    /// Open `open` after `delay`: the segment starts then.
+    fn open(&mut self, open: Open, delay: Duration, retrying: &Retrying) -> Action {
+        self.stream_open = true;
+        self.segment_progress = false;
+        self.segment_opened_at = retrying.clock().now().saturating_add(delay);
+        if delay.is_zero() {
+            Action::Open(open)
+        } else {
+            Action::SleepThenOpen(delay, open)
+        }
+    }
+
+    /// Reattach after `delay`, if there is a position to resume from.
+    fn reattach(&mut self, delay: Duration, retrying: &Retrying) -> Action {
+        if self.last_returned.as_deref() == Some("") {
+            // Resuming without an id would replay the result from its start.
+            let release = self.release_all();
+            return Action::Fail(IntegrityError::NoResumePosition.into(), release);
+        }
+        self.counters.reattaches += 1;
+        self.open(Open::Reattach(self.reattach_request()), delay, retrying)
+    }
+
+    /// The segment ends in a way that reopens at once: apply the progress
+    /// rule ([`super::progress`]) to an empty one. `Ok(wait)` before the
+    /// reopen, or the failure.
+    fn after_segment(
+        &mut self,
+        kind: EmptySegment,
+        retrying: &Retrying,
+    ) -> Result<Duration, Box<Action>> {
+        if self.segment_progress {
+            return Ok(Duration::ZERO);
+        }
+        let lived = retrying
+            .clock()
+            .now()
+            .saturating_sub(self.segment_opened_at);
+        let run = self
+            .empty_run
+            .get_or_insert_with(|| EmptyRun::new(retrying));
+        match run.on_empty(lived, retrying) {
+            Verdict::Reopen(wait) => {
+                if !wait.is_zero() {
+                    self.counters.empty_backoffs += 1;
+                }
+                Ok(wait)
+            }
+            Verdict::GiveUp => {
+                let err = ReattachError::NoProgress {
+                    operation_id: self.operation_id.clone(),
+                    segments: run.counted,
+                    waited: run.waited,
+                    what: kind,
+                };
+                Err(Box::new(Action::Fail(err, self.release_all())))
+            }
         }
     }
 
@@ -232,24 +318,29 @@ impl ReattachCore {
             }
             Event::EndOfStream => {
                 // A clean end without ResultComplete: the server ended the
-                // segment on purpose. Reattach at once: no sleep, no budget.
+                // segment on purpose. Reattach at once, no retry budget, but
+                // under the progress rule.
                 self.counters.graceful_ends += 1;
-                self.counters.reattaches += 1;
-                self.stream_open = true;
-                Action::Open(Open::Reattach(self.reattach_request()))
+                self.stream_open = false;
+                match self.after_segment(EmptySegment::EndedEmpty, retrying) {
+                    Ok(wait) => self.reattach(wait, retrying),
+                    Err(fail) => *fail,
+                }
             }
             Event::Error(status) => self.on_error(status, retrying),
             Event::SegmentDeadline => self.retry_now(
                 Status::deadline_exceeded("client-side deadline of the stream segment expired"),
+                EmptySegment::SegmentDeadline,
                 retrying,
             ),
             Event::Stalled(idle) => {
                 self.counters.stalls += 1;
                 let action = self.retry_now(
                     Status::unavailable(format!("no message for {idle:?}: stream treated as dead")),
+                    EmptySegment::Stalled,
                     retrying,
                 );
-                self.after_stall = matches!(action, Action::Open(_));
+                self.after_stall = matches!(action, Action::Open(_) | Action::SleepThenOpen(..));
                 action
             }
         }
@@ -281,6 +372,11 @@ impl ReattachCore {
         ) {
             return Action::Fail(mismatch.into(), self.release_all());
         }
+        if let Err(dup) = self.ids.insert(&resp.response_id) {
+            return Action::Fail(dup.into(), self.release_all());
+        }
+        self.segment_progress = true;
+        self.empty_run = None;
         self.counters.responses += 1;
         self.last_returned = Some(resp.response_id.clone());
         let complete = matches!(
@@ -310,40 +406,40 @@ impl ReattachCore {
                 let err = ReattachError::ResponseAlreadyReceived { marker, status };
                 return Action::Fail(err, self.release_all());
             }
-            // The ExecutePlan never reached the server: send it again at once.
-            return match self.decide(retrying, AttemptError::RetryNow(Some(status))) {
-                Ok(_) => {
+            // The ExecutePlan never reached the server: send it again at
+            // once (under the progress rule).
+            if let Err(status) = self.decide(retrying, AttemptError::RetryNow(Some(status))) {
+                return self.fail(status);
+            }
+            return match self.after_segment(EmptySegment::NotFound, retrying) {
+                Ok(wait) => {
                     self.counters.re_executes += 1;
-                    self.stream_open = true;
-                    Action::Open(Open::Execute(self.initial.clone()))
+                    self.open(Open::Execute(self.initial.clone()), wait, retrying)
                 }
-                Err(status) => self.fail(status),
+                Err(fail) => *fail,
             };
         }
         if status.code() == Code::DeadlineExceeded
             || classify_failure(&status) == FailureKind::Deadline
         {
-            return self.retry_now(status, retrying);
+            return self.retry_now(status, EmptySegment::DeadlineExceeded, retrying);
         }
         match self.decide(retrying, AttemptError::Status(status)) {
-            Ok(delay) => {
-                self.counters.reattaches += 1;
-                self.stream_open = true;
-                Action::SleepThenOpen(delay, Open::Reattach(self.reattach_request()))
-            }
+            Ok(delay) => self.reattach(delay, retrying),
             Err(status) => self.fail(status),
         }
     }
 
-    fn retry_now(&mut self, cause: Status, retrying: &Retrying) -> Action {
+    /// Reattach at once (PySpark's RetryException), bounded by the
+    /// immediate-retry bound and the progress rule.
+    fn retry_now(&mut self, cause: Status, kind: EmptySegment, retrying: &Retrying) -> Action {
         self.stream_open = false;
-        match self.decide(retrying, AttemptError::RetryNow(Some(cause))) {
-            Ok(_) => {
-                self.counters.reattaches += 1;
-                self.stream_open = true;
-                Action::Open(Open::Reattach(self.reattach_request()))
-            }
-            Err(status) => self.fail(status),
+        if let Err(status) = self.decide(retrying, AttemptError::RetryNow(Some(cause))) {
+            return self.fail(status);
+        }
+        match self.after_segment(kind, retrying) {
+            Ok(wait) => self.reattach(wait, retrying),
+            Err(fail) => *fail,
         }
     }
 

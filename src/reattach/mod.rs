@@ -34,6 +34,15 @@
 //! * **Releases**: `release_until` after progress (coalesced, newest id wins),
 //!   `release_all` on completion, terminal error and drop; background, best effort.
 //!
+//! Two rules on top of PySpark's keep a misbehaving server from making the
+//! client spin or lose rows: **progress-aware reopening** ([`progress`]: the
+//! immediate reopens above are immediate only for segments that delivered
+//! something, lived at least their owed backoff, or are the first short
+//! empty one of a run; later ones wait the policy's backoff, and the run
+//! ends in [`ReattachError::NoProgress`]), and **stream integrity**
+//! ([`integrity`]: replayed response ids, resuming without a position, torn
+//! or miscounted batches are errors; nothing is delivered after an error).
+//!
 //!
 //! # Stall detection (on by default)
 //!
@@ -82,13 +91,15 @@
 
 pub mod core;
 pub(crate) mod ids;
+pub mod integrity;
+pub mod progress;
 mod release;
 mod stream;
 
 use std::fmt;
 use std::time::Duration;
 
-pub use release::{RELEASE_UNTIL_INTERVAL, ReleaseTracker};
+pub use release::{MIN_RELEASE_ATTEMPT, RELEASE_UNTIL_INTERVAL, ReleaseTracker};
 pub use stream::{ExecutionStats, ReattachableExecution};
 
 use crate::deadlines::RpcDeadlines;
@@ -151,6 +162,29 @@ pub enum ReattachError {
     /// [`ReattachOptions::idle_timeout`] is zero (use `None` to turn stall
     /// detection off).
     ZeroIdleTimeout,
+    /// A deadline in [`ReattachOptions::deadlines`] cannot be used (zero, or
+    /// above [`crate::deadlines::MAX_TIMEOUT`]; `None` means no deadline).
+    InvalidDeadline(crate::deadlines::InvalidDeadline),
+    /// The stream broke a stream-integrity rule ([`integrity`]).
+    Integrity(integrity::IntegrityError),
+    /// The server kept reopened streams empty until the progress rule's
+    /// budget ran out ([`progress`]).
+    NoProgress {
+        /// The execution's operation id.
+        operation_id: String,
+        /// Short empty segments in the run.
+        segments: u32,
+        /// The backoff waited between them.
+        waited: std::time::Duration,
+        /// What the server did last.
+        what: progress::EmptySegment,
+    },
+}
+
+impl From<integrity::IntegrityError> for ReattachError {
+    fn from(e: integrity::IntegrityError) -> Self {
+        ReattachError::Integrity(e)
+    }
 }
 
 impl fmt::Display for ReattachError {
@@ -174,6 +208,17 @@ impl fmt::Display for ReattachError {
             ReattachError::ZeroIdleTimeout => {
                 f.write_str("idle_timeout must be positive (None turns stall detection off)")
             }
+            ReattachError::InvalidDeadline(e) => e.fmt(f),
+            ReattachError::Integrity(e) => write!(f, "[RESULT_INTEGRITY] {e}"),
+            ReattachError::NoProgress {
+                operation_id,
+                segments,
+                waited,
+                what,
+            } => write!(
+                f,
+                "[NO_PROGRESS] operation {operation_id}: the server {what}, {segments} times in a row without a response ({waited:?} of backoff); giving up"
+            ),
         }
     }
 }
@@ -184,6 +229,8 @@ impl std::error::Error for ReattachError {
             ReattachError::Status(s) | ReattachError::ResponseAlreadyReceived { status: s, .. } => {
                 Some(s)
             }
+            ReattachError::InvalidDeadline(e) => Some(e),
+            ReattachError::Integrity(e) => Some(e),
             _ => None,
         }
     }

@@ -17,6 +17,11 @@
 //! over a fresh connection: a release sent into a black hole would otherwise
 //! wait forever, and, being the one in flight, hold back every later
 //! `release_until` of the execution (and make a session's close wait).
+//! That bound is never below [`MIN_RELEASE_ATTEMPT`]: a unary RPC needs at
+//! least a round trip, and a tiny idle timeout would otherwise give up every
+//! attempt before its answer could arrive, leaving the release to back off
+//! through the whole policy while a session's `close()` waits its full
+//! release wait.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -91,6 +96,10 @@ impl Drop for TaskGuard {
     }
 }
 
+/// The shortest bound on one ReleaseExecute attempt under stall detection
+/// (the idle timeout, when longer).
+pub const MIN_RELEASE_ATTEMPT: Duration = Duration::from_secs(1);
+
 /// The shortest time between two `release_until` calls of one execution.
 pub const RELEASE_UNTIL_INTERVAL: Duration = Duration::from_millis(50);
 
@@ -139,7 +148,7 @@ impl Releaser {
             tracker,
             runtime: tokio::runtime::Handle::try_current().ok(),
             until: Arc::default(),
-            attempt_timeout,
+            attempt_timeout: attempt_timeout.map(|d| d.max(MIN_RELEASE_ATTEMPT)),
         }
     }
 

@@ -288,8 +288,11 @@ impl fmt::Debug for ReattachableExecution {
 impl ReattachableExecution {
     /// Start an execution of `request` over `client`.
     ///
-    /// Nothing is sent until the stream is first polled. Fails only if the
-    /// request carries an operation id that is not a UUID.
+    /// Nothing is sent until the stream is first polled. Fails if the
+    /// request carries an operation id that is not a UUID, if the idle
+    /// timeout is zero, or if a deadline is zero or longer than
+    /// [`crate::deadlines::MAX_TIMEOUT`] ([`ReattachError::InvalidDeadline`];
+    /// `None` is the way to say "no deadline").
     pub fn new(
         client: SparkClient,
         request: ExecutePlanRequest,
@@ -310,6 +313,12 @@ impl ReattachableExecution {
         if options.idle_timeout == Some(std::time::Duration::ZERO) {
             return Err(ReattachError::ZeroIdleTimeout);
         }
+        // Checked here, where they enter: a deadline too large for the
+        // clock would otherwise panic inside tonic on the first read.
+        options
+            .deadlines
+            .validate()
+            .map_err(ReattachError::InvalidDeadline)?;
         let core = ReattachCore::new(request)?;
         let operation_id = core.operation_id().to_owned();
         let releaser = Releaser::new(

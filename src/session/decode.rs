@@ -2,19 +2,32 @@
 //!
 //! Spark sends a result as ArrowBatch responses, each one Arrow IPC stream;
 //! a batch larger than the chunk size comes as several chunks that must be
-//! joined before decoding. A lost or replayed batch or chunk must be an
-//! error, never silently wrong data, so offsets and chunk indexes are
-//! checked here (PySpark's rules). The schema comes first from Spark's
-//! type description, then from the batches themselves.
+//! joined before decoding. A lost, replayed, torn or miscounted batch must be
+//! an error, never silently wrong data: the framing rules are
+//! [`crate::reattach::integrity`]'s (checked by its `BatchAssembler`), and a
+//! batch reaches the queue only once it is whole and its rows are counted.
+//! The schema comes first from Spark's type description, then from the
+//! batches themselves.
+//!
+//! Corrupt IPC bytes are an error, never a panic. arrow-ipc 60 validates the
+//! arrays it builds, but slices each column buffer out of the message body
+//! at the offsets the message header states *before* validating, and
+//! `Buffer::slice_with_length` asserts they are in bounds: a header with a
+//! buffer offset past the body panics (`docs/arrow-ipc-panic.md`). No
+//! validating option of the decoder covers that, so the decode call is run
+//! under `catch_unwind` and a panic becomes [`SparkError::Arrow`]; the
+//! decoder and its half-decoded state are dropped with it.
 
 use std::collections::VecDeque;
+use std::panic::AssertUnwindSafe;
 
 use arrow_array::RecordBatch;
-use arrow_schema::SchemaRef;
+use arrow_schema::{ArrowError, SchemaRef};
 
 use super::error::SparkError;
 use crate::proto::ExecutePlanResponse;
 use crate::proto::execute_plan_response::{ArrowBatch, ExecutionProgress, ResponseType};
+use crate::reattach::integrity::{BatchAssembler, ChunkHeader, IntegrityError, check_row_count};
 
 /// What one response added.
 #[derive(Debug)]
@@ -34,9 +47,7 @@ pub(super) struct ArrowState {
     /// The schema came from a decoded batch (exact; never replaced again).
     schema_from_batches: bool,
     queue: VecDeque<RecordBatch>,
-    chunks: Vec<u8>,
-    /// Chunks of the current batch received so far (0: none in progress).
-    chunks_seen: i64,
+    chunks: BatchAssembler,
 }
 
 impl ArrowState {
@@ -46,6 +57,18 @@ impl ArrowState {
 
     pub(super) fn pop(&mut self) -> Option<RecordBatch> {
         self.queue.pop_front()
+    }
+
+    /// The stream failed: forget every batch not yet handed out (nothing is
+    /// delivered after an error).
+    pub(super) fn discard(&mut self) {
+        self.queue.clear();
+        self.chunks = BatchAssembler::default();
+    }
+
+    /// The result ended: an error if a chunked batch is incomplete.
+    pub(super) fn finish(&self) -> Result<(), SparkError> {
+        self.chunks.finish().map_err(integrity)
     }
 
     /// Take the schema from Spark's type description, if the response has
@@ -69,71 +92,77 @@ impl ArrowState {
         match resp.response_type {
             Some(ResponseType::ArrowBatch(b)) => self.batch(b, rows),
             Some(ResponseType::ExecutionProgress(p)) => Ok(Absorbed::Progress(p)),
+            Some(ResponseType::ResultComplete(_)) => {
+                self.finish()?;
+                Ok(Absorbed::Nothing)
+            }
             _ => Ok(Absorbed::Nothing),
         }
     }
 
     fn batch(&mut self, b: ArrowBatch, rows: u64) -> Result<Absorbed, SparkError> {
-        let index = b.chunk_index.unwrap_or(0);
-        let total = b.num_chunks_in_batch.unwrap_or(0).max(1);
-        if index != self.chunks_seen {
-            return Err(SparkError::Protocol(format!(
-                "expected chunk {} of an Arrow batch, got chunk {index}",
-                self.chunks_seen
-            )));
-        }
-        if index == 0
-            && let Some(start) = b.start_offset
-            && start != rows as i64
-        {
-            return Err(SparkError::BatchOffset {
-                expected: rows as i64,
-                got: start,
-            });
-        }
-        let data = if total == 1 {
-            // `b` is owned: move the payload out rather than copy it.
-            b.data
-        } else {
-            self.chunks.extend_from_slice(&b.data);
-            self.chunks_seen += 1;
-            if self.chunks_seen < total {
-                return Ok(Absorbed::Nothing);
-            }
-            self.chunks_seen = 0;
-            std::mem::take(&mut self.chunks)
+        let header = ChunkHeader {
+            row_count: b.row_count,
+            start_offset: b.start_offset,
+            chunk_index: b.chunk_index,
+            num_chunks: b.num_chunks_in_batch,
         };
-        let decoded = self.decode(data)?;
-        if decoded != b.row_count {
-            return Err(SparkError::Protocol(format!(
-                "ArrowBatch says {} rows but carries {decoded}",
-                b.row_count
-            )));
-        }
-        Ok(Absorbed::Rows(decoded as u64))
-    }
-
-    /// Decode one IPC stream in place: `StreamDecoder` slices the batch's
-    /// column buffers out of `data` (zero copy when they are aligned), where
-    /// `StreamReader` over a `Cursor` copied every message body into fresh
-    /// buffers. At ~160 MB per 10M-row result the copies were a visible
-    /// share of the client's CPU time.
-    fn decode(&mut self, data: Vec<u8>) -> Result<i64, SparkError> {
-        let mut buf = arrow_buffer::Buffer::from_vec(data);
-        let mut decoder = arrow_ipc::reader::StreamDecoder::new();
-        let mut decoded = 0i64;
-        while !buf.is_empty() {
-            if let Some(batch) = decoder.decode(&mut buf).map_err(SparkError::Arrow)? {
-                decoded += batch.num_rows() as i64;
-                self.queue.push_back(batch);
-            }
-        }
-        decoder.finish().map_err(SparkError::Arrow)?;
-        if let Some(schema) = decoder.schema() {
+        let Some(whole) = self.chunks.push(header, b.data, rows).map_err(integrity)? else {
+            return Ok(Absorbed::Nothing);
+        };
+        let (batches, schema) = decode(whole.data)?;
+        let decoded: i64 = batches.iter().map(|b| b.num_rows() as i64).sum();
+        check_row_count(whole.row_count, decoded).map_err(integrity)?;
+        // Only a whole, counted batch reaches the queue.
+        if let Some(schema) = schema {
             self.schema = Some(schema);
             self.schema_from_batches = true;
         }
-        Ok(decoded)
+        self.queue.extend(batches);
+        Ok(Absorbed::Rows(decoded as u64))
+    }
+}
+
+/// The session's error for a broken integrity rule; a start offset keeps
+/// its own variant.
+fn integrity(e: IntegrityError) -> SparkError {
+    match e {
+        IntegrityError::BatchOffset { expected, got } => SparkError::BatchOffset { expected, got },
+        other => SparkError::Integrity(other),
+    }
+}
+
+/// Decode one IPC stream in place: `StreamDecoder` slices the batch's
+/// column buffers out of `data` (zero copy when they are aligned), where
+/// `StreamReader` over a `Cursor` copied every message body into fresh
+/// buffers. At ~160 MB per 10M-row result the copies were a visible share
+/// of the client's CPU time. A panic inside arrow (corrupt offsets, module
+/// docs) is caught here and returned as an error.
+pub(super) fn decode(data: Vec<u8>) -> Result<(Vec<RecordBatch>, Option<SchemaRef>), SparkError> {
+    let run = AssertUnwindSafe(move || -> Result<_, ArrowError> {
+        let mut buf = arrow_buffer::Buffer::from_vec(data);
+        let mut decoder = arrow_ipc::reader::StreamDecoder::new();
+        let mut batches = Vec::new();
+        while !buf.is_empty() {
+            if let Some(batch) = decoder.decode(&mut buf)? {
+                batches.push(batch);
+            }
+        }
+        decoder.finish()?;
+        Ok((batches, decoder.schema()))
+    });
+    match std::panic::catch_unwind(run) {
+        Ok(result) => result.map_err(SparkError::Arrow),
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| panic.downcast_ref::<&str>().copied())
+                .unwrap_or("a panic");
+            Err(SparkError::Arrow(ArrowError::IpcError(format!(
+                "corrupt Arrow IPC data (the decoder panicked: {what})"
+            ))))
+        }
     }
 }
 

@@ -251,6 +251,14 @@ pub enum SparkError {
         /// The row offset received.
         got: i64,
     },
+    /// The result broke a stream-integrity rule (a replayed response, a
+    /// torn or miscounted batch; see [`crate::reattach::integrity`]).
+    #[error("[RESULT_INTEGRITY] {0}")]
+    Integrity(#[source] crate::reattach::integrity::IntegrityError),
+    /// The server kept answering without making progress, or the execution
+    /// could not be set up; see [`ReattachError`].
+    #[error(transparent)]
+    Execution(ReattachError),
     /// The server answered something this client cannot use.
     #[error("protocol error: {0}")]
     Protocol(String),
@@ -322,6 +330,8 @@ impl From<ReattachError> for SparkError {
             }
             ReattachError::InvalidOperationId(id) => SparkError::InvalidOperationId(id),
             e @ ReattachError::ZeroIdleTimeout => SparkError::Protocol(e.to_string()),
+            ReattachError::Integrity(e) => SparkError::Integrity(e),
+            e => SparkError::Execution(e),
         }
     }
 }

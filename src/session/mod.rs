@@ -37,6 +37,8 @@ pub mod conn_string;
 mod dataframe;
 #[cfg(feature = "arrow")]
 mod decode;
+#[cfg(all(test, feature = "arrow"))]
+mod decode_fuzz;
 mod error;
 #[cfg(feature = "arrow")]
 mod local_data;

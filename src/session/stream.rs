@@ -69,6 +69,9 @@ pub struct ArrowStream {
     on_progress: Option<ProgressFn>,
     /// No more responses will come (end, error or cancel).
     done: bool,
+    /// The batch stream returned a terminal error: it returns nothing more.
+    #[cfg(feature = "arrow")]
+    failed: bool,
     interrupt_on_drop: bool,
     #[cfg(feature = "arrow")]
     arrow: super::decode::ArrowState,
@@ -109,6 +112,8 @@ impl ArrowStream {
             enriching: None,
             on_progress: None,
             done: false,
+            #[cfg(feature = "arrow")]
+            failed: false,
             interrupt_on_drop,
             #[cfg(feature = "arrow")]
             arrow: Default::default(),
@@ -307,6 +312,16 @@ impl ArrowStream {
         self.preparing = None;
     }
 
+    /// A terminal error of the batch stream: the execution is released and
+    /// nothing decoded but not yet handed out is delivered after it.
+    #[cfg(feature = "arrow")]
+    fn fail_arrow(&mut self, e: SparkError) -> SparkError {
+        self.fail();
+        self.failed = true;
+        self.arrow.discard();
+        e
+    }
+
     #[cfg(feature = "arrow")]
     fn progress(&mut self, p: &proto::execute_plan_response::ExecutionProgress) {
         if let Some(f) = self.on_progress.as_mut() {
@@ -357,12 +372,18 @@ impl Stream for ArrowStream {
         use super::decode::Absorbed;
         let this = &mut *self;
         loop {
+            if this.failed {
+                return Poll::Ready(None);
+            }
             if let Some(b) = this.arrow.pop() {
                 return Poll::Ready(Some(Ok(b)));
             }
             let resp = match std::task::ready!(this.poll_response(cx)) {
-                None => return Poll::Ready(None),
-                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+                None => match this.arrow.finish() {
+                    Ok(()) => return Poll::Ready(None),
+                    Err(e) => return Poll::Ready(Some(Err(this.fail_arrow(e)))),
+                },
+                Some(Err(e)) => return Poll::Ready(Some(Err(this.fail_arrow(e)))),
                 Some(Ok(resp)) => resp,
             };
             match this.arrow.absorb(resp, this.rows) {
@@ -372,10 +393,7 @@ impl Stream for ArrowStream {
                 }
                 Ok(Absorbed::Progress(p)) => this.progress(&p),
                 Ok(Absorbed::Nothing) => {}
-                Err(e) => {
-                    this.fail();
-                    return Poll::Ready(Some(Err(e)));
-                }
+                Err(e) => return Poll::Ready(Some(Err(this.fail_arrow(e)))),
             }
         }
     }

@@ -126,7 +126,8 @@ impl TestServerBuilder {
     }
 
     /// End each reattachable stream gracefully after this long (`None`:
-    /// never). Default [`DEFAULT_MAX_STREAM_DURATION`].
+    /// never; so is a duration too large for the clock, such as
+    /// `Duration::MAX`). Default [`DEFAULT_MAX_STREAM_DURATION`].
     pub fn max_stream_duration(mut self, duration: Option<Duration>) -> Self {
         self.settings.max_stream_duration = duration;
         self

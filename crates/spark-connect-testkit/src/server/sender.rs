@@ -128,7 +128,9 @@ impl<'a> Sender<'a> {
         let deadline = settings
             .max_stream_duration
             .filter(|_| op.reattachable)
-            .map(|d| Instant::now() + d);
+            // Saturating: a duration too large for the clock means "never"
+            // (`Instant + Duration::MAX` would panic this task).
+            .and_then(|d| Instant::now().checked_add(d));
         let retry_buffer = if op.reattachable {
             settings.retry_buffer_bytes as u64
         } else {
