@@ -19,6 +19,7 @@
 //! | [`retrying`] | [`Retrying`](retrying::Retrying), the async retry loop, with injectable sleeper, clock and jitter |
 //! | [`layer`] | [`RetryLayer`](layer::RetryLayer), a tower layer for any generated tonic client, from code or a service config |
 //! | [`status`] | `google.rpc.RetryInfo` read from status details, defensively |
+//! | [`request_error`] | [`RequestErrorLayer`](request_error::RequestErrorLayer): a request that cannot be encoded fails with its own status, not the stream reset it causes |
 //! | [`sanitize`] | [`SanitizeLayer`](sanitize::SanitizeLayer): a guard against tonic's panic on non-base64 status details |
 //! | [`transport`] | [`GrpcChannel`](transport::GrpcChannel): any service stack as one boxed, sanitized client type |
 //!
@@ -53,6 +54,7 @@
 mod headers;
 pub mod layer;
 pub mod policy;
+pub mod request_error;
 pub mod retrying;
 pub mod sanitize;
 pub mod status;

@@ -6,8 +6,9 @@ use bytes::Bytes;
 use http_body::Body;
 use tower::Service;
 use tower::util::BoxCloneSyncService;
-use tower::{ServiceBuilder, ServiceExt};
+use tower::{Layer, ServiceBuilder, ServiceExt};
 
+use crate::request_error::RequestErrorLayer;
 use crate::sanitize::SanitizeLayer;
 
 /// A boxed error, as tonic's transport and tower use (tower's own alias).
@@ -24,7 +25,9 @@ pub type GrpcChannel = BoxCloneSyncService<
 >;
 
 /// Box `service` (for example a tonic `Channel`) into a [`GrpcChannel`],
-/// guarded by [`SanitizeLayer`] against tonic's panic on malformed status details.
+/// guarded by [`SanitizeLayer`] against tonic's panic on malformed status
+/// details, and by [`RequestErrorLayer`] so that a request tonic cannot
+/// encode fails with its own status.
 pub fn grpc_channel<S, B>(service: S) -> GrpcChannel
 where
     S: Service<http::Request<tonic::body::Body>, Response = http::Response<B>>
@@ -41,5 +44,5 @@ where
         .layer(SanitizeLayer)
         .service(service)
         .map_err(|e: S::Error| tonic::Status::from_error(e.into()));
-    BoxCloneSyncService::new(svc)
+    BoxCloneSyncService::new(RequestErrorLayer.layer(svc))
 }
