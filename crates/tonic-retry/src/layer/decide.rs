@@ -21,7 +21,7 @@
 //! | 6 | a non-idempotent method, unless the failure shows the work did not start (below) | deliver (`not_replayable`) |
 //! | 7 | the first policy whose classifier accepts the status decides | deliver if none (`not_retryable`) or its budget is spent (`exhausted`, with PySpark's `[RETRIES_EXCEEDED]` warning) |
 //! | 8 | the token bucket is at or below half | deliver (`throttled`) |
-//! | 9 | the wait: the pushback exactly, then the policy's backoff restarts (A6); else the policy's wait, with RetryInfo as its floor | |
+//! | 9 | the wait: the pushback exactly (capped by the policy's `max_server_retry_delay`, 10 min by default, as RetryInfo is), then the policy's backoff restarts (A6); else the policy's wait, with RetryInfo as its floor | |
 //! | 10 | the retry would start at or past the deadline | deliver (`deadline`) |
 //! | 11 | otherwise | retry after the wait (`pushback`, `retry_info` or `policy`) |
 //!
@@ -356,10 +356,13 @@ pub fn decide(
     }
     let (wait, reason) = match pushback {
         Some(Pushback::After(d)) => {
+            // A server's pushback is capped like its RetryInfo: by the
+            // policy's `max_server_retry_delay`.
+            let cap = index.and_then(|i| rules.retrying.policies()[i].max_server_retry_delay());
             if let Some(i) = index {
                 retry.restart_backoff(i);
             }
-            (d, Reason::Pushback)
+            (cap.map_or(d, |cap| d.min(cap)), Reason::Pushback)
         }
         _ if server_delay.is_some() => (delay, Reason::RetryInfo),
         _ => (delay, Reason::Policy),
@@ -423,4 +426,70 @@ pub(crate) fn split_path(path: &str) -> (&str, &str) {
     path.trim_start_matches('/')
         .split_once('/')
         .unwrap_or((path, ""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{DEFAULT_MAX_SERVER_RETRY_DELAY, RetryPolicy};
+
+    fn pushback_wait(retrying: &Retrying, value: &'static str) -> Duration {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            GRPC_RETRY_PUSHBACK_MS,
+            http::HeaderValue::from_static(value),
+        );
+        let pushback = Pushback::from_headers(&headers);
+        let mut call = CallState::new(PathAndQuery::from_static("/s.S/M"), true);
+        call.begin_attempt(Duration::ZERO);
+        let status = Status::unavailable("busy");
+        let rules = Rules {
+            retrying,
+            throttle: None,
+        };
+        let outcome = Outcome::Failed {
+            status: &status,
+            pushback,
+        };
+        match decide(&mut call, outcome, Duration::ZERO, rules) {
+            Decision {
+                next: Next::Retry(wait),
+                reason: Reason::Pushback,
+            } => wait,
+            other => panic!("{value}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn pushback_is_capped_like_retry_info() {
+        let default = Retrying::default();
+        assert_eq!(
+            pushback_wait(&default, "600000"),
+            DEFAULT_MAX_SERVER_RETRY_DELAY
+        );
+        assert_eq!(
+            pushback_wait(&default, "600001"),
+            DEFAULT_MAX_SERVER_RETRY_DELAY
+        );
+        assert_eq!(
+            pushback_wait(&default, "9223372036854775807"),
+            DEFAULT_MAX_SERVER_RETRY_DELAY
+        );
+        assert_eq!(pushback_wait(&default, "1234"), Duration::from_millis(1234));
+        let short = RetryPolicy::builder()
+            .max_server_retry_delay(Some(Duration::from_secs(2)))
+            .build()
+            .unwrap();
+        let short = Retrying::new(vec![short]);
+        assert_eq!(pushback_wait(&short, "5000"), Duration::from_secs(2));
+        let uncapped = RetryPolicy::builder()
+            .max_server_retry_delay(None)
+            .build()
+            .unwrap();
+        let uncapped = Retrying::new(vec![uncapped]);
+        assert_eq!(
+            pushback_wait(&uncapped, "9223372036854775807"),
+            Duration::from_millis(i64::MAX as u64)
+        );
+    }
 }
