@@ -9,9 +9,9 @@
 
 use std::time::Duration;
 
-use tonic::{Code, Status};
+use tonic::Status;
 
-use crate::policy::{FailureKind, RetryDecision, RetryReason, RetryState, classify_failure};
+use crate::policy::{Failure, RetryDecision, RetryReason, RetryState};
 use crate::proto::execute_plan_request::{RequestOption, request_option};
 use crate::proto::release_execute_request::{Release as ReleaseKind, ReleaseAll, ReleaseUntil};
 use crate::proto::{
@@ -320,18 +320,21 @@ impl ReattachCore {
                 Err(status) => self.fail(status),
             };
         }
-        if status.code() == Code::DeadlineExceeded
-            || classify_failure(&status) == FailureKind::Deadline
-        {
+        // The one classification of this failure.
+        let failure = Failure::new(&status);
+        if failure.is_deadline() {
             return self.retry_now(status, retrying);
         }
-        match self.decide(retrying, AttemptError::Status(status)) {
-            Ok(delay) => {
+        let state = self.retry.get_or_insert_with(|| retrying.new_state());
+        let matched = state.matching(&failure);
+        match retrying.decide_failure(state, &failure, matched) {
+            RetryDecision::Retry { delay, .. } => {
+                self.counters.policy_retries += 1;
                 self.counters.reattaches += 1;
                 self.stream_open = true;
                 Action::SleepThenOpen(delay, Open::Reattach(self.reattach_request()))
             }
-            Err(status) => self.fail(status),
+            RetryDecision::GiveUp(_) => self.fail(status),
         }
     }
 

@@ -58,7 +58,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tonic::Status;
 
-use crate::policy::{GiveUpReason, RetryDecision, RetryPolicy, RetryReason, RetryState};
+use crate::policy::{Failure, GiveUpReason, RetryDecision, RetryPolicy, RetryReason, RetryState};
 
 /// PySpark 4.3's default bound on immediate retries: one hour.
 pub const DEFAULT_RETRY_NOW_BOUND: Duration = Duration::from_secs(3600);
@@ -357,14 +357,44 @@ impl Retrying {
     }
 
     /// Decide after `error` in `state`, logging the give-up warning.
-    /// Shared by every driver so that the decision and its log are one code path.
+    /// A status is classified once ([`Failure::new`]) and decided by
+    /// [`decide_failure`](Self::decide_failure), the one decision every
+    /// driver shares.
     pub fn decide<E>(&self, state: &mut RetryState, error: &AttemptError<E>) -> RetryDecision {
-        let decision = match error {
-            AttemptError::Status(s) => state.on_status(s, &mut || self.jitter.sample()),
-            AttemptError::RetryNow(_) => state.on_retry_now(self.clock.now()),
+        match error {
+            AttemptError::Status(s) => {
+                let failure = Failure::new(s);
+                let matched = state.matching(&failure);
+                self.decide_failure(state, &failure, matched)
+            }
+            AttemptError::RetryNow(_) => {
+                let decision = state.on_retry_now(self.clock.now());
+                self.log(&decision);
+                decision
+            }
             AttemptError::Other(_) => RetryDecision::GiveUp(GiveUpReason::NotRetryable),
-        };
-        match &decision {
+        }
+    }
+
+    /// Decide after `failure`, which policy `matched` accepted
+    /// ([`RetryState::matching`]; a driver that needs the match before the
+    /// decision, as the tower layer's throttle does, passes it on rather
+    /// than classifying twice). Logs the decision, and on give-up
+    /// PySpark's `[RETRIES_EXCEEDED]` warning: that warning is logged here
+    /// and nowhere else.
+    pub fn decide_failure(
+        &self,
+        state: &mut RetryState,
+        failure: &Failure<'_>,
+        matched: Option<usize>,
+    ) -> RetryDecision {
+        let decision = state.on_failure(failure, matched, &mut || self.jitter.sample());
+        self.log(&decision);
+        decision
+    }
+
+    fn log(&self, decision: &RetryDecision) {
+        match decision {
             RetryDecision::GiveUp(GiveUpReason::NotRetryable) => {}
             RetryDecision::GiveUp(reason) => {
                 tracing::debug!(?reason, "giving up");
@@ -375,10 +405,10 @@ impl Retrying {
                     RetryReason::Policy { index, .. } => self.policies[*index].name(),
                     RetryReason::RetryNow => "immediate",
                 };
-                tracing::debug!(delay_ms = delay.as_millis() as u64, policy, "retrying");
+                let delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+                tracing::debug!(delay_ms, policy, "retrying");
             }
         }
-        decision
     }
 
     /// Run `op` until it succeeds or the loop gives up.

@@ -55,7 +55,10 @@
 
 mod builder;
 mod classify;
+mod failure;
 mod state;
+
+pub use failure::{Failure, Pushback};
 
 use builder::ms_to_duration;
 pub use builder::{CUSTOM_POLICY_NAME, InvalidPolicy, MAX_POLICY_DURATION, RetryPolicyBuilder};
@@ -239,7 +242,12 @@ impl RetryPolicy {
 
     /// Whether this policy's classifier accepts `status`.
     pub fn can_retry(&self, status: &tonic::Status) -> bool {
-        self.classifier.can_retry(status)
+        self.can_retry_failure(&Failure::new(status))
+    }
+
+    /// Whether this policy's classifier accepts `failure`.
+    pub fn can_retry_failure(&self, failure: &Failure<'_>) -> bool {
+        self.classifier.can_retry_failure(failure)
     }
 
     /// A fresh per-loop state for this policy.
