@@ -17,10 +17,19 @@ fn status(err: &SparkError) -> &tonic::Status {
 #[tokio::test]
 async fn a_request_over_the_limit_names_the_limit() {
     let server = TestServer::builder().start().await.unwrap();
-    let err = limited(&server, 1).sql("SELECT 1").await.map(|_| ()).unwrap_err();
+    let err = limited(&server, 1)
+        .sql("SELECT 1")
+        .await
+        .map(|_| ())
+        .unwrap_err();
     let status = status(&err);
     assert_eq!(status.code(), tonic::Code::OutOfRange, "{err}");
-    assert!(status.message().contains("encoded message length too large"), "{err}");
+    assert!(
+        status
+            .message()
+            .contains("encoded message length too large"),
+        "{err}"
+    );
     assert!(status.message().contains("the limit is: 1 bytes"), "{err}");
     // Nothing reached the server: no query ran.
     assert_eq!(server.calls().execute, 0);
@@ -31,7 +40,11 @@ async fn a_request_over_the_limit_names_the_limit() {
 /// so a small limit slows a large result down but does not fail it.
 #[tokio::test]
 async fn a_result_larger_than_the_limit_arrives_in_chunks_that_fit() {
-    let server = TestServer::builder().rows_per_batch(10_000).start().await.unwrap();
+    let server = TestServer::builder()
+        .rows_per_batch(10_000)
+        .start()
+        .await
+        .unwrap();
     let spark = limited(&server, 4096);
     let batches = spark
         .sql("SELECT * FROM range(100000)")

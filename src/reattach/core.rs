@@ -17,9 +17,9 @@
 
 use std::time::Duration;
 
-use tonic::{Code, Status};
+use tonic::Status;
 
-use crate::policy::{FailureKind, RetryDecision, RetryReason, RetryState, classify_failure};
+use crate::policy::{Failure, RetryDecision, RetryReason, RetryState};
 use crate::proto::execute_plan_request::{RequestOption, request_option};
 use crate::proto::release_execute_request::{Release as ReleaseKind, ReleaseAll, ReleaseUntil};
 use crate::proto::{
@@ -419,14 +419,14 @@ impl ReattachCore {
                 Err(fail) => *fail,
             };
         }
-        if status.code() == Code::DeadlineExceeded
-            || classify_failure(&status) == FailureKind::Deadline
-        {
+        // The one classification of this failure.
+        let failure = Failure::new(&status);
+        if failure.is_deadline() {
             return self.retry_now(status, EmptySegment::DeadlineExceeded, retrying);
         }
-        match self.decide(retrying, AttemptError::Status(status)) {
-            Ok(delay) => self.reattach(delay, retrying),
-            Err(status) => self.fail(status),
+        match self.decide_failure(retrying, &failure) {
+            Some(delay) => self.reattach(delay, retrying),
+            None => self.fail(status),
         }
     }
 
@@ -455,6 +455,19 @@ impl ReattachCore {
                 Ok(delay)
             }
             RetryDecision::GiveUp(_) => Err(error.into_status()),
+        }
+    }
+
+    /// Ask the shared policy core about a classified failure; `Some(delay)` to retry.
+    fn decide_failure(&mut self, retrying: &Retrying, failure: &Failure) -> Option<Duration> {
+        let state = self.retry.get_or_insert_with(|| retrying.new_state());
+        let matched = state.matching(failure);
+        match retrying.decide_failure(state, failure, matched) {
+            RetryDecision::Retry { delay, .. } => {
+                self.counters.policy_retries += 1;
+                Some(delay)
+            }
+            RetryDecision::GiveUp(_) => None,
         }
     }
 

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::fmt;
 
 use super::renewal::{SESSION_CHANGED, SESSION_CLOSED};
-use crate::policy::{FailureKind, classify_failure};
+use crate::policy::Failure;
 use crate::reattach::ReattachError;
 use crate::session::channel::ChannelError;
 use crate::session::conn_string::ConnectionStringError;
@@ -130,8 +130,7 @@ impl ServerError {
         self.details = Some(details);
     }
     fn is_deadline(&self) -> bool {
-        self.status.code() == tonic::Code::DeadlineExceeded
-            || classify_failure(&self.status) == FailureKind::Deadline
+        Failure::new(&self.status).is_deadline()
     }
 }
 

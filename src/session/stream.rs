@@ -60,6 +60,8 @@ pub struct ArrowStream {
     /// Sent again on a renewed session already (at most once).
     resent: bool,
     exec: Option<ReattachableExecution>,
+    /// The counters of an execution that ended in an error.
+    ended_stats: Option<ExecutionStats>,
     operation_id: String,
     rows: u64,
     batches: u64,
@@ -111,6 +113,7 @@ impl ArrowStream {
             held: VecDeque::new(),
             enriching: None,
             on_progress: None,
+            ended_stats: None,
             done: false,
             #[cfg(feature = "arrow")]
             failed: false,
@@ -161,7 +164,11 @@ impl ArrowStream {
     }
     /// A live handle to the execution's counters.
     pub fn stats_handle(&self) -> ExecutionStats {
-        self.exec.as_ref().map(|e| e.stats()).unwrap_or_default()
+        match (&self.exec, &self.ended_stats) {
+            (Some(exec), _) => exec.stats(),
+            (None, Some(stats)) => stats.clone(),
+            (None, None) => ExecutionStats::default(),
+        }
     }
     /// Call `f` for every ExecutionProgress the server sends from now on.
     pub fn on_progress(
@@ -308,7 +315,10 @@ impl ArrowStream {
     /// End the stream after an error: the execution is released.
     fn fail(&mut self) {
         self.done = true;
-        self.exec = None;
+        if let Some(exec) = self.exec.take() {
+            // The counters outlive the execution: they say how it failed.
+            self.ended_stats = Some(exec.stats());
+        }
         self.preparing = None;
     }
 

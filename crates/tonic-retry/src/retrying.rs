@@ -58,7 +58,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tonic::Status;
 
-use crate::policy::{GiveUpReason, RetryDecision, RetryPolicy, RetryReason, RetryState};
+use crate::policy::{Failure, GiveUpReason, RetryDecision, RetryPolicy, RetryReason, RetryState};
 
 /// PySpark 4.3's default bound on immediate retries: one hour.
 pub const DEFAULT_RETRY_NOW_BOUND: Duration = Duration::from_secs(3600);
@@ -232,7 +232,7 @@ pub struct LoopStats {
     pub policy_retries: u32,
     /// Immediate retries.
     pub immediate_retries: u32,
-    /// Total time asked of the sleeper.
+    /// Total time asked of the sleeper (saturating at `Duration::MAX`).
     pub slept: Duration,
 }
 
@@ -357,14 +357,44 @@ impl Retrying {
     }
 
     /// Decide after `error` in `state`, logging the give-up warning.
-    /// Shared by every driver so that the decision and its log are one code path.
+    /// A status is classified once ([`Failure::new`]) and decided by
+    /// [`decide_failure`](Self::decide_failure), the one decision every
+    /// driver shares.
     pub fn decide<E>(&self, state: &mut RetryState, error: &AttemptError<E>) -> RetryDecision {
-        let decision = match error {
-            AttemptError::Status(s) => state.on_status(s, &mut || self.jitter.sample()),
-            AttemptError::RetryNow(_) => state.on_retry_now(self.clock.now()),
+        match error {
+            AttemptError::Status(s) => {
+                let failure = Failure::new(s);
+                let matched = state.matching(&failure);
+                self.decide_failure(state, &failure, matched)
+            }
+            AttemptError::RetryNow(_) => {
+                let decision = state.on_retry_now(self.clock.now());
+                self.log(&decision);
+                decision
+            }
             AttemptError::Other(_) => RetryDecision::GiveUp(GiveUpReason::NotRetryable),
-        };
-        match &decision {
+        }
+    }
+
+    /// Decide after `failure`, which policy `matched` accepted
+    /// ([`RetryState::matching`]; a driver that needs the match before the
+    /// decision, as the tower layer's throttle does, passes it on rather
+    /// than classifying twice). Logs the decision, and on give-up
+    /// PySpark's `[RETRIES_EXCEEDED]` warning: that warning is logged here
+    /// and nowhere else.
+    pub fn decide_failure(
+        &self,
+        state: &mut RetryState,
+        failure: &Failure<'_>,
+        matched: Option<usize>,
+    ) -> RetryDecision {
+        let decision = state.on_failure(failure, matched, &mut || self.jitter.sample());
+        self.log(&decision);
+        decision
+    }
+
+    fn log(&self, decision: &RetryDecision) {
+        match decision {
             RetryDecision::GiveUp(GiveUpReason::NotRetryable) => {}
             RetryDecision::GiveUp(reason) => {
                 tracing::debug!(?reason, "giving up");
@@ -375,10 +405,10 @@ impl Retrying {
                     RetryReason::Policy { index, .. } => self.policies[*index].name(),
                     RetryReason::RetryNow => "immediate",
                 };
-                tracing::debug!(delay_ms = delay.as_millis() as u64, policy, "retrying");
+                let delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+                tracing::debug!(delay_ms, policy, "retrying");
             }
         }
-        decision
     }
 
     /// Run `op` until it succeeds or the loop gives up.
@@ -417,7 +447,7 @@ impl Retrying {
                     reason: RetryReason::Policy { .. },
                 } => {
                     stats.policy_retries += 1;
-                    stats.slept += delay;
+                    stats.slept = stats.slept.saturating_add(delay);
                     self.sleeper.sleep(delay).await;
                 }
                 RetryDecision::Retry {
@@ -449,5 +479,51 @@ impl Retrying {
             })
             .await;
         result.map_err(AttemptError::into_status)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost::Message;
+    use tonic_types::pb;
+
+    /// A server asking for `i64::MAX` seconds, with the cap turned off: each
+    /// wait saturates at `u64::MAX` ms, and their sum at `Duration::MAX`.
+    #[tokio::test]
+    async fn slept_saturates_with_huge_waits() {
+        let policy = RetryPolicy::builder()
+            .max_server_retry_delay(None)
+            .max_retries(Some(1100))
+            .build()
+            .unwrap();
+        let sleeper = RecordingSleeper::new();
+        let retrying = Retrying::new(vec![policy]).with_sleeper(sleeper.clone());
+        let info = pb::RetryInfo {
+            retry_delay: Some(prost_types::Duration {
+                seconds: i64::MAX,
+                nanos: 0,
+            }),
+        };
+        let details = pb::Status {
+            code: 14,
+            message: "wait".into(),
+            details: vec![prost_types::Any {
+                type_url: "type.googleapis.com/google.rpc.RetryInfo".into(),
+                value: info.encode_to_vec(),
+            }],
+        }
+        .encode_to_vec();
+        let (result, stats) = retrying
+            .run_with_stats(|| {
+                let status =
+                    Status::with_details(tonic::Code::Unavailable, "wait", details.clone().into());
+                async move { Err::<(), AttemptError>(AttemptError::Status(status)) }
+            })
+            .await;
+        assert!(result.is_err());
+        assert_eq!(stats.policy_retries, 1100);
+        assert_eq!(sleeper.sleeps()[0], Duration::from_millis(u64::MAX));
+        assert_eq!(stats.slept, Duration::MAX);
     }
 }

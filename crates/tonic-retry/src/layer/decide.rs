@@ -21,7 +21,7 @@
 //! | 6 | a non-idempotent method, unless the failure shows the work did not start (below) | deliver (`not_replayable`) |
 //! | 7 | the first policy whose classifier accepts the status decides | deliver if none (`not_retryable`) or its budget is spent (`exhausted`, with PySpark's `[RETRIES_EXCEEDED]` warning) |
 //! | 8 | the token bucket is at or below half | deliver (`throttled`) |
-//! | 9 | the wait: the pushback exactly, then the policy's backoff restarts (A6); else the policy's wait, with RetryInfo as its floor | |
+//! | 9 | the wait: the pushback exactly (capped by the policy's `max_server_retry_delay`, 10 min by default, as RetryInfo is), then the policy's backoff restarts (A6); else the policy's wait, with RetryInfo as its floor | |
 //! | 10 | the retry would start at or past the deadline | deliver (`deadline`) |
 //! | 11 | otherwise | retry after the wait (`pushback`, `retry_info` or `policy`) |
 //!
@@ -37,35 +37,14 @@
 
 use std::time::Duration;
 
-use http::HeaderMap;
 use http::uri::PathAndQuery;
 use tonic::{Code, Status};
 
-use super::throttle::RetryThrottle;
-use crate::headers::GRPC_RETRY_PUSHBACK_MS;
-use crate::policy::{FailureKind, GiveUpReason, RetryDecision, RetryReason, RetryState};
-use crate::retrying::{RETRIES_EXCEEDED, Retrying};
+use super::throttle::{RetryThrottle, record};
+use crate::policy::{Failure, FailureKind, GiveUpReason, RetryDecision, RetryReason, RetryState};
+use crate::retrying::Retrying;
 
-/// `grpc-retry-pushback-ms`, parsed per gRFC A6.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pushback {
-    /// Retry after exactly this long.
-    After(Duration),
-    /// Negative or unparseable: do not retry.
-    Stop,
-}
-
-impl Pushback {
-    /// The pushback in `headers`, if there is one.
-    pub fn from_headers(headers: &HeaderMap) -> Option<Pushback> {
-        let v = headers.get(GRPC_RETRY_PUSHBACK_MS)?;
-        let ms = v.to_str().ok().and_then(|s| s.trim().parse::<i64>().ok());
-        Some(match ms {
-            Some(ms) if ms >= 0 => Pushback::After(Duration::from_millis(ms.unsigned_abs())),
-            _ => Pushback::Stop,
-        })
-    }
-}
+pub use crate::policy::Pushback;
 
 /// What came back from one attempt, as far as the decision is concerned.
 #[derive(Debug, Clone, Copy)]
@@ -247,8 +226,42 @@ impl CallState {
     /// layer set (its `grpc-timeout`): the same limit as the layer's timer,
     /// so it counts as [`Outcome::TimedOut`].
     pub fn timed_out_by_channel(&self, status: &Status) -> bool {
+        self.channel_timeout(&Failure::new(status))
+    }
+
+    /// [`timed_out_by_channel`](Self::timed_out_by_channel) on a classified failure.
+    pub(crate) fn channel_timeout(&self, failure: &Failure<'_>) -> bool {
         (self.deadline.is_some() || self.per_attempt.is_some())
-            && crate::policy::classify_failure(status) == FailureKind::Deadline
+            && failure.kind() == FailureKind::Deadline
+    }
+
+    /// The status of a call that ends because its overall deadline passed.
+    pub(crate) fn deadline_status(&self) -> Status {
+        let ms = self
+            .deadline
+            .map_or(0, |d| d.saturating_sub(self.start).as_millis());
+        Status::deadline_exceeded(format!(
+            "deadline of {ms} ms exceeded after {} attempt(s)",
+            self.attempts
+        ))
+    }
+
+    /// An attempt that timed out while time is left overall: judged as
+    /// UNAVAILABLE (the first status), and failed as DEADLINE_EXCEEDED
+    /// (the second) if the call stops there.
+    pub(crate) fn timeout_statuses(&self) -> (Status, Status) {
+        let limit = self.limit.limit.unwrap_or_default().as_millis();
+        let msg = format!("attempt timed out after {limit} ms");
+        (
+            Status::unavailable(msg.clone()),
+            Status::deadline_exceeded(msg),
+        )
+    }
+
+    /// Whether the attempt in flight was limited by its own timeout rather
+    /// than by the overall deadline.
+    pub(crate) fn limit_is_own(&self) -> bool {
+        self.limit.own
     }
 
     /// The call's path.
@@ -265,12 +278,11 @@ impl CallState {
 /// A failure that may be replayed even for a non-idempotent method (see
 /// the module docs): the request never reached the server, or the server
 /// rejected it at admission and asked for the retry.
-fn work_not_started(status: &Status, kind: FailureKind, pushback: Option<Pushback>) -> bool {
-    kind == FailureKind::Unprocessed
-        || (kind == FailureKind::Server
-            && (matches!(pushback, Some(Pushback::After(_)))
-                || (status.code() == Code::ResourceExhausted
-                    && crate::status::retry_info(status).is_some())))
+fn work_not_started(failure: &Failure<'_>) -> bool {
+    failure.kind() == FailureKind::Unprocessed
+        || (failure.kind() == FailureKind::Server
+            && (matches!(failure.pushback(), Some(Pushback::After(_)))
+                || (failure.code() == Code::ResourceExhausted && failure.retry_info().is_some())))
 }
 
 /// Decide what follows the attempt started last, which ended with
@@ -281,38 +293,32 @@ pub fn decide(
     now: Duration,
     rules: Rules<'_>,
 ) -> Decision {
-    let timeout;
-    let (status, pushback, on_stop) = match outcome {
+    let failure = match outcome {
         Outcome::Done => {
-            if let Some(t) = rules.throttle {
-                t.on_success();
-            }
+            record(rules.throttle, None, false);
             return state.log(Code::Ok, None, Next::Deliver, Reason::Done);
         }
+        // The one classification of this failure.
+        Outcome::Failed { status, pushback } => Some(Failure::new(status).with_pushback(pushback)),
+        Outcome::TimedOut => None,
+    };
+    let timeout;
+    let (failure, on_stop) = match failure {
         // The channel enforces the grpc-timeout we set, too: whichever
         // timer fires first, it is the same limit.
-        Outcome::Failed { status, pushback } if !state.timed_out_by_channel(status) => {
-            (status, pushback, None)
-        }
-        _ if !state.limit.own => {
-            let msg = format!(
-                "deadline of {} ms exceeded after {} attempt(s)",
-                state
-                    .deadline
-                    .map_or(0, |d| d.saturating_sub(state.start).as_millis()),
-                state.attempts
-            );
-            let next = Next::Fail(Status::deadline_exceeded(msg));
+        Some(failure) if !state.channel_timeout(&failure) => (failure, None),
+        _ if !state.limit_is_own() => {
+            let next = Next::Fail(state.deadline_status());
             return state.log(Code::DeadlineExceeded, None, next, Reason::Deadline);
         }
         _ => {
-            let limit = state.limit.limit.unwrap_or_default().as_millis();
-            let msg = format!("attempt timed out after {limit} ms");
-            timeout = Status::unavailable(msg.clone());
-            (&timeout, None, Some(Status::deadline_exceeded(msg)))
+            let (judged, failed) = state.timeout_statuses();
+            timeout = judged;
+            (Failure::new(&timeout), Some(failed))
         }
     };
-    let code = status.code();
+    let pushback = failure.pushback();
+    let code = failure.code();
     let stop = |state: &CallState, wait, reason| {
         let next = on_stop.map_or(Next::Deliver, Next::Fail);
         state.log(code, wait, next, reason)
@@ -320,46 +326,42 @@ pub fn decide(
     let retry = state
         .retry
         .get_or_insert_with(|| rules.retrying.new_state());
-    if let Some(t) = rules.throttle
-        && (pushback.is_some() || retry.matching_policy(status).is_some())
-    {
-        t.on_failure();
-    }
+    let matched = retry.matching(&failure);
+    record(rules.throttle, Some(&failure), matched.is_some());
     if pushback == Some(Pushback::Stop) {
         return stop(state, None, Reason::PushbackStop);
     }
-    let kind = crate::policy::classify_failure(status);
-    if !state.idempotent && !work_not_started(status, kind, pushback) {
+    if !state.idempotent && !work_not_started(&failure) {
         return stop(state, None, Reason::NotReplayable);
     }
-    let (delay, index, server_delay) =
-        match retry.on_status(status, &mut || rules.retrying.jitter().sample()) {
-            RetryDecision::Retry {
-                delay,
-                reason:
-                    RetryReason::Policy {
-                        index,
-                        server_delay,
-                    },
-            } => (delay, Some(index), server_delay),
-            RetryDecision::Retry { delay, .. } => (delay, None, None),
-            RetryDecision::GiveUp(GiveUpReason::NotRetryable) => {
-                return stop(state, None, Reason::NotRetryable);
-            }
-            RetryDecision::GiveUp(_) => {
-                tracing::warn!("{RETRIES_EXCEEDED}");
-                return stop(state, None, Reason::Exhausted);
-            }
-        };
+    let (delay, index, server_delay) = match rules.retrying.decide_failure(retry, &failure, matched)
+    {
+        RetryDecision::Retry {
+            delay,
+            reason:
+                RetryReason::Policy {
+                    index,
+                    server_delay,
+                },
+        } => (delay, Some(index), server_delay),
+        RetryDecision::Retry { delay, .. } => (delay, None, None),
+        RetryDecision::GiveUp(GiveUpReason::NotRetryable) => {
+            return stop(state, None, Reason::NotRetryable);
+        }
+        RetryDecision::GiveUp(_) => return stop(state, None, Reason::Exhausted),
+    };
     if rules.throttle.is_some_and(|t| !t.allows_retry()) {
         return stop(state, None, Reason::Throttled);
     }
     let (wait, reason) = match pushback {
         Some(Pushback::After(d)) => {
+            // A server's pushback is capped like its RetryInfo: by the
+            // policy's `max_server_retry_delay`.
+            let cap = index.and_then(|i| rules.retrying.policies()[i].max_server_retry_delay());
             if let Some(i) = index {
                 retry.restart_backoff(i);
             }
-            (d, Reason::Pushback)
+            (cap.map_or(d, |cap| d.min(cap)), Reason::Pushback)
         }
         _ if server_delay.is_some() => (delay, Reason::RetryInfo),
         _ => (delay, Reason::Policy),
@@ -423,4 +425,109 @@ pub(crate) fn split_path(path: &str) -> (&str, &str) {
     path.trim_start_matches('/')
         .split_once('/')
         .unwrap_or((path, ""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::headers::GRPC_RETRY_PUSHBACK_MS;
+    use crate::policy::{DEFAULT_MAX_SERVER_RETRY_DELAY, RetryPolicy};
+    use http::HeaderMap;
+
+    fn pushback_wait(retrying: &Retrying, value: &'static str) -> Duration {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            GRPC_RETRY_PUSHBACK_MS,
+            http::HeaderValue::from_static(value),
+        );
+        let pushback = Pushback::from_headers(&headers);
+        let mut call = CallState::new(PathAndQuery::from_static("/s.S/M"), true);
+        call.begin_attempt(Duration::ZERO);
+        let status = Status::unavailable("busy");
+        let rules = Rules {
+            retrying,
+            throttle: None,
+        };
+        let outcome = Outcome::Failed {
+            status: &status,
+            pushback,
+        };
+        match decide(&mut call, outcome, Duration::ZERO, rules) {
+            Decision {
+                next: Next::Retry(wait),
+                reason: Reason::Pushback,
+            } => wait,
+            other => panic!("{value}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn pushback_is_capped_like_retry_info() {
+        let default = Retrying::default();
+        assert_eq!(
+            pushback_wait(&default, "600000"),
+            DEFAULT_MAX_SERVER_RETRY_DELAY
+        );
+        assert_eq!(
+            pushback_wait(&default, "600001"),
+            DEFAULT_MAX_SERVER_RETRY_DELAY
+        );
+        assert_eq!(
+            pushback_wait(&default, "9223372036854775807"),
+            DEFAULT_MAX_SERVER_RETRY_DELAY
+        );
+        assert_eq!(pushback_wait(&default, "1234"), Duration::from_millis(1234));
+        let short = RetryPolicy::builder()
+            .max_server_retry_delay(Some(Duration::from_secs(2)))
+            .build()
+            .unwrap();
+        let short = Retrying::new(vec![short]);
+        assert_eq!(pushback_wait(&short, "5000"), Duration::from_secs(2));
+        let uncapped = RetryPolicy::builder()
+            .max_server_retry_delay(None)
+            .build()
+            .unwrap();
+        let uncapped = Retrying::new(vec![uncapped]);
+        assert_eq!(
+            pushback_wait(&uncapped, "9223372036854775807"),
+            Duration::from_millis(i64::MAX as u64)
+        );
+    }
+
+    /// The policies classify a failure once per attempt, the throttle's
+    /// bookkeeping included.
+    #[test]
+    fn one_classification_per_failure() {
+        use crate::policy::FnClassifier;
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicU32, Ordering};
+        let calls = Arc::new(AtomicU32::new(0));
+        let counted = calls.clone();
+        let policy = RetryPolicy::builder()
+            .classifier(FnClassifier::new("counting", move |_| {
+                counted.fetch_add(1, Ordering::SeqCst);
+                true
+            }))
+            .build()
+            .unwrap();
+        let retrying = Retrying::new(vec![policy]);
+        let throttle = RetryThrottle::new(10, 0.1).unwrap();
+        let rules = Rules {
+            retrying: &retrying,
+            throttle: Some(&throttle),
+        };
+        let mut call = CallState::new(PathAndQuery::from_static("/s.S/M"), true);
+        let status = Status::unavailable("busy");
+        for attempt in 1..=3 {
+            call.begin_attempt(Duration::ZERO);
+            let outcome = Outcome::Failed {
+                status: &status,
+                pushback: None,
+            };
+            let d = decide(&mut call, outcome, Duration::ZERO, rules);
+            assert!(matches!(d.next, Next::Retry(_)));
+            assert_eq!(calls.load(Ordering::SeqCst), attempt);
+        }
+        assert_eq!(throttle.tokens(), 7.0);
+    }
 }

@@ -17,7 +17,7 @@
 //! | 1 | an attempt succeeded, or its response was committed (a stream's first message) | commit it, cancel the others; the token bucket gets `token_ratio` back (`done`) |
 //! | 2 | an attempt timed out at the call's deadline | fail with DEADLINE_EXCEEDED, cancel the others (`deadline`) |
 //! | 3 | an attempt failed with a status not in `nonFatalStatusCodes` (a timeout of its own counts as UNAVAILABLE) | commit it, cancel the others (`not_retryable`) |
-//! | 4 | a non-fatal failure | takes a token; pushback negative or garbled stops hedging (`pushback_stop`), positive sets the next hedge that long after now, none sends it at once |
+//! | 4 | a non-fatal failure | takes a token; pushback negative or garbled stops hedging (`pushback_stop`), positive sets the next hedge that long after now (at most 10 minutes, [`DEFAULT_MAX_SERVER_RETRY_DELAY`]), none sends it at once |
 //! | 5 | the first attempt | at once |
 //! | 6 | `maxAttempts` started | no more hedges (`exhausted` once all failed) |
 //! | 7 | a hedge would start at or past the deadline (the first attempt always starts, as an unhedged call's does) | no more hedges (`deadline`) |
@@ -29,10 +29,11 @@
 
 use std::time::Duration;
 
-use tonic::{Code, Status};
+use tonic::Code;
 
 use super::decide::{CallState, Next, Outcome, Pushback, Reason, attempt_event};
-use super::throttle::RetryThrottle;
+use super::throttle::{RetryThrottle, record};
+use crate::policy::{DEFAULT_MAX_SERVER_RETRY_DELAY, Failure};
 
 /// A6's cap on `maxAttempts`: more is read as 5.
 pub const MAX_HEDGED_ATTEMPTS: u32 = 5;
@@ -218,48 +219,43 @@ impl Hedge {
         throttle: Option<&RetryThrottle>,
     ) -> Option<Commit> {
         self.in_flight = self.in_flight.saturating_sub(1);
-        let outcome = match outcome {
-            Outcome::Failed { status, .. } if self.call.timed_out_by_channel(status) => {
-                Outcome::TimedOut
-            }
-            other => other,
-        };
-        let timeout;
-        let (status, pushback) = match outcome {
+        let failure = match outcome {
             Outcome::Done => {
-                if let Some(t) = throttle {
-                    t.on_success();
-                }
+                record(throttle, None, false);
                 return Some(self.commit(attempt, Code::Ok, Next::Deliver, Reason::Done));
             }
-            Outcome::TimedOut if self.call.deadline().is_some_and(|d| now >= d) => {
-                let status = Status::deadline_exceeded(format!(
-                    "deadline exceeded after {} hedged attempt(s)",
-                    self.call.attempts()
-                ));
+            // The one classification of this failure.
+            Outcome::Failed { status, pushback } => {
+                Some(Failure::new(status).with_pushback(pushback))
+            }
+            Outcome::TimedOut => None,
+        };
+        let timeout;
+        let (failure, on_stop) = match failure {
+            Some(failure) if !self.call.channel_timeout(&failure) => (failure, None),
+            _ if self.call.deadline().is_some_and(|d| now >= d) => {
+                let status = self.call.deadline_status();
                 let code = status.code();
                 return Some(self.commit(attempt, code, Next::Fail(status), Reason::Deadline));
             }
-            Outcome::TimedOut => {
-                timeout = Status::unavailable("attempt timed out");
-                (&timeout, None)
+            _ => {
+                let (judged, failed) = self.call.timeout_statuses();
+                timeout = judged;
+                (Failure::new(&timeout), Some(failed))
             }
-            Outcome::Failed { status, pushback } => (status, pushback),
         };
-        let code = status.code();
-        if !self.policy.is_non_fatal(code) {
-            let next = match outcome {
-                Outcome::TimedOut => Next::Fail(Status::deadline_exceeded("attempt timed out")),
-                _ => Next::Deliver,
-            };
+        let code = failure.code();
+        let non_fatal = self.policy.is_non_fatal(code);
+        record(throttle, Some(&failure), non_fatal);
+        if !non_fatal {
+            let next = on_stop.map_or(Next::Deliver, Next::Fail);
             return Some(self.commit(attempt, code, next, Reason::NotRetryable));
         }
-        if let Some(t) = throttle {
-            t.on_failure();
-        }
-        match pushback {
+        match failure.pushback() {
             Some(Pushback::Stop) => self.stop(Reason::PushbackStop),
-            Some(Pushback::After(d)) => self.next_at = now.checked_add(d),
+            Some(Pushback::After(d)) => {
+                self.next_at = now.checked_add(d.min(DEFAULT_MAX_SERVER_RETRY_DELAY))
+            }
             None => self.next_at = self.next_at.map(|at| at.min(now)),
         }
         let reason = self.stopped.unwrap_or(Reason::Hedge);
@@ -296,6 +292,7 @@ impl Hedge {
 mod tests {
     use super::*;
     use http::uri::PathAndQuery;
+    use tonic::Status;
 
     const MS: Duration = Duration::from_millis(1);
 

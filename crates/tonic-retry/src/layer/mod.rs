@@ -82,8 +82,10 @@
 //!
 //! * Retries carry `grpc-previous-rpc-attempts: N`.
 //! * Waits: `grpc-retry-pushback-ms` ≥ 0 exactly (the policy's budget is
-//!   still used and its backoff restarts, as in A6), else the policy's
-//!   backoff with `RetryInfo` as its floor.
+//!   still used and its backoff restarts, as in A6), capped like
+//!   `RetryInfo` by the policy's `max_server_retry_delay` (10 minutes by
+//!   default; a hedge waits at most 10 minutes), else the policy's backoff
+//!   with `RetryInfo` as its floor.
 //! * Deadline across attempts: the smaller of the request's `grpc-timeout`
 //!   and the method's timeout (service config) or
 //!   [`RetryLayer::default_deadline`]. Each attempt's `grpc-timeout` is

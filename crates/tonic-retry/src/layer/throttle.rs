@@ -137,6 +137,24 @@ impl RetryThrottle {
     }
 }
 
+/// The throttle's bookkeeping after an attempt, for retried and hedged
+/// calls alike (gRFC A6): a success (`failure` is `None`) gives back
+/// `token_ratio`; a failure takes a token when the policy would retry it
+/// (`retryable`: a retryable or non-fatal code) or when it carried a
+/// pushback; any other failure leaves the bucket alone.
+pub(crate) fn record(
+    throttle: Option<&RetryThrottle>,
+    failure: Option<&crate::policy::Failure<'_>>,
+    retryable: bool,
+) {
+    let Some(throttle) = throttle else { return };
+    match failure {
+        None => throttle.on_success(),
+        Some(f) if retryable || f.pushback().is_some() => throttle.on_failure(),
+        Some(_) => {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

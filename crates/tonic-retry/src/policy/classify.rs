@@ -37,6 +37,8 @@ use std::fmt;
 
 use tonic::{Code, Status};
 
+use super::Failure;
+
 /// Where a failed call's [`Status`] came from, as far as the client can tell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -138,6 +140,14 @@ fn classify_link(err: &(dyn StdError + 'static)) -> Option<FailureKind> {
 pub trait Classifier: Send + Sync + fmt::Debug {
     /// `true` if the error is retryable under this classifier.
     fn can_retry(&self, status: &Status) -> bool;
+
+    /// `true` if the failure is retryable: the drivers ask this, with the
+    /// failure classified once. The default asks [`can_retry`](Self::can_retry);
+    /// classifiers that read the [`FailureKind`] or the `RetryInfo` take
+    /// them from `failure` instead of computing them again.
+    fn can_retry_failure(&self, failure: &Failure<'_>) -> bool {
+        self.can_retry(failure.status())
+    }
 }
 
 /// PySpark 4.3.0 `DefaultPolicy.can_retry`, extended to tonic's transport errors.
@@ -159,19 +169,24 @@ pub(crate) const INVALID_CURSOR_DISCONNECTED: &str = "INVALID_CURSOR.DISCONNECTE
 
 impl Classifier for DefaultClassifier {
     fn can_retry(&self, status: &Status) -> bool {
-        match classify_failure(status) {
+        self.can_retry_failure(&Failure::new(status))
+    }
+
+    fn can_retry_failure(&self, failure: &Failure<'_>) -> bool {
+        match failure.kind() {
             FailureKind::Unprocessed | FailureKind::MaybeProcessed => true,
             FailureKind::Deadline | FailureKind::Ambiguous => false,
-            FailureKind::Server | FailureKind::Local => server_rules(status),
+            FailureKind::Server | FailureKind::Local => server_rules(failure),
         }
     }
 }
 
-fn server_rules(status: &Status) -> bool {
+fn server_rules(failure: &Failure<'_>) -> bool {
+    let status = failure.status();
     match status.code() {
         Code::Internal if status.message().contains(INVALID_CURSOR_DISCONNECTED) => true,
         Code::Unavailable => true,
-        _ => crate::status::retry_info(status).is_some(),
+        _ => failure.retry_info().is_some(),
     }
 }
 
@@ -200,8 +215,13 @@ impl CodeClassifier {
 
 impl Classifier for CodeClassifier {
     fn can_retry(&self, status: &Status) -> bool {
-        (self.transport && classify_failure(status).is_transport())
-            || self.codes.contains(&(status.code() as i32))
+        self.codes.contains(&(status.code() as i32))
+            || (self.transport && classify_failure(status).is_transport())
+    }
+
+    fn can_retry_failure(&self, failure: &Failure<'_>) -> bool {
+        self.codes.contains(&(failure.code() as i32))
+            || (self.transport && failure.kind().is_transport())
     }
 }
 

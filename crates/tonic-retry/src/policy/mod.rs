@@ -53,8 +53,15 @@
 //! assert_eq!(policy.max_retries(), Some(3));
 //! ```
 
+mod builder;
 mod classify;
+mod failure;
 mod state;
+
+pub use failure::{Failure, Pushback};
+
+use builder::ms_to_duration;
+pub use builder::{CUSTOM_POLICY_NAME, InvalidPolicy, MAX_POLICY_DURATION, RetryPolicyBuilder};
 
 pub use classify::{
     Classifier, CodeClassifier, DefaultClassifier, FailureKind, FnClassifier, classify_failure,
@@ -64,6 +71,11 @@ pub use state::{GiveUpReason, PolicyState, RetryDecision, RetryReason, RetryStat
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// PySpark's cap on the delay a server may ask for (`google.rpc.RetryInfo`
+/// or `grpc-retry-pushback-ms`): 10 minutes, the default
+/// [`max_server_retry_delay`](RetryPolicy::max_server_retry_delay).
+pub const DEFAULT_MAX_SERVER_RETRY_DELAY: Duration = Duration::from_secs(600);
 
 /// A retry policy: a classifier, a retry budget and a backoff schedule.
 ///
@@ -128,37 +140,59 @@ impl Default for RetryPolicy {
 
 impl RetryPolicy {
     /// A builder that starts from [`RetryPolicy::default`] (PySpark's `DefaultPolicy`).
+    ///
+    /// A policy built without [`name`](RetryPolicyBuilder::name) keeps the
+    /// name `DefaultPolicy` only if nothing was changed; a changed
+    /// classifier or number makes it [`CUSTOM_POLICY_NAME`] (`"custom"`),
+    /// so logs never present a custom policy as PySpark's.
     pub fn builder() -> RetryPolicyBuilder {
-        RetryPolicyBuilder {
-            policy: RetryPolicy::default(),
-            error: None,
-        }
+        RetryPolicyBuilder::starting_from(RetryPolicy::default)
     }
 
     /// A builder that starts from PySpark's *base* `RetryPolicy` defaults:
     /// unlimited retries, 1 s initial backoff, no maximum (so the wait never
     /// grows), multiplier 1, no jitter, no server delay, and a classifier that
     /// retries nothing.
+    /// Named `RetryPolicy` when unchanged, [`CUSTOM_POLICY_NAME`] when
+    /// changed without a [`name`](RetryPolicyBuilder::name).
     pub fn base_builder() -> RetryPolicyBuilder {
-        RetryPolicyBuilder {
-            policy: RetryPolicy {
-                name: Arc::from("RetryPolicy"),
-                max_retries: None,
-                initial_backoff_ms: 1_000.0,
-                max_backoff_ms: None,
-                backoff_multiplier: 1.0,
-                jitter_ms: 0.0,
-                min_jitter_threshold_ms: 0.0,
-                recognize_server_retry_delay: false,
-                max_server_retry_delay_ms: None,
-                jitter_factor: 0.0,
-                classifier: Arc::new(FnClassifier::new("never", |_| false)),
-            },
-            error: None,
+        RetryPolicyBuilder::starting_from(RetryPolicy::base)
+    }
+
+    fn base() -> RetryPolicy {
+        RetryPolicy {
+            name: Arc::from("RetryPolicy"),
+            max_retries: None,
+            initial_backoff_ms: 1_000.0,
+            max_backoff_ms: None,
+            backoff_multiplier: 1.0,
+            jitter_ms: 0.0,
+            min_jitter_threshold_ms: 0.0,
+            recognize_server_retry_delay: false,
+            max_server_retry_delay_ms: None,
+            jitter_factor: 0.0,
+            classifier: Arc::new(FnClassifier::new("never", |_| false)),
         }
     }
 
-    /// The policy's name (used in logs only).
+    /// Whether the numbers (everything but the name and the classifier)
+    /// are those of `other`.
+    fn same_numbers(&self, other: &RetryPolicy) -> bool {
+        self.max_retries == other.max_retries
+            && self.initial_backoff_ms == other.initial_backoff_ms
+            && self.max_backoff_ms == other.max_backoff_ms
+            && self.backoff_multiplier == other.backoff_multiplier
+            && self.jitter_ms == other.jitter_ms
+            && self.min_jitter_threshold_ms == other.min_jitter_threshold_ms
+            && self.recognize_server_retry_delay == other.recognize_server_retry_delay
+            && self.max_server_retry_delay_ms == other.max_server_retry_delay_ms
+            && self.jitter_factor == other.jitter_factor
+    }
+
+    /// The policy's name (used in logs only): the builder's
+    /// [`name`](RetryPolicyBuilder::name), `DefaultPolicy` for
+    /// [`RetryPolicy::default`], or [`CUSTOM_POLICY_NAME`] for a policy
+    /// changed from its builder's start without a name.
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -190,7 +224,8 @@ impl RetryPolicy {
     pub fn recognize_server_retry_delay(&self) -> bool {
         self.recognize_server_retry_delay
     }
-    /// Cap on the delay a server may ask for.
+    /// Cap on the delay a server may ask for, by `google.rpc.RetryInfo` or
+    /// by `grpc-retry-pushback-ms` (the tower layer); `None`: uncapped.
     pub fn max_server_retry_delay(&self) -> Option<Duration> {
         self.max_server_retry_delay_ms.map(ms_to_duration)
     }
@@ -207,7 +242,12 @@ impl RetryPolicy {
 
     /// Whether this policy's classifier accepts `status`.
     pub fn can_retry(&self, status: &tonic::Status) -> bool {
-        self.classifier.can_retry(status)
+        self.can_retry_failure(&Failure::new(status))
+    }
+
+    /// Whether this policy's classifier accepts `failure`.
+    pub fn can_retry_failure(&self, failure: &Failure<'_>) -> bool {
+        self.classifier.can_retry_failure(failure)
     }
 
     /// A fresh per-loop state for this policy.
@@ -270,208 +310,5 @@ impl RetryPolicy {
             wait += self.jitter_ms * sample;
         }
         Some(Duration::from_millis(wait.trunc().max(0.0) as u64))
-    }
-}
-
-fn ms_to_duration(ms: f64) -> Duration {
-    Duration::from_secs_f64(ms / 1000.0)
-}
-
-/// A policy parameter failed validation.
-#[derive(Debug, Clone, PartialEq)]
-pub struct InvalidPolicy {
-    field: &'static str,
-    value: f64,
-    reason: &'static str,
-}
-
-impl InvalidPolicy {
-    /// The name of the offending field, e.g. `"backoff_multiplier"`.
-    pub fn field(&self) -> &'static str {
-        self.field
-    }
-    /// The rejected value.
-    pub fn value(&self) -> f64 {
-        self.value
-    }
-}
-
-impl fmt::Display for InvalidPolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "invalid retry policy: `{}` = {} {}",
-            self.field, self.value, self.reason
-        )
-    }
-}
-
-impl std::error::Error for InvalidPolicy {}
-
-/// Builds a validated [`RetryPolicy`].
-///
-/// Millisecond setters (`*_ms`) take `f64`, as PySpark's keyword arguments
-/// do; negative, NaN or infinite values make [`build`](Self::build) fail with
-/// an [`InvalidPolicy`] naming the field.
-#[derive(Debug, Clone)]
-#[must_use]
-pub struct RetryPolicyBuilder {
-    policy: RetryPolicy,
-    error: Option<InvalidPolicy>,
-}
-
-impl RetryPolicyBuilder {
-    fn check(&mut self, field: &'static str, value: f64, allow_zero: bool) -> bool {
-        let reason = if value.is_nan() {
-            Some("is not a number")
-        } else if value.is_infinite() {
-            Some("is not finite")
-        } else if value < 0.0 {
-            Some("is negative")
-        } else if !allow_zero && value == 0.0 {
-            Some("must be greater than zero")
-        } else {
-            None
-        };
-        match reason {
-            Some(reason) => {
-                if self.error.is_none() {
-                    self.error = Some(InvalidPolicy {
-                        field,
-                        value,
-                        reason,
-                    });
-                }
-                false
-            }
-            None => true,
-        }
-    }
-
-    /// The policy's name, for logs.
-    pub fn name(mut self, name: impl Into<String>) -> Self {
-        self.policy.name = Arc::from(name.into());
-        self
-    }
-    /// The classifier deciding which errors are retried.
-    pub fn classifier(mut self, classifier: impl Classifier + 'static) -> Self {
-        self.policy.classifier = Arc::new(classifier);
-        self
-    }
-    /// A shared classifier.
-    pub fn classifier_arc(mut self, classifier: Arc<dyn Classifier>) -> Self {
-        self.policy.classifier = classifier;
-        self
-    }
-    /// Maximum number of retries (`None`: unlimited).
-    pub fn max_retries(mut self, max_retries: Option<u32>) -> Self {
-        self.policy.max_retries = max_retries;
-        self
-    }
-    /// The first wait.
-    pub fn initial_backoff(self, d: Duration) -> Self {
-        self.initial_backoff_ms(d.as_secs_f64() * 1000.0)
-    }
-    /// The first wait, in milliseconds.
-    pub fn initial_backoff_ms(mut self, ms: f64) -> Self {
-        if self.check("initial_backoff", ms, true) {
-            self.policy.initial_backoff_ms = ms;
-        }
-        self
-    }
-    /// Cap on the computed backoff; `None` freezes the wait at `initial_backoff`.
-    pub fn max_backoff(mut self, d: Option<Duration>) -> Self {
-        self.policy.max_backoff_ms = d.map(|d| d.as_secs_f64() * 1000.0);
-        self
-    }
-    /// Cap on the computed backoff, in milliseconds.
-    pub fn max_backoff_ms(mut self, ms: Option<f64>) -> Self {
-        match ms {
-            Some(ms) if self.check("max_backoff", ms, true) => {
-                self.policy.max_backoff_ms = Some(ms)
-            }
-            Some(_) => {}
-            None => self.policy.max_backoff_ms = None,
-        }
-        self
-    }
-    /// Growth factor (unitless). Must be finite and greater than zero.
-    pub fn backoff_multiplier(mut self, m: f64) -> Self {
-        if self.check("backoff_multiplier", m, false) {
-            self.policy.backoff_multiplier = m;
-        }
-        self
-    }
-    /// Upper bound of the uniform jitter.
-    pub fn jitter(self, d: Duration) -> Self {
-        self.jitter_ms(d.as_secs_f64() * 1000.0)
-    }
-    /// Upper bound of the uniform jitter, in milliseconds.
-    pub fn jitter_ms(mut self, ms: f64) -> Self {
-        if self.check("jitter", ms, true) {
-            self.policy.jitter_ms = ms;
-        }
-        self
-    }
-    /// Waits below this value get no jitter.
-    pub fn min_jitter_threshold(self, d: Duration) -> Self {
-        self.min_jitter_threshold_ms(d.as_secs_f64() * 1000.0)
-    }
-    /// Waits below this value (ms) get no jitter.
-    pub fn min_jitter_threshold_ms(mut self, ms: f64) -> Self {
-        if self.check("min_jitter_threshold", ms, true) {
-            self.policy.min_jitter_threshold_ms = ms;
-        }
-        self
-    }
-    /// Use `google.rpc.RetryInfo.retry_delay` as a minimum wait.
-    pub fn recognize_server_retry_delay(mut self, yes: bool) -> Self {
-        self.policy.recognize_server_retry_delay = yes;
-        self
-    }
-    /// Cap on the delay a server may ask for (`None`: uncapped).
-    pub fn max_server_retry_delay(mut self, d: Option<Duration>) -> Self {
-        self.policy.max_server_retry_delay_ms = d.map(|d| d.as_secs_f64() * 1000.0);
-        self
-    }
-    /// Cap on the delay a server may ask for, in milliseconds.
-    pub fn max_server_retry_delay_ms(mut self, ms: Option<f64>) -> Self {
-        match ms {
-            Some(ms) if self.check("max_server_retry_delay", ms, true) => {
-                self.policy.max_server_retry_delay_ms = Some(ms)
-            }
-            Some(_) => {}
-            None => self.policy.max_server_retry_delay_ms = None,
-        }
-        self
-    }
-
-    /// Proportional jitter, as gRFC A6 (2024 revision) specifies with
-    /// `factor = 0.2`: each wait is the backoff times a uniform sample of
-    /// `[1 - factor, 1 + factor)`. A factor above 0 replaces the additive
-    /// [`jitter`](Self::jitter); it must be in `0..=1`.
-    pub fn proportional_jitter(mut self, factor: f64) -> Self {
-        if self.check("proportional_jitter", factor, true) {
-            if factor > 1.0 {
-                if self.error.is_none() {
-                    self.error = Some(InvalidPolicy {
-                        field: "proportional_jitter",
-                        value: factor,
-                        reason: "must be at most 1",
-                    });
-                }
-            } else {
-                self.policy.jitter_factor = factor;
-            }
-        }
-        self
-    }
-
-    /// Validate and build. The first invalid value set is reported.
-    pub fn build(self) -> Result<RetryPolicy, InvalidPolicy> {
-        match self.error {
-            Some(e) => Err(e),
-            None => Ok(self.policy),
-        }
     }
 }

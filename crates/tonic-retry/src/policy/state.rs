@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tonic::Status;
 
-use super::RetryPolicy;
+use super::{Failure, RetryPolicy};
 
 /// Per-loop state of one policy: PySpark's `RetryPolicyState`.
 #[derive(Debug, Clone, PartialEq)]
@@ -112,7 +112,15 @@ impl RetryState {
 
     /// Index of the first policy whose classifier accepts `status`.
     pub fn matching_policy(&self, status: &Status) -> Option<usize> {
-        self.policies.iter().position(|p| p.can_retry(status))
+        self.matching(&Failure::new(status))
+    }
+
+    /// Index of the first policy whose classifier accepts `failure`: the
+    /// one classification of a failure by the policies.
+    pub fn matching(&self, failure: &Failure<'_>) -> Option<usize> {
+        self.policies
+            .iter()
+            .position(|p| p.can_retry_failure(failure))
     }
 
     /// Decide after an attempt failed with `status`.
@@ -123,15 +131,28 @@ impl RetryState {
         status: &Status,
         jitter_sample: &mut dyn FnMut() -> f64,
     ) -> RetryDecision {
-        let Some(index) = self.matching_policy(status) else {
+        let failure = Failure::new(status);
+        let matched = self.matching(&failure);
+        self.on_failure(&failure, matched, jitter_sample)
+    }
+
+    /// Decide after `failure`, which policy `matched` accepted (the
+    /// [`matching`](Self::matching) of this state): give up if none did or
+    /// its budget is spent, else its wait, with the failure's `RetryInfo`
+    /// as its floor when the policy recognises it.
+    pub fn on_failure(
+        &mut self,
+        failure: &Failure<'_>,
+        matched: Option<usize>,
+        jitter_sample: &mut dyn FnMut() -> f64,
+    ) -> RetryDecision {
+        let Some(index) = matched.filter(|&i| i < self.policies.len()) else {
             return RetryDecision::GiveUp(GiveUpReason::NotRetryable);
         };
         let policy = &self.policies[index];
-        let server_delay = if policy.recognize_server_retry_delay() {
-            crate::status::retry_info(status)
-        } else {
-            None
-        };
+        let server_delay = failure
+            .retry_info()
+            .filter(|_| policy.recognize_server_retry_delay());
         match policy.next_attempt(&mut self.states[index], server_delay, jitter_sample) {
             Some(delay) => {
                 self.retries += 1;
