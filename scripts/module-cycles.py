@@ -8,7 +8,8 @@ defines the item. Comments and `#[cfg(test)] mod tests` are ignored. Prints
 every strongly connected component of more than one file, per crate, and
 exits 1 if there is any.
 
-Usage: scripts/module-cycles.py [CRATE_SRC_DIR ...]   (default: src crates/*/src)
+Usage: scripts/module-cycles.py [-v] [CRATE_SRC_DIR ...]   (default: src crates/*/src;
+       -v lists the dependencies inside each cycle)
 """
 import glob
 import os
@@ -32,6 +33,7 @@ def clean(text):
 
 def expand_use(tree):
     """`a::{b, c::{d as e}}` -> ["a::b", "a::c::d"]."""
+    tree = re.sub(r"\s+as\s+[A-Za-z_0-9]+", "", tree)
     tree = re.sub(r"\s+", "", tree)
     out = []
 
@@ -53,9 +55,7 @@ def expand_use(tree):
             for p in parts:
                 walk(prefix + head, p)
         else:
-            p = (prefix + t).split("as", 1)[0] if "::" in t or prefix else t
-            p = re.sub(r"as[A-Za-z_0-9]+$", "", prefix + t)
-            out.append(p)
+            out.append(prefix + t)
 
     walk("", tree)
     return out
@@ -69,7 +69,10 @@ def module_of(src, f):
 
 
 def main():
-    dirs = sys.argv[1:] or ["src"] + sorted(glob.glob("crates/*/src"))
+    args = sys.argv[1:]
+    verbose = "-v" in args
+    args = [a for a in args if a != "-v"]
+    dirs = args or ["src"] + sorted(glob.glob("crates/*/src"))
     bad = 0
     for src in dirs:
         files = sorted(glob.glob(os.path.join(src, "**", "*.rs"), recursive=True))
@@ -99,7 +102,6 @@ def main():
         graph = {f: set() for f in files}
         for f, t in texts.items():
             here = module_of(src, f)
-            is_mod = f.endswith(("mod.rs", "lib.rs"))
             paths = []
             for tree in USE.findall(t):
                 paths += expand_use(tree)
@@ -108,7 +110,7 @@ def main():
                 segs = [s for s in p.split("::") if s]
                 if not segs or segs[0] not in ("crate", "super", "self"):
                     continue
-                base = [] if segs[0] == "crate" else (here if is_mod else here[:-1])
+                base = [] if segs[0] == "crate" else list(here)
                 if segs[0] == "super":
                     base = base[:-1]
                     while len(segs) > 1 and segs[1] == "super":
@@ -122,6 +124,10 @@ def main():
         for c in comps:
             bad += 1
             print("  " + " <-> ".join(os.path.relpath(x, src) for x in c))
+            if verbose:
+                for a in c:
+                    for b in sorted(graph[a] & set(c)):
+                        print(f"    {os.path.relpath(a, src)} -> {os.path.relpath(b, src)}")
     sys.exit(1 if bad else 0)
 
 

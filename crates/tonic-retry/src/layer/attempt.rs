@@ -16,14 +16,35 @@ use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use http_body::Body as _;
 use tonic::body::Body;
 use tonic::{Code, Status};
-use tower::ServiceExt;
+use tower::{Service, ServiceExt};
 
 use super::body::{Replay, RequestBody, more_than_one_message};
 use super::decide::{Outcome, Pushback};
-use super::layer::ResponseKind;
-use super::service::{BoxError, Inner};
+use super::method::ResponseKind;
 use crate::headers::{GRPC_PREVIOUS_RPC_ATTEMPTS, GRPC_STATUS, GRPC_TIMEOUT};
 use crate::sanitize::{sanitize_status_headers, sanitized_body};
+use crate::transport::BoxError;
+
+/// The inner services the layer drives, with their bounds named once: a
+/// tonic HTTP service whose errors, and whose response body's errors,
+/// convert into [`BoxError`]. (The public `Service` impl spells them out,
+/// as a private trait cannot appear there; every such service is one.)
+pub(crate) trait Inner:
+    Service<Request<Body>, Response = Response<Self::ResBody>, Error: Into<BoxError>>
+{
+    /// The response body.
+    type ResBody: http_body::Body<Data = Bytes, Error: Into<BoxError>> + Send + 'static;
+}
+
+impl<S, B> Inner for S
+where
+    S: Service<Request<Body>, Response = Response<B>>,
+    S::Error: Into<BoxError>,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    type ResBody = B;
+}
 
 /// What came back from one attempt.
 pub(crate) enum Attempt {

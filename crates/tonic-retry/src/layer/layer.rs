@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use super::config::ServiceConfig;
 use super::hedge::{HedgingError, HedgingPolicy};
-use super::service::RetryService;
+use super::method::MethodConfig;
+use super::service::{RetryService, Shared};
 use super::stats::RetryStats;
 use super::throttle::RetryThrottle;
 use crate::retrying::Retrying;
@@ -15,154 +16,6 @@ use crate::retrying::Retrying;
 pub const DEFAULT_MAX_REQUEST_BUFFER: usize = 1 << 20;
 /// Default cap on a unary response body buffered to read its status: 4 MiB.
 pub const DEFAULT_MAX_RESPONSE_BUFFER: usize = 4 << 20;
-
-/// How the layer finds a response's gRPC status before committing to it
-/// (see the [module docs](super)).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum ResponseKind {
-    /// Decide per response: buffer the first message; trailers next means
-    /// unary (status known, retry possible), a second message means a
-    /// stream (committed). Holds a stream's first message until its second
-    /// begins, so name streaming methods when known.
-    #[default]
-    Auto,
-    /// One response message: buffer it and the trailers (up to the response cap).
-    Unary,
-    /// A server stream: retried only until its first message (gRFC A6 commit rule).
-    ServerStreaming,
-}
-
-/// Per-method retry settings, keyed by gRPC path (`/package.Service/Method`).
-#[derive(Debug, Clone)]
-pub struct MethodConfig {
-    idempotent: bool,
-    retry: bool,
-    kind: ResponseKind,
-    timeout: Option<Duration>,
-    retrying: Option<Retrying>,
-    hedging: Option<HedgingPolicy>,
-}
-
-impl Default for MethodConfig {
-    /// Not idempotent, [`ResponseKind::Auto`], retried under the layer's policies.
-    fn default() -> Self {
-        MethodConfig {
-            idempotent: false,
-            retry: true,
-            kind: ResponseKind::Auto,
-            timeout: None,
-            retrying: None,
-            hedging: None,
-        }
-    }
-}
-
-impl MethodConfig {
-    /// A method safe to run twice: any failure the policy accepts is replayed.
-    pub fn idempotent() -> Self {
-        MethodConfig {
-            idempotent: true,
-            ..Self::default()
-        }
-    }
-    /// A method that must not run twice: replayed only after failures that
-    /// show the server did not start it (see the [module docs](super)).
-    pub fn non_idempotent() -> Self {
-        Self::default()
-    }
-    /// Never retried and never buffered: for bidirectional streams, whose
-    /// request body may wait on the responses.
-    pub fn passthrough() -> Self {
-        MethodConfig {
-            retry: false,
-            ..Self::default()
-        }
-    }
-    /// Set how the response status is found.
-    pub fn with_kind(mut self, kind: ResponseKind) -> Self {
-        self.kind = kind;
-        self
-    }
-    /// The method's deadline across attempts, when the caller sets none
-    /// shorter (a service config's `timeout`).
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = Some(timeout);
-        self
-    }
-    /// Policies for this method instead of the layer's.
-    pub fn with_retrying(mut self, retrying: Retrying) -> Self {
-        self.retrying = Some(retrying);
-        self
-    }
-    /// Hedge the method instead of retrying it (gRFC A6; see
-    /// [`hedge`](super::hedge)). Hedging runs a call more than once on
-    /// purpose, so a method that is not idempotent (or is passed through)
-    /// is a [`HedgingError::NotIdempotent`].
-    pub fn with_hedging(mut self, policy: HedgingPolicy) -> Result<Self, HedgingError> {
-        if !self.idempotent || !self.retry {
-            return Err(HedgingError::NotIdempotent("this method".to_owned()));
-        }
-        self.hedging = Some(policy);
-        Ok(self)
-    }
-    /// The method's hedging policy, if it is hedged.
-    pub fn hedging(&self) -> Option<&HedgingPolicy> {
-        self.hedging.as_ref()
-    }
-    /// Whether the method is idempotent.
-    pub fn is_idempotent(&self) -> bool {
-        self.idempotent
-    }
-    /// Whether the method is retried at all.
-    pub fn is_retried(&self) -> bool {
-        self.retry
-    }
-    /// How the response status is found.
-    pub fn kind(&self) -> ResponseKind {
-        self.kind
-    }
-    /// The method's own deadline, if set.
-    pub fn timeout(&self) -> Option<Duration> {
-        self.timeout
-    }
-    /// The method's own policies, if set.
-    pub fn retrying(&self) -> Option<&Retrying> {
-        self.retrying.as_ref()
-    }
-}
-
-/// Everything a [`RetryService`] shares with its clones.
-#[derive(Debug, Clone)]
-pub(crate) struct Shared {
-    pub(crate) retrying: Retrying,
-    /// By full path, then by service name (gRFC A6's service-wide entries).
-    methods: HashMap<String, MethodConfig>,
-    services: HashMap<String, MethodConfig>,
-    default_method: MethodConfig,
-    pub(crate) max_request_buffer: usize,
-    pub(crate) max_response_buffer: usize,
-    pub(crate) default_deadline: Option<Duration>,
-    pub(crate) per_attempt_timeout: Option<Duration>,
-    pub(crate) throttle: Option<Arc<RetryThrottle>>,
-    pub(crate) stats: RetryStats,
-}
-
-impl Shared {
-    /// The settings for `path`: the method's, else its service's, else the default.
-    pub(crate) fn method(&self, path: &str) -> &MethodConfig {
-        if let Some(m) = self.methods.get(path) {
-            return m;
-        }
-        if !self.services.is_empty() {
-            let (service, _) = super::decide::split_path(path);
-            if let Some(m) = self.services.get(service) {
-                return m;
-            }
-        }
-        &self.default_method
-    }
-}
 
 /// A tower layer that retries gRPC calls; see the [module docs](super).
 ///
@@ -215,10 +68,11 @@ impl RetryLayer {
             let mut method = match (entry.retry_policy(), entry.hedging_policy()) {
                 (Some(policy), _) => MethodConfig::idempotent()
                     .with_retrying(base.clone().with_policies(vec![policy.clone()])),
-                (None, Some(policy)) => MethodConfig {
-                    hedging: Some(policy.clone()),
-                    ..MethodConfig::idempotent()
-                },
+                (None, Some(policy)) => {
+                    let mut method = MethodConfig::idempotent();
+                    method.hedging = Some(policy.clone());
+                    method
+                }
                 (None, None) => MethodConfig::non_idempotent(),
             };
             method.timeout = entry.timeout();

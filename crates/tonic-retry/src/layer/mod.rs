@@ -126,15 +126,15 @@ pub mod decide;
 pub mod hedge;
 #[allow(clippy::module_inception)]
 mod layer;
+mod method;
 mod service;
 mod stats;
 mod throttle;
 
 pub use config::{MethodEntry, MethodName, ServiceConfig, ServiceConfigError};
 pub use hedge::{HedgingError, HedgingPolicy, MAX_HEDGED_ATTEMPTS};
-pub use layer::{
-    DEFAULT_MAX_REQUEST_BUFFER, DEFAULT_MAX_RESPONSE_BUFFER, MethodConfig, ResponseKind, RetryLayer,
-};
+pub use layer::{DEFAULT_MAX_REQUEST_BUFFER, DEFAULT_MAX_RESPONSE_BUFFER, RetryLayer};
+pub use method::{MethodConfig, ResponseKind};
 pub use service::RetryService;
 pub use stats::{RetryStats, RetryStatsSnapshot};
 pub use throttle::{InvalidThrottle, MAX_TOKENS_LIMIT, RetryThrottle};

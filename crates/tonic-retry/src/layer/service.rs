@@ -5,6 +5,7 @@
 //! then sends attempts and does what [`decide`] says after each, or, for a
 //! hedged method, runs attempts side by side as [`Hedge`] says.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -19,39 +20,47 @@ use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use tonic::Status;
 
-use super::attempt::{Attempt, attempt, parse_grpc_timeout, request};
+use super::attempt::{Attempt, Inner, attempt, parse_grpc_timeout, request};
 use super::body::{Buffered, buffer};
 use super::decide::{CallState, Next, Rules, decide, split_path};
 use super::hedge::{Commit, Hedge, HedgingPolicy, Step};
-use super::layer::Shared;
-use crate::retrying::BoxFuture;
+use super::method::MethodConfig;
+use super::stats::RetryStats;
+use super::throttle::RetryThrottle;
+use crate::retrying::{BoxFuture, Retrying};
 use crate::sanitize::{sanitize_response, sanitized_body};
+use crate::transport::BoxError;
 
-/// The error type of [`RetryService`]: a boxed error, which tonic's
-/// generated clients turn into a [`tonic::Status`]. When the layer gives up
-/// on a transport failure the box holds the `Status` tonic would have built
-/// itself (source chain included), so callers see no change.
-pub use crate::transport::BoxError;
-
-/// The inner services the layer drives, with their bounds named once: a
-/// tonic HTTP service whose errors, and whose response body's errors,
-/// convert into [`BoxError`]. (The public `Service` impl spells them out,
-/// as a private trait cannot appear there; every such service is one.)
-pub(crate) trait Inner:
-    Service<Request<Body>, Response = Response<Self::ResBody>, Error: Into<BoxError>>
-{
-    /// The response body.
-    type ResBody: http_body::Body<Data = Bytes, Error: Into<BoxError>> + Send + 'static;
+/// Everything a [`RetryService`] shares with its clones.
+#[derive(Debug, Clone)]
+pub(crate) struct Shared {
+    pub(crate) retrying: Retrying,
+    /// By full path, then by service name (gRFC A6's service-wide entries).
+    pub(crate) methods: HashMap<String, MethodConfig>,
+    pub(crate) services: HashMap<String, MethodConfig>,
+    pub(crate) default_method: MethodConfig,
+    pub(crate) max_request_buffer: usize,
+    pub(crate) max_response_buffer: usize,
+    pub(crate) default_deadline: Option<Duration>,
+    pub(crate) per_attempt_timeout: Option<Duration>,
+    pub(crate) throttle: Option<Arc<RetryThrottle>>,
+    pub(crate) stats: RetryStats,
 }
 
-impl<S, B> Inner for S
-where
-    S: Service<Request<Body>, Response = Response<B>>,
-    S::Error: Into<BoxError>,
-    B: http_body::Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
-{
-    type ResBody = B;
+impl Shared {
+    /// The settings for `path`: the method's, else its service's, else the default.
+    pub(crate) fn method(&self, path: &str) -> &MethodConfig {
+        if let Some(m) = self.methods.get(path) {
+            return m;
+        }
+        if !self.services.is_empty() {
+            let (service, _) = split_path(path);
+            if let Some(m) = self.services.get(service) {
+                return m;
+            }
+        }
+        &self.default_method
+    }
 }
 
 /// Retries gRPC calls on an inner HTTP service (a tonic `Channel`).
@@ -191,7 +200,7 @@ async fn run<S: Inner + Clone>(
 struct Ctx {
     head: http::request::Parts,
     body: super::body::RequestBody,
-    kind: super::layer::ResponseKind,
+    kind: super::method::ResponseKind,
 }
 
 /// A hedged call: attempts side by side, each on its own clone of the

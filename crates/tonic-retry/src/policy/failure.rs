@@ -9,12 +9,12 @@
 //! built once per failed attempt with every fact, and every driver (the
 //! retry loop, the reattachable stream, the tower layer) decides from it.
 
+use std::error::Error as StdError;
 use std::time::Duration;
 
 use http::HeaderMap;
 use tonic::{Code, Status};
 
-use super::classify::{FailureKind, classify_failure};
 use crate::headers::GRPC_RETRY_PUSHBACK_MS;
 
 /// `grpc-retry-pushback-ms`, parsed per gRFC A6.
@@ -100,4 +100,99 @@ impl<'a> Failure<'a> {
     pub fn is_deadline(&self) -> bool {
         self.code() == Code::DeadlineExceeded || self.kind == FailureKind::Deadline
     }
+}
+
+/// Where a failed call's [`Status`] came from, as far as the client can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FailureKind {
+    /// Sent by the server (or inferred by tonic from the HTTP response).
+    Server,
+    /// A transport failure before the request reached the server: safe to
+    /// replay even a non-idempotent call.
+    Unprocessed,
+    /// A transport failure after the request may have been processed.
+    MaybeProcessed,
+    /// The client's own deadline expired (tonic reports it as `Cancelled`
+    /// "Timeout expired"); the Spark Connect meaning is DEADLINE_EXCEEDED.
+    Deadline,
+    /// A truncated stream or a stream reset by the peer with a reason that
+    /// does not say whether the work happened. Not retried by default.
+    Ambiguous,
+    /// A local error that is not a recognised transport failure.
+    Local,
+}
+
+impl FailureKind {
+    /// A transport failure that PySpark would see as UNAVAILABLE.
+    pub fn is_transport(self) -> bool {
+        matches!(self, FailureKind::Unprocessed | FailureKind::MaybeProcessed)
+    }
+}
+
+const MISSING_TRAILER_PREFIX: &str = "protocol error: missing grpc-status trailer";
+
+/// Classify `status` by its source chain; see the module docs for the table.
+pub fn classify_failure(status: &Status) -> FailureKind {
+    let Some(source) = status.source() else {
+        if status.code() == Code::Unknown && status.message().starts_with(MISSING_TRAILER_PREFIX) {
+            return FailureKind::Ambiguous;
+        }
+        return FailureKind::Server;
+    };
+    let mut next: Option<&(dyn StdError + 'static)> = Some(source);
+    while let Some(err) = next {
+        if let Some(kind) = classify_link(err) {
+            return kind;
+        }
+        next = err.source();
+    }
+    FailureKind::Local
+}
+
+fn classify_link(err: &(dyn StdError + 'static)) -> Option<FailureKind> {
+    if err.is::<tonic::TimeoutExpired>() {
+        return Some(FailureKind::Deadline);
+    }
+    if err.is::<tonic::ConnectError>() {
+        return Some(FailureKind::Unprocessed);
+    }
+    if let Some(status) = err.downcast_ref::<Status>() {
+        // A status nested in a status: judge the inner one.
+        return Some(classify_failure(status));
+    }
+    if let Some(h) = err.downcast_ref::<hyper::Error>() {
+        if h.is_timeout() {
+            return Some(FailureKind::MaybeProcessed);
+        }
+        if h.is_canceled() {
+            return Some(FailureKind::Unprocessed);
+        }
+        return None;
+    }
+    if let Some(h2) = err.downcast_ref::<h2::Error>() {
+        if h2.is_io() {
+            return Some(FailureKind::MaybeProcessed);
+        }
+        let reason = h2.reason();
+        if h2.is_go_away() && h2.is_remote() {
+            return Some(if reason == Some(h2::Reason::NO_ERROR) {
+                FailureKind::Unprocessed
+            } else {
+                FailureKind::MaybeProcessed
+            });
+        }
+        if reason == Some(h2::Reason::REFUSED_STREAM) && h2.is_remote() {
+            return Some(FailureKind::Unprocessed);
+        }
+        if h2.is_reset() || reason == Some(h2::Reason::ENHANCE_YOUR_CALM) {
+            return Some(FailureKind::Ambiguous);
+        }
+        // A locally detected protocol error: a bug, not a network fault.
+        return Some(FailureKind::Local);
+    }
+    if err.is::<std::io::Error>() {
+        return Some(FailureKind::MaybeProcessed);
+    }
+    None
 }

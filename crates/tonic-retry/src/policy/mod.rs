@@ -58,14 +58,12 @@ mod classify;
 mod failure;
 mod state;
 
-pub use failure::{Failure, Pushback};
+pub use failure::{Failure, FailureKind, Pushback, classify_failure};
 
 use builder::ms_to_duration;
 pub use builder::{CUSTOM_POLICY_NAME, InvalidPolicy, MAX_POLICY_DURATION, RetryPolicyBuilder};
 
-pub use classify::{
-    Classifier, CodeClassifier, DefaultClassifier, FailureKind, FnClassifier, classify_failure,
-};
+pub use classify::{Classifier, CodeClassifier, DefaultClassifier, FnClassifier};
 pub use state::{GiveUpReason, PolicyState, RetryDecision, RetryReason, RetryState};
 
 use std::fmt;
