@@ -358,7 +358,7 @@ impl ReattachCore {
                 }
                 Ok(delay)
             }
-            RetryDecision::GiveUp(_) => Err(error.into_status()),
+            RetryDecision::GiveUp(_) => Err(retrying.give_up_status(state, error)),
         }
     }
 

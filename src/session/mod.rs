@@ -55,6 +55,7 @@ pub use builder::{DEFAULT_RELEASE_WAIT, MIN_ARROW_CHUNK_SIZE, SparkSessionBuilde
 #[cfg(feature = "arrow")]
 pub use dataframe::{DataFrame, UPLOAD_GROUP_BYTES};
 pub use error::{ErrorDetails, ServerError, SparkError};
+pub(crate) use spark::SERVICE;
 pub use spark::SparkSession;
 pub use stream::ArrowStream;
 #[cfg(feature = "arrow")]
