@@ -77,3 +77,9 @@ pub mod deps {
     pub use tonic;
     pub use tonic_retry;
 }
+
+/// The README's Rust code blocks, compiled (and, unless marked `no_run`,
+/// run) as doctests, so that the README cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+mod readme {}

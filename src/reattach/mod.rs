@@ -88,6 +88,7 @@ mod stream;
 use std::fmt;
 use std::time::Duration;
 
+pub use core::StreamStats;
 pub use release::{RELEASE_UNTIL_INTERVAL, ReleaseTracker};
 pub use stream::{ExecutionStats, ReattachableExecution};
 

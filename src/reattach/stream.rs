@@ -25,7 +25,7 @@ use tonic::Status;
 use tonic::codec::Streaming;
 use tracing::Instrument;
 
-use super::core::{Action, CoreCounters, Event, Open, ReattachCore, Release};
+use super::core::{Action, Event, Open, ReattachCore, Release, StreamStats};
 use super::release::{ReleaseTracker, Releaser};
 use super::{ReattachError, ReattachOptions};
 use crate::proto::{ExecutePlanRequest, ExecutePlanResponse};
@@ -36,12 +36,12 @@ use crate::transport::SparkClient;
 /// Live counters of one execution.
 #[derive(Debug, Clone, Default)]
 pub struct ExecutionStats {
-    inner: Arc<Mutex<CoreCounters>>,
+    inner: Arc<Mutex<StreamStats>>,
 }
 
 impl ExecutionStats {
     /// A snapshot of the counters.
-    pub fn snapshot(&self) -> CoreCounters {
+    pub fn snapshot(&self) -> StreamStats {
         *self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 }

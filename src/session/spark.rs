@@ -80,7 +80,7 @@ impl std::fmt::Debug for SparkSession {
             .field("session_id", &self.session_id())
             .field("client_type", &self.inner.client_type)
             .field("closed", &self.is_closed())
-            .field("renewals", &self.renewals())
+            .field("session_renewals", &self.session_renewals())
             .finish_non_exhaustive()
     }
 }
@@ -182,8 +182,15 @@ impl SparkSession {
     }
     /// How many times a stale session was moved to a fresh server-side
     /// session ([`renew_stale_session`](SparkSessionBuilder::renew_stale_session)).
-    pub fn renewals(&self) -> u64 {
+    /// Reconnects (a fresh connection after a stall) are not counted here.
+    pub fn session_renewals(&self) -> u64 {
         self.inner.renewal.renewals()
+    }
+
+    /// The old name of [`session_renewals`](Self::session_renewals).
+    #[deprecated(since = "0.2.0", note = "renamed to session_renewals()")]
+    pub fn renewals(&self) -> u64 {
+        self.session_renewals()
     }
     /// The `client_type` sent on every request.
     pub fn client_type(&self) -> &str {
