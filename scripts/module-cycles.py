@@ -90,6 +90,10 @@ def main():
                     if not rest:
                         return {mods[m]}
                     name = rest[0]
+                    if not m:
+                        # The crate root: an item of lib.rs, or a re-export
+                        # of another crate (`pub use tonic_retry::policy`).
+                        return set()
                     if name in defs[mods[m]] and not mods[m].endswith(("mod.rs", "lib.rs")):
                         return {mods[m]}
                     under = {

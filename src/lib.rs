@@ -66,6 +66,9 @@ pub mod proto {
         }
     }
     pub use spark::connect::*;
+
+    /// The gRPC service's full name, as OpenTelemetry's `rpc.service` spells it.
+    pub const SERVICE_NAME: &str = "spark.connect.SparkConnectService";
 }
 
 pub mod deadlines;
@@ -88,3 +91,9 @@ pub mod deps {
     pub use tonic;
     pub use tonic_retry;
 }
+
+/// The README's Rust code blocks, compiled (and, unless marked `no_run`,
+/// run) as doctests, so that the README cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+mod readme {}

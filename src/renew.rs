@@ -28,7 +28,7 @@
 //! let channel = RenewableChannel::new(Endpoint::from_static("http://127.0.0.1:15002"));
 //! let mut request = tonic::Request::new(());
 //! request.extensions_mut().insert(FreshConnection);
-//! assert_eq!(channel.renewals(), 0); // counted when such a request is sent
+//! assert_eq!(channel.reconnects(), 0); // counted when such a request is sent
 //! # Ok(())
 //! # }
 //! ```
@@ -69,9 +69,18 @@ impl RenewableChannel {
         }
     }
 
-    /// How many times a fresh connection was asked for.
-    pub fn renewals(&self) -> u64 {
+    /// How many times a fresh connection was dialled (a request carried
+    /// [`FreshConnection`]). Not
+    /// [`SparkSession::session_renewals`](crate::session::SparkSession::session_renewals),
+    /// which counts fresh server-side sessions.
+    pub fn reconnects(&self) -> u64 {
         self.renewals.load(Ordering::SeqCst)
+    }
+
+    /// The old name of [`reconnects`](Self::reconnects).
+    #[deprecated(since = "0.2.0", note = "renamed to reconnects()")]
+    pub fn renewals(&self) -> u64 {
+        self.reconnects()
     }
 
     /// The channel for `req`: a new one if it carries [`FreshConnection`].

@@ -100,7 +100,7 @@ fn assert_exact(check: &Check, n: i64) {
 async fn query_rows(
     spark: &SparkSession,
     n: i64,
-) -> Result<(Check, spark_connect_retry::reattach::core::CoreCounters), SparkError> {
+) -> Result<(Check, spark_connect_retry::reattach::StreamStats), SparkError> {
     let mut stream = spark
         .sql(&format!("SELECT id, id*2 AS x FROM range({n})"))
         .await?;
@@ -320,7 +320,7 @@ const SILENCE: Duration = Duration::from_secs(35);
 
 /// `SELECT reflect('java.lang.Thread', 'sleep', …)`: one row after
 /// [`SILENCE`] of computing, with default settings. Returns the counters.
-async fn silent_query(spark: &SparkSession) -> spark_connect_retry::reattach::core::CoreCounters {
+async fn silent_query(spark: &SparkSession) -> spark_connect_retry::reattach::StreamStats {
     assert!(SILENCE >= 3 * spark_connect_retry::reattach::DEFAULT_IDLE_TIMEOUT);
     let started = Instant::now();
     let mut stream = tokio::time::timeout(
@@ -417,7 +417,7 @@ async fn silent_query_through_one_second_segments_completes() {
 async fn exact_through(
     proxy: &FaultProxy,
     n: i64,
-) -> (spark_connect_retry::reattach::core::CoreCounters, Duration) {
+) -> (spark_connect_retry::reattach::StreamStats, Duration) {
     let spark = session(&proxy.remote());
     let started = Instant::now();
     let (check, stats) = tokio::time::timeout(Duration::from_secs(120), query_rows(&spark, n))

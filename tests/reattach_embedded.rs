@@ -49,7 +49,7 @@ struct Outcome {
     responses: usize,
     complete: bool,
     error: Option<ReattachError>,
-    stats: spark_connect_retry::reattach::core::CoreCounters,
+    stats: spark_connect_retry::reattach::StreamStats,
 }
 
 async fn drain(mut exec: ReattachableExecution) -> Outcome {

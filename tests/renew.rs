@@ -62,7 +62,7 @@ async fn fresh_connection_on_request_while_old_streams_finish() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(channel.renewals(), 1);
+    assert_eq!(channel.reconnects(), 1);
     assert_eq!(proxy.stats().snapshot().connections, 2);
 
     // The old stream still runs to its end on the old connection: all 100
@@ -87,7 +87,7 @@ async fn fresh_connection_on_request_while_old_streams_finish() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(channel.renewals(), 1);
+    assert_eq!(channel.reconnects(), 1);
     assert_eq!(proxy.stats().snapshot().connections, 2);
     proxy.shutdown().await;
 }

@@ -53,3 +53,207 @@ async fn each_call_that_gives_up_warns_once() {
         assert_eq!(warnings, vec![RETRIES_EXCEEDED.to_owned()]);
     }
 }
+
+// What a person reading the logs needs: which call, which attempt, which
+// status, how long the wait, which policy; and on give-up, what was tried.
+
+use spark_connect_retry::policy::RetryPolicy;
+use spark_connect_retry::session::SparkSession;
+use spark_connect_testkit::{Fault, Rpc, TestServer};
+
+/// The fields of `event` (and its spans) `names`, as `name=value`, for
+/// an assertion that shows all of them when it fails.
+fn fields_of(event: &support::Event, names: &[&str]) -> Vec<String> {
+    names
+        .iter()
+        .map(|n| format!("{n}={}", event.get(n).unwrap_or("<missing>")))
+        .collect()
+}
+
+fn quick_retrying() -> Retrying {
+    Retrying::default()
+        .with_sleeper(RecordingSleeper::new())
+        .with_seed(1)
+}
+
+/// A unary session call retried once: the `retrying` event names the RPC,
+/// the session, the failed attempt, its status, the wait and the policy.
+#[tokio::test]
+async fn a_session_retry_names_the_call_attempt_status_wait_and_policy() {
+    support::init();
+    let server = TestServer::start().await.unwrap();
+    server
+        .faults()
+        .push(Fault::unavailable().on(Rpc::Config).times(1));
+    let spark = SparkSession::builder()
+        .remote(format!("sc://{}", server.addr()))
+        .retrying(quick_retrying())
+        .build()
+        .unwrap();
+    let (result, events) = support::capture(spark.config_set(&[("a.b", "1")])).await;
+    result.unwrap();
+    let retries: Vec<_> = events.iter().filter(|e| e.message == "retrying").collect();
+    assert_eq!(retries.len(), 1, "{events:#?}");
+    let session_id = spark.session_id();
+    assert_eq!(
+        fields_of(
+            retries[0],
+            &[
+                "attempt",
+                "rpc.grpc.status_code",
+                "rpc.grpc.status_message",
+                "wait_ms",
+                "policy",
+                "reason",
+                "rpc.system",
+                "rpc.service",
+                "rpc.method",
+                "server.address",
+                "session_id",
+            ]
+        ),
+        [
+            "attempt=1",
+            "rpc.grpc.status_code=14",
+            "rpc.grpc.status_message=injected fault: unavailable",
+            "wait_ms=50",
+            "policy=DefaultPolicy",
+            "reason=policy",
+            "rpc.system=grpc",
+            "rpc.service=spark.connect.SparkConnectService",
+            "rpc.method=Config",
+            "server.address=127.0.0.1",
+            &format!("session_id={session_id}"),
+        ]
+    );
+}
+
+/// A stream cut by UNAVAILABLE after two responses: the reattach's events
+/// are in the execution's span (operation and session), the retry event
+/// has the same fields as a unary one, and no field is named `message`.
+#[tokio::test]
+async fn a_reattach_names_the_operation_attempt_status_and_wait() {
+    support::init();
+    let server = TestServer::builder()
+        .rows_per_batch(10)
+        .start()
+        .await
+        .unwrap();
+    let spark = SparkSession::builder()
+        .remote(format!("sc://{}", server.addr()))
+        .retrying(quick_retrying())
+        .build()
+        .unwrap();
+    server
+        .faults()
+        .push(Fault::unavailable().on(Rpc::ExecutePlan).after_responses(2));
+    let ((rows, operation_id), events) = support::capture(async {
+        let mut stream = spark.sql("SELECT id FROM range(100)").await.unwrap();
+        let mut rows = 0;
+        while let Some(batch) = stream.next_batch().await {
+            rows += batch.unwrap().num_rows();
+        }
+        (rows, stream.operation_id().to_owned())
+    })
+    .await;
+    assert_eq!(rows, 100);
+    let retries: Vec<_> = events.iter().filter(|e| e.message == "retrying").collect();
+    assert!(!retries.is_empty(), "{events:#?}");
+    assert_eq!(
+        fields_of(
+            retries[0],
+            &[
+                "attempt",
+                "rpc.grpc.status_code",
+                "rpc.grpc.status_message",
+                "wait_ms",
+                "policy",
+                "reason",
+                "rpc.method",
+                "operation_id",
+                "session_id",
+            ]
+        ),
+        [
+            "attempt=1",
+            "rpc.grpc.status_code=14",
+            "rpc.grpc.status_message=injected fault: unavailable",
+            "wait_ms=50",
+            "policy=DefaultPolicy",
+            "reason=policy",
+            "rpc.method=ExecutePlan",
+            &format!("operation_id={operation_id}"),
+            &format!("session_id={}", spark.session_id()),
+        ]
+    );
+    let reattach = events
+        .iter()
+        .find(|e| e.message == "reattachable execution: sending ReattachExecute")
+        .expect("a reattach event");
+    assert!(
+        reattach.has(&format!("operation_id={operation_id}")),
+        "{reattach:?}"
+    );
+    for e in &events {
+        assert!(
+            !e.fields.iter().any(|f| f.starts_with("message=")),
+            "a field named `message` clashes with the event's: {e:?}"
+        );
+    }
+}
+
+/// A closed port, three retries: one `[RETRIES_EXCEEDED]` warning with the
+/// attempts, the time waited, the last status, the policy and the call.
+#[tokio::test]
+async fn a_give_up_names_the_call_attempts_time_and_last_status() {
+    support::init();
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let policy = RetryPolicy::builder()
+        .max_retries(Some(3))
+        .jitter_ms(0.0)
+        .build()
+        .unwrap();
+    let spark = SparkSession::builder()
+        .remote(format!("sc://127.0.0.1:{port}"))
+        .retrying(quick_retrying().with_policies(vec![policy]))
+        .build()
+        .unwrap();
+    let (result, events) = support::capture(spark.spark_version()).await;
+    assert!(result.is_err());
+    let warnings: Vec<_> = events
+        .iter()
+        .filter(|e| e.level == tracing::Level::WARN)
+        .collect();
+    assert_eq!(warnings.len(), 1, "{events:#?}");
+    assert_eq!(warnings[0].message, RETRIES_EXCEEDED);
+    assert_eq!(
+        fields_of(
+            warnings[0],
+            &[
+                "attempts",
+                "waited_ms",
+                "rpc.grpc.status_code",
+                "policy",
+                "reason",
+                "rpc.method",
+                "server.address",
+                "server.port",
+            ]
+        ),
+        [
+            "attempts=4",
+            "waited_ms=1050", // 50 + 200 + 800
+            "rpc.grpc.status_code=14",
+            "policy=custom",
+            "reason=exhausted",
+            "rpc.method=AnalyzePlan",
+            "server.address=127.0.0.1",
+            &format!("server.port={port}"),
+        ]
+    );
+    let message = warnings[0].get("rpc.grpc.status_message").unwrap();
+    assert!(message.contains("connect"), "{message}");
+}

@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use spark_connect_retry::policy::RetryPolicy;
-use spark_connect_retry::reattach::core::CoreCounters;
+use spark_connect_retry::reattach::StreamStats;
 use spark_connect_retry::retrying::Retrying;
 use spark_connect_retry::session::{SparkError, SparkSession};
 use spark_connect_testkit::TestServer;
@@ -24,7 +24,7 @@ use streams::until_error;
 /// Reads the first batch of a long query through a proxy, then closes the
 /// proxy's port for good (the "kill"). Returns the (virtual) time from the
 /// kill to the stream's error, the error, and the execution's counters.
-async fn killed_mid_query(retrying: Retrying) -> (Duration, SparkError, CoreCounters) {
+async fn killed_mid_query(retrying: Retrying) -> (Duration, SparkError, StreamStats) {
     let server = TestServer::builder()
         .rows_per_batch(100)
         .start()
@@ -47,7 +47,7 @@ async fn killed_mid_query(retrying: Retrying) -> (Duration, SparkError, CoreCoun
 /// Every attempt refused, 15 retries: the time from the kill to the error
 /// is the waits, and tokio's paused timers fire on whole milliseconds (at
 /// most 1 ms late per wait).
-fn assert_fails_after(took: Duration, err: &SparkError, stats: &CoreCounters) {
+fn assert_fails_after(took: Duration, err: &SparkError, stats: &StreamStats) {
     assert_eq!(stats.policy_retries, 15, "{stats:?}");
     assert_eq!(stats.stalls, 0, "{stats:?}");
     assert_eq!(

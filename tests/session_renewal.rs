@@ -100,7 +100,7 @@ async fn without_renewal_a_changed_server_session_closes_the_session() {
             spark.range(0, 1, 1),
             Err(SparkError::SessionClosed)
         ));
-        assert_eq!((spark.renewals(), spark.session_id()), (0, id));
+        assert_eq!((spark.session_renewals(), spark.session_id()), (0, id));
     }
 }
 
@@ -118,7 +118,7 @@ async fn with_renewal_the_next_call_runs_on_a_fresh_session_with_the_builder_con
     let new_server_side = s.simulate_restart();
 
     assert_eq!(ids(&spark, 4).await.unwrap(), [0, 1, 2, 3]);
-    assert_eq!(spark.renewals(), 1);
+    assert_eq!(spark.session_renewals(), 1);
     assert!(!spark.is_closed());
     assert_ne!(spark.session_id(), old_id);
     assert_ne!(spark.server_side_session_id(), old_server_side);
@@ -140,7 +140,7 @@ async fn with_renewal_the_next_call_runs_on_a_fresh_session_with_the_builder_con
     // Unary calls renew the same way.
     s.simulate_restart();
     assert_eq!(spark.spark_version().await.unwrap(), "4.3.0");
-    assert_eq!(spark.renewals(), 2);
+    assert_eq!(spark.session_renewals(), 2);
     assert_eq!(conf(&s, &spark, ZONE.0).as_deref(), Some(ZONE.1));
     spark.close().await.unwrap();
     assert!(matches!(
@@ -173,7 +173,7 @@ async fn a_running_execution_keeps_its_error_and_is_never_moved() {
     );
     assert_eq!(stream.operation_id(), operation_id);
     assert_eq!(
-        spark.renewals(),
+        spark.session_renewals(),
         0,
         "nothing renewed under a running execution"
     );
@@ -186,9 +186,9 @@ async fn a_running_execution_keeps_its_error_and_is_never_moved() {
     // New work runs on a fresh session: the lazy stream, then a new query.
     let batches = lazy.collect().await.unwrap();
     assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 7);
-    assert_eq!(spark.renewals(), 1);
+    assert_eq!(spark.session_renewals(), 1);
     assert_eq!(ids(&spark, 3).await.unwrap(), [0, 1, 2]);
-    assert_eq!(spark.renewals(), 1);
+    assert_eq!(spark.session_renewals(), 1);
 }
 
 #[tokio::test]
@@ -215,7 +215,11 @@ async fn racing_calls_renew_once() {
     }
     done.sort();
     assert_eq!(done, (1..=8).collect::<Vec<_>>());
-    assert_eq!(spark.renewals(), 1, "eight racing calls, one renewal");
+    assert_eq!(
+        spark.session_renewals(),
+        1,
+        "eight racing calls, one renewal"
+    );
     assert_eq!(
         s.calls().config - configs,
         1,
@@ -242,7 +246,7 @@ async fn a_session_closed_on_the_server_is_renewed_only_when_asked() {
         let next = spark.spark_version().await;
         if renew {
             assert_eq!(next.unwrap(), "4.3.0");
-            assert_eq!(spark.renewals(), 1);
+            assert_eq!(spark.session_renewals(), 1);
         } else {
             let err = next.unwrap_err();
             assert_eq!(
@@ -255,7 +259,7 @@ async fn a_session_closed_on_the_server_is_renewed_only_when_asked() {
             assert!(!spark.is_closed());
             let again = spark.spark_version().await.unwrap_err();
             assert_eq!(again.error_class(), err.error_class());
-            assert_eq!(spark.renewals(), 0);
+            assert_eq!(spark.session_renewals(), 0);
         }
     }
 }

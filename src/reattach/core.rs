@@ -93,9 +93,11 @@ pub enum Action {
     Finish,
 }
 
-/// Counters kept by the core.
+/// What one execution's stream did: responses, reattaches, re-executes,
+/// retries, stalls. What [`ArrowStream::stats`](crate::session::ArrowStream::stats)
+/// and [`ExecutionStats::snapshot`](crate::reattach::ExecutionStats::snapshot) return.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CoreCounters {
+pub struct StreamStats {
     /// Responses handed to the consumer.
     pub responses: u64,
     /// ReattachExecute streams opened.
@@ -118,6 +120,10 @@ pub struct CoreCounters {
     pub empty_backoffs: u64,
 }
 
+/// The old name of [`StreamStats`].
+#[deprecated(since = "0.2.0", note = "renamed to StreamStats")]
+pub type CoreCounters = StreamStats;
+
 /// The reattach state machine for one execution.
 #[derive(Debug)]
 pub struct ReattachCore {
@@ -130,7 +136,7 @@ pub struct ReattachCore {
     /// The server-side session id seen or expected.
     server_side_session_id: Option<String>,
     retry: Option<RetryState>,
-    counters: CoreCounters,
+    counters: StreamStats,
     /// ExecutePlan has been sent once.
     started: bool,
     /// The segment being opened replaces one given up as silent, and the
@@ -177,7 +183,7 @@ impl ReattachCore {
             stream_open: false,
             server_side_session_id,
             retry: None,
-            counters: CoreCounters::default(),
+            counters: StreamStats::default(),
             started: false,
             after_stall: false,
             ids: ResponseIds::default(),
@@ -208,7 +214,7 @@ impl ReattachCore {
         self.server_side_session_id.as_deref()
     }
     /// Counters so far.
-    pub fn counters(&self) -> CoreCounters {
+    pub fn counters(&self) -> StreamStats {
         self.counters
     }
     /// Whether the stream being opened replaces one given up as silent. Its
@@ -454,7 +460,7 @@ impl ReattachCore {
                 }
                 Ok(delay)
             }
-            RetryDecision::GiveUp(_) => Err(error.into_status()),
+            RetryDecision::GiveUp(_) => Err(retrying.give_up_status(state, error)),
         }
     }
 

@@ -244,7 +244,11 @@ impl Releaser {
             }
             Err(status) => {
                 self.tracker.inner.failed.fetch_add(1, Ordering::SeqCst);
-                tracing::warn!(code = ?status.code(), message = status.message(), "ReleaseExecute failed");
+                tracing::warn!(
+                    rpc.grpc.status_code = status.code() as i32,
+                    rpc.grpc.status_message = status.message(),
+                    "ReleaseExecute failed"
+                );
             }
         }
     }

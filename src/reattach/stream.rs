@@ -7,6 +7,11 @@
 //! 50–63 ns per response, 0.04 % of even a 16-row response over loopback, and
 //! end to end the difference is below the noise. Figures in
 //! `docs/benchmarks.md`.
+//!
+//! Every read runs in the execution's `spark_connect` span (OpenTelemetry's
+//! `rpc.system`, `rpc.service`, `rpc.method = "ExecutePlan"`, and Spark's
+//! `operation_id` and `session_id`), so its events, the retry loop's
+//! `retrying` and `[RETRIES_EXCEEDED]` among them, name the execution.
 
 use std::fmt;
 use std::future::Future;
@@ -18,8 +23,9 @@ use tokio::time::Instant;
 use tokio_stream::Stream;
 use tonic::Status;
 use tonic::codec::Streaming;
+use tracing::Instrument;
 
-use super::core::{Action, CoreCounters, Event, Open, ReattachCore, Release};
+use super::core::{Action, Event, Open, ReattachCore, Release, StreamStats};
 use super::release::{ReleaseTracker, Releaser};
 use super::{ReattachError, ReattachOptions};
 use crate::proto::{ExecutePlanRequest, ExecutePlanResponse};
@@ -30,12 +36,12 @@ use crate::transport::SparkClient;
 /// Live counters of one execution.
 #[derive(Debug, Clone, Default)]
 pub struct ExecutionStats {
-    inner: Arc<Mutex<CoreCounters>>,
+    inner: Arc<Mutex<StreamStats>>,
 }
 
 impl ExecutionStats {
     /// A snapshot of the counters.
-    pub fn snapshot(&self) -> CoreCounters {
+    pub fn snapshot(&self) -> StreamStats {
         *self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -71,8 +77,7 @@ impl Driver {
                 Action::SleepThenOpen(delay, open) => {
                     self.current = None;
                     tracing::debug!(
-                        operation_id = self.core.operation_id(),
-                        wait_ms = delay.as_millis() as u64,
+                        wait_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
                         "reattachable execution: backing off before the next segment"
                     );
                     self.retrying.sleeper().sleep(delay).await;
@@ -97,12 +102,8 @@ impl Driver {
     async fn open(&mut self, open: Open) -> Action {
         self.current = None;
         match &open {
-            Open::Execute(_) => tracing::debug!(
-                operation_id = self.core.operation_id(),
-                "reattachable execution: sending ExecutePlan"
-            ),
+            Open::Execute(_) => tracing::debug!("reattachable execution: sending ExecutePlan"),
             Open::Reattach(r) => tracing::debug!(
-                operation_id = self.core.operation_id(),
                 last_response_id = r.last_response_id.as_deref().unwrap_or(""),
                 "reattachable execution: sending ReattachExecute"
             ),
@@ -115,7 +116,6 @@ impl Driver {
         let fresh = self.core.opening_after_stall();
         if fresh {
             tracing::debug!(
-                operation_id = self.core.operation_id(),
                 "reattachable execution: reattaching over a fresh connection after a stall"
             );
         }
@@ -131,7 +131,6 @@ impl Driver {
                 Ok(r) => r,
                 Err(_) => {
                     tracing::debug!(
-                        operation_id = self.core.operation_id(),
                         "reattachable execution: no response headers before the idle timeout or segment deadline"
                     );
                     return self.core.on_event(bound.event(), &self.retrying);
@@ -167,10 +166,9 @@ impl Driver {
     fn failed(&mut self, status: Status, during: &'static str) -> Action {
         self.current = None;
         tracing::debug!(
-            operation_id = self.core.operation_id(),
             during,
-            code = ?status.code(),
-            message = status.message(),
+            rpc.grpc.status_code = status.code() as i32,
+            rpc.grpc.status_message = status.message(),
             "reattachable execution: segment failed"
         );
         self.core.on_event(Event::Error(status), &self.retrying)
@@ -188,7 +186,6 @@ impl Driver {
                 Err(_) => {
                     self.current = None;
                     tracing::debug!(
-                        operation_id = self.core.operation_id(),
                         "reattachable execution: no message before the idle timeout or segment deadline"
                     );
                     return self.core.on_event(bound.event(), &self.retrying);
@@ -200,10 +197,7 @@ impl Driver {
             Ok(Some(msg)) => Event::Response(Box::new(msg)),
             Ok(None) => {
                 self.current = None;
-                tracing::debug!(
-                    operation_id = self.core.operation_id(),
-                    "reattachable execution: segment ended cleanly"
-                );
+                tracing::debug!("reattachable execution: segment ended cleanly");
                 Event::EndOfStream
             }
             Err(status) => return self.failed(status, "reading"),
@@ -274,6 +268,8 @@ pub struct ReattachableExecution {
     pending: Option<NextFuture>,
     operation_id: String,
     stats: ExecutionStats,
+    /// The execution's `spark_connect` span: every read runs in it.
+    span: tracing::Span,
 }
 
 impl fmt::Debug for ReattachableExecution {
@@ -321,6 +317,14 @@ impl ReattachableExecution {
             .map_err(ReattachError::InvalidDeadline)?;
         let core = ReattachCore::new(request)?;
         let operation_id = core.operation_id().to_owned();
+        let span = tracing::info_span!(
+            "spark_connect",
+            rpc.system = "grpc",
+            rpc.service = crate::proto::SERVICE_NAME,
+            rpc.method = "ExecutePlan",
+            operation_id = operation_id.as_str(),
+            session_id = core.initial_request().session_id.as_str(),
+        );
         let releaser = Releaser::new(
             client.clone(),
             retrying.clone(),
@@ -342,6 +346,7 @@ impl ReattachableExecution {
             pending: None,
             operation_id,
             stats,
+            span,
         })
     }
 
@@ -376,10 +381,14 @@ impl Stream for ReattachableExecution {
             let Some(mut driver) = self.driver.take() else {
                 return Poll::Ready(None);
             };
-            self.pending = Some(Box::pin(async move {
-                let item = driver.next().await;
-                (driver, item)
-            }));
+            let span = self.span.clone();
+            self.pending = Some(Box::pin(
+                async move {
+                    let item = driver.next().await;
+                    (driver, item)
+                }
+                .instrument(span),
+            ));
         }
         let fut = self.pending.as_mut().expect("pending future set above");
         let (driver, item) = std::task::ready!(fut.as_mut().poll(cx));

@@ -143,7 +143,7 @@ impl SparkSessionBuilder {
     ///     .config("spark.sql.session.timeZone", "UTC")
     ///     .config("spark.sql.shuffle.partitions", "8")
     ///     .build()?; // nothing is sent yet: the configs go with the first call
-    /// assert_eq!(spark.renewals(), 0);
+    /// assert_eq!(spark.session_renewals(), 0);
     /// let empty = SparkSession::builder().remote("sc://localhost:15002").config("", "x").build();
     /// assert!(empty.unwrap_err().to_string().contains("config"));
     /// # Ok(())

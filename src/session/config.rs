@@ -58,7 +58,7 @@ impl SparkSession {
                 let call = |mut c: SparkClient, r| async move { c.config(r).await };
                 let result = match self.send(self.options().deadlines.config, req, &call).await {
                     Ok(resp) => self.verify(g, &resp.session_id, &resp.server_side_session_id),
-                    Err(status) => Err(self.server_error(status, None, g).await),
+                    Err(status) => Err(self.call_error(status, Some("Config"), None, g).await),
                 };
                 result.inspect_err(|e| {
                     self.note_failure(g, e, !matches!(e, SparkError::SessionChanged { .. }));

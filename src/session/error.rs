@@ -5,20 +5,39 @@
 //! parameters and the operation that failed. [`ServerError`] carries all of
 //! them next to the original `tonic::Status`; [`SparkError`] is the one error
 //! type every session call returns.
+//!
+//! A server error displays as Spark shows it, `[CLASS] message (SQLSTATE:
+//! …)`, with no gRPC prefix; a failure without a Spark class as its gRPC
+//! code and message, followed by the transport's cause chain
+//! (`UNAVAILABLE: tcp connect error: Connection refused (os error 111)`).
+//! A call the retry policy gave up on says so first, with its history:
+//! `[RETRIES_EXCEEDED] ExecutePlan to 127.0.0.1:15002 gave up after 4
+//! attempts and 0.9 s of waiting; last error: UNAVAILABLE: …`.
 
 use std::collections::HashMap;
+use std::error::Error as _;
 use std::fmt;
 
-use super::renewal::{SESSION_CHANGED, SESSION_CLOSED};
 use crate::policy::Failure;
 use crate::reattach::ReattachError;
+use crate::retrying::GaveUp;
 use crate::session::channel::ChannelError;
 use crate::session::conn_string::ConnectionStringError;
+
+/// `INVALID_HANDLE.SESSION_CHANGED`: the server-side session is not the one
+/// the client saw (the server restarted).
+pub(super) const SESSION_CHANGED: &str = "INVALID_HANDLE.SESSION_CHANGED";
+/// `INVALID_HANDLE.SESSION_CLOSED`: the session was released.
+pub(super) const SESSION_CLOSED: &str = "INVALID_HANDLE.SESSION_CLOSED";
 
 /// An error the server reported, with Spark's details.
 ///
 /// The original [`tonic::Status`] is kept (and is the error's `source()`).
-#[derive(Debug, Clone)]
+/// When the retry policy gave up, [`gave_up`](Self::gave_up) has the
+/// history, and the last attempt's status is
+/// [`GaveUp::last_status`]. `Debug` shows the decoded fields, never the raw
+/// `grpc-status-details-bin` bytes.
+#[derive(Clone)]
 pub struct ServerError {
     status: tonic::Status,
     error_class: Option<String>,
@@ -27,6 +46,8 @@ pub struct ServerError {
     error_id: Option<String>,
     operation_id: Option<String>,
     details: Option<ErrorDetails>,
+    rpc: Option<&'static str>,
+    target: Option<String>,
 }
 
 /// The full message and cause chain recovered by FetchErrorDetails.
@@ -69,6 +90,8 @@ impl ServerError {
             error_id,
             operation_id: None,
             details: None,
+            rpc: None,
+            target: None,
         }
     }
     /// The gRPC status as received.
@@ -112,8 +135,27 @@ impl ServerError {
             .filter(|m| !m.is_empty())
             .unwrap_or(self.status.message())
     }
+    /// The retry history, when the retry policy gave up on this call
+    /// (attempts made, time waited, the last attempt's status).
+    pub fn gave_up(&self) -> Option<&GaveUp> {
+        crate::retrying::gave_up(&self.status)
+    }
+    /// The RPC that failed (`ExecutePlan`, `Config`, …), when known.
+    pub fn rpc(&self) -> Option<&str> {
+        self.rpc
+    }
+    /// The server it was sent to, `host:port` (never a token), when known.
+    pub fn target(&self) -> Option<&str> {
+        self.target.as_deref()
+    }
     pub(crate) fn set_operation_id(&mut self, id: &str) {
         self.operation_id = Some(id.to_owned());
+    }
+    pub(crate) fn set_call(&mut self, rpc: Option<&'static str>, target: &str) {
+        if self.rpc.is_none() {
+            self.rpc = rpc;
+        }
+        self.target.get_or_insert_with(|| target.to_owned());
     }
     /// Attach FetchErrorDetails' answer; it fills what ErrorInfo lacked
     /// (Spark drops large message parameters from the status).
@@ -136,12 +178,113 @@ impl ServerError {
 
 impl fmt::Display for ServerError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.status.code(), self.message())?;
+        if let Some(history) = self.gave_up() {
+            f.write_str("[RETRIES_EXCEEDED] ")?;
+            match (self.rpc, &self.target) {
+                (Some(rpc), Some(target)) => write!(f, "{rpc} to {target} ")?,
+                (Some(rpc), None) => write!(f, "{rpc} ")?,
+                (None, Some(target)) => write!(f, "call to {target} ")?,
+                (None, None) => {}
+            }
+            write!(f, "{history}; last error: ")?;
+        }
+        let message = self.message().trim();
+        match self.error_class() {
+            Some(class) => {
+                if crate::status::bracketed_class(message).as_deref() != Some(class) {
+                    write!(f, "[{class}] ")?;
+                }
+                match self.sql_state() {
+                    // Spark ends its messages with `SQLSTATE: xxxxx`; shown
+                    // in parentheses, as for messages without it. A SQLSTATE
+                    // inside the text (a parse error's SQL excerpt follows
+                    // it) is left where Spark put it.
+                    Some(state) => {
+                        let suffix = format!("SQLSTATE: {state}");
+                        match message.strip_suffix(&suffix) {
+                            Some(text) => write!(f, "{} ({suffix})", text.trim_end())?,
+                            None if message.contains(&suffix) => f.write_str(message)?,
+                            None => write!(f, "{message} ({suffix})")?,
+                        }
+                    }
+                    None => f.write_str(message)?,
+                }
+            }
+            None => {
+                write!(f, "{}: {message}", code_name(self.code()))?;
+                write_causes(f, &self.status, message)?;
+            }
+        }
         if self.is_deadline() {
             f.write_str(": RPC deadline exceeded. Raise the deadline in RpcDeadlines, or use RpcDeadlines::disabled()")?;
         }
         Ok(())
     }
+}
+
+/// The decoded fields; the status as its code and message only (its
+/// details are raw protobuf bytes, decoded into the other fields).
+impl fmt::Debug for ServerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServerError")
+            .field("code", &self.status.code())
+            .field("message", &self.status.message())
+            .field("error_class", &self.error_class)
+            .field("sql_state", &self.sql_state)
+            .field("message_parameters", &self.message_parameters)
+            .field("error_id", &self.error_id)
+            .field("operation_id", &self.operation_id)
+            .field("rpc", &self.rpc)
+            .field("target", &self.target)
+            .field("gave_up", &self.gave_up())
+            .field("details", &self.details)
+            .finish()
+    }
+}
+
+/// `code`'s canonical gRPC name (`UNAVAILABLE`), as grpc-java and grpc-go
+/// print it.
+fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code::*;
+    match code {
+        Ok => "OK",
+        Cancelled => "CANCELLED",
+        Unknown => "UNKNOWN",
+        InvalidArgument => "INVALID_ARGUMENT",
+        DeadlineExceeded => "DEADLINE_EXCEEDED",
+        NotFound => "NOT_FOUND",
+        AlreadyExists => "ALREADY_EXISTS",
+        PermissionDenied => "PERMISSION_DENIED",
+        ResourceExhausted => "RESOURCE_EXHAUSTED",
+        FailedPrecondition => "FAILED_PRECONDITION",
+        Aborted => "ABORTED",
+        OutOfRange => "OUT_OF_RANGE",
+        Unimplemented => "UNIMPLEMENTED",
+        Internal => "INTERNAL",
+        Unavailable => "UNAVAILABLE",
+        DataLoss => "DATA_LOSS",
+        Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+/// The transport's cause chain of a client-side failure (`: Connection
+/// refused (os error 111)`), each cause once; the retry history and nested
+/// statuses are walked through, not printed.
+fn write_causes(f: &mut fmt::Formatter<'_>, status: &tonic::Status, message: &str) -> fmt::Result {
+    let mut written = message.to_owned();
+    let mut next = status.source();
+    while let Some(err) = next {
+        if !err.is::<GaveUp>() && !err.is::<tonic::Status>() {
+            let text = err.to_string();
+            // tonic's own wrapper says nothing its cause does not.
+            if !text.is_empty() && text != "transport error" && !written.contains(&text) {
+                write!(f, ": {text}")?;
+                written.push_str(&text);
+            }
+        }
+        next = err.source();
+    }
+    Ok(())
 }
 
 impl std::error::Error for ServerError {
@@ -387,6 +530,26 @@ mod tests {
             s.contains("RPC deadline exceeded") && s.contains("RpcDeadlines::disabled()"),
             "{s}"
         );
+    }
+
+    #[test]
+    fn displays_as_spark_or_as_grpc() {
+        let with_class = |message: &str| {
+            let mut e = ServerError::from_status(tonic::Status::internal(message));
+            e.sql_state = Some("42601".into());
+            e.to_string()
+        };
+        assert_eq!(
+            with_class("\n[PARSE_SYNTAX_ERROR] Bad. SQLSTATE: 42601\n"),
+            "[PARSE_SYNTAX_ERROR] Bad. (SQLSTATE: 42601)"
+        );
+        assert_eq!(
+            with_class("[PARSE_SYNTAX_ERROR] Bad. SQLSTATE: 42601 (line 1, pos 0)"),
+            "[PARSE_SYNTAX_ERROR] Bad. SQLSTATE: 42601 (line 1, pos 0)"
+        );
+        let e = ServerError::from_status(tonic::Status::unavailable("down"));
+        assert_eq!(e.to_string(), "UNAVAILABLE: down");
+        assert!(e.gave_up().is_none());
     }
 
     #[test]

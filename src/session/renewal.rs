@@ -55,10 +55,7 @@ use super::spark::{SparkSession, lock};
 use crate::reattach::core::SESSION_NOT_FOUND;
 use crate::reattach::ids::{SessionIdMismatch, check_session_ids};
 
-/// `INVALID_HANDLE.SESSION_CHANGED`.
-pub(super) const SESSION_CHANGED: &str = "INVALID_HANDLE.SESSION_CHANGED";
-/// `INVALID_HANDLE.SESSION_CLOSED`.
-pub(super) const SESSION_CLOSED: &str = "INVALID_HANDLE.SESSION_CLOSED";
+use super::error::{SESSION_CHANGED, SESSION_CLOSED};
 
 /// What a failed call says about its session (see the [module docs](self)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

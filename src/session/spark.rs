@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tonic::Status;
+use tracing::Instrument;
 
 use super::builder::SparkSessionBuilder;
 use super::conn_string::ConnectionString;
@@ -49,6 +50,9 @@ pub(super) struct Options {
 
 struct Inner {
     client: SparkClient,
+    /// `host:port` of the server, for spans and errors (never the token).
+    host: String,
+    port: u16,
     user_context: UserContext,
     client_type: String,
     options: Options,
@@ -76,7 +80,7 @@ impl std::fmt::Debug for SparkSession {
             .field("session_id", &self.session_id())
             .field("client_type", &self.inner.client_type)
             .field("closed", &self.is_closed())
-            .field("renewals", &self.renewals())
+            .field("session_renewals", &self.session_renewals())
             .finish_non_exhaustive()
     }
 }
@@ -101,6 +105,34 @@ session_ids!(
     proto::InterruptResponse
 );
 
+/// The Spark Connect gRPC service, as OpenTelemetry's `rpc.service`.
+
+/// A unary request: the RPC it is for (`rpc.method` in spans, the RPC named
+/// in errors) and the session it names.
+pub(super) trait UnaryRequest {
+    /// The RPC's method name.
+    const METHOD: &'static str;
+    /// The client-side session id it carries.
+    fn session_id(&self) -> &str;
+}
+
+macro_rules! unary_requests {
+    ($($t:ty => $m:literal),*) => {$(
+        impl UnaryRequest for $t {
+            const METHOD: &'static str = $m;
+            fn session_id(&self) -> &str {
+                &self.session_id
+            }
+        }
+    )*};
+}
+unary_requests!(
+    proto::ConfigRequest => "Config",
+    proto::AnalyzePlanRequest => "AnalyzePlan",
+    proto::InterruptRequest => "Interrupt",
+    proto::ReleaseSessionRequest => "ReleaseSession"
+);
+
 impl SparkSession {
     pub(super) fn new(client: SparkClient, config: &ConnectionString, options: Options) -> Self {
         let user_id = config.user_id().unwrap_or_default().to_owned();
@@ -109,6 +141,8 @@ impl SparkSession {
         SparkSession {
             inner: Arc::new(Inner {
                 client,
+                host: config.host().to_owned(),
+                port: config.port(),
                 user_context: UserContext {
                     user_id: user_id.clone(),
                     user_name: user_id,
@@ -147,8 +181,15 @@ impl SparkSession {
     }
     /// How many times a stale session was moved to a fresh server-side
     /// session ([`renew_stale_session`](SparkSessionBuilder::renew_stale_session)).
-    pub fn renewals(&self) -> u64 {
+    /// Reconnects (a fresh connection after a stall) are not counted here.
+    pub fn session_renewals(&self) -> u64 {
         self.inner.renewal.renewals()
+    }
+
+    /// The old name of [`session_renewals`](Self::session_renewals).
+    #[deprecated(since = "0.2.0", note = "renamed to session_renewals()")]
+    pub fn renewals(&self) -> u64 {
+        self.session_renewals()
     }
     /// The `client_type` sent on every request.
     pub fn client_type(&self) -> &str {
@@ -221,7 +262,7 @@ impl SparkSession {
         call: F,
     ) -> Result<Resp, SparkError>
     where
-        Req: Clone,
+        Req: Clone + UnaryRequest,
         Resp: SessionIds,
         B: Fn(&Generation) -> Req,
         F: Fn(SparkClient, tonic::Request<Req>) -> Fut,
@@ -233,7 +274,9 @@ impl SparkSession {
             async move {
                 let resp = match self.send(deadline, req, call).await {
                     Ok(r) => r,
-                    Err(status) => return Err(self.server_error(status, None, &g).await),
+                    Err(status) => {
+                        return Err(self.call_error(status, Some(Req::METHOD), None, &g).await);
+                    }
                 };
                 let (sid, ssid) = resp.ids();
                 self.verify(&g, sid, ssid)?;
@@ -249,7 +292,11 @@ impl SparkSession {
         self.inner.client.clone()
     }
 
-    /// One unary RPC under the retry loop, with a deadline per attempt.
+    /// One unary RPC under the retry loop, with a deadline per attempt, in
+    /// one `spark_connect` span for the whole call: OpenTelemetry's
+    /// `rpc.system`, `rpc.service`, `rpc.method`, `server.address` and
+    /// `server.port`, and the `session_id`. The loop's retry and give-up
+    /// events are inside it.
     pub(super) async fn send<Req, Resp, F, Fut>(
         &self,
         deadline: Option<Duration>,
@@ -257,10 +304,19 @@ impl SparkSession {
         call: &F,
     ) -> Result<Resp, Status>
     where
-        Req: Clone,
+        Req: Clone + UnaryRequest,
         F: Fn(SparkClient, tonic::Request<Req>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<Resp>, Status>>,
     {
+        let span = tracing::info_span!(
+            "spark_connect",
+            rpc.system = "grpc",
+            rpc.service = crate::proto::SERVICE_NAME,
+            rpc.method = Req::METHOD,
+            server.address = self.inner.host.as_str(),
+            server.port = self.inner.port,
+            session_id = req.session_id(),
+        );
         self.inner
             .options
             .retrying
@@ -269,15 +325,30 @@ impl SparkSession {
                     call(self.inner.client.clone(), r)
                 })
             })
+            .instrument(span)
             .await
     }
 
     /// Turn a status into a [`SparkError`]: Spark's class, SQLSTATE and
     /// parameters, the operation id, the details FetchErrorDetails adds
-    /// (once per error id).
+    /// (once per error id). An error with an operation id is an
+    /// `ExecutePlan`'s.
     pub(super) async fn server_error(
         &self,
         status: Status,
+        operation_id: Option<&str>,
+        g: &Generation,
+    ) -> SparkError {
+        let rpc = operation_id.map(|_| "ExecutePlan");
+        self.call_error(status, rpc, operation_id, g).await
+    }
+
+    /// [`server_error`](Self::server_error) of the RPC `rpc`, which the
+    /// error names (with the server's address) when the retries gave up.
+    pub(super) async fn call_error(
+        &self,
+        status: Status,
+        rpc: Option<&'static str>,
         operation_id: Option<&str>,
         g: &Generation,
     ) -> SparkError {
@@ -285,6 +356,7 @@ impl SparkSession {
         if let Some(op) = operation_id {
             err.set_operation_id(op);
         }
+        err.set_call(rpc, &format!("{}:{}", self.inner.host, self.inner.port));
         if let Some(id) = err.error_id().map(str::to_owned)
             && let Some(details) = self.fetch_error_details(g, &id).await
         {
@@ -547,7 +619,10 @@ impl SparkSession {
             .await
         {
             Ok(resp) => resp,
-            Err(status) => return Err(self.server_error(status, None, &current).await),
+            Err(status) => {
+                let rpc = Some("ReleaseSession");
+                return Err(self.call_error(status, rpc, None, &current).await);
+            }
         };
         // The session is closed either way; only a different session id is an error.
         if resp.session_id != session_id {

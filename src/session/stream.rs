@@ -20,7 +20,7 @@ use super::error::SparkError;
 use super::renewal::Generation;
 use super::spark::SparkSession;
 use crate::proto::{self, ExecutePlanResponse, Plan};
-use crate::reattach::core::CoreCounters;
+use crate::reattach::core::StreamStats;
 use crate::reattach::{ExecutionStats, ReattachableExecution};
 
 /// A callback for ExecutionProgress messages.
@@ -159,7 +159,7 @@ impl ArrowStream {
         self.batches
     }
     /// Reattach and retry counters of the execution.
-    pub fn stats(&self) -> CoreCounters {
+    pub fn stats(&self) -> StreamStats {
         self.stats_handle().snapshot()
     }
     /// A live handle to the execution's counters.

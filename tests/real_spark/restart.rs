@@ -177,7 +177,7 @@ async fn server_restarted_mid_query_fails_clearly_then_renews_when_asked() {
     );
     assert!(text.contains(&operation_id), "names the operation: {text}");
     assert_eq!(
-        renewing.renewals(),
+        renewing.session_renewals(),
         0,
         "never renewed under a running execution"
     );
@@ -207,7 +207,7 @@ async fn server_restarted_mid_query_fails_clearly_then_renews_when_asked() {
         renewing.session_id()
     );
     assert_eq!(tz, zone, "the builder's config was applied again");
-    assert_eq!(renewing.renewals(), 1);
+    assert_eq!(renewing.session_renewals(), 1);
     assert_ne!(renewing.session_id(), first_id);
     let check = super::query_rows(&renewing, 100_000).await.unwrap().0;
     super::assert_exact(&check, 100_000);

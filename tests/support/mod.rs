@@ -35,6 +35,40 @@ pub struct Event {
     pub message: String,
     /// The other fields, `name=value`, in the order they were recorded.
     pub fields: Vec<String>,
+    /// The fields of the spans the event is in, innermost span first.
+    pub span_fields: Vec<String>,
+}
+
+impl Event {
+    /// Whether the event, or a span it is in, has the field `name=value`.
+    pub fn has(&self, field: &str) -> bool {
+        self.fields
+            .iter()
+            .chain(&self.span_fields)
+            .any(|f| f == field)
+    }
+    /// The value of field `name` of the event or its spans, if recorded.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.fields
+            .iter()
+            .chain(&self.span_fields)
+            .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
+    }
+}
+
+/// The fields of one span, kept in its extensions.
+struct SpanFields(Vec<String>);
+
+/// Collects `name=value` fields.
+struct Fields<'a>(&'a mut Vec<String>);
+
+impl tracing::field::Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.push(format!("{}={value:?}", field.name()));
+    }
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.0.push(format!("{}={value}", field.name()));
+    }
 }
 
 thread_local! {
@@ -72,8 +106,35 @@ pub async fn capture<F: std::future::Future>(fut: F) -> (F::Output, Vec<Event>) 
 /// Records the crate's events into [`CAPTURED`].
 struct Capture;
 
-impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Capture {
-    fn on_event(&self, e: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+impl<S> tracing_subscriber::Layer<S> for Capture
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        id: &tracing::span::Id,
+        ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        let mut fields = vec![];
+        attrs.record(&mut Fields(&mut fields));
+        if let Some(span) = ctx.span(id) {
+            span.extensions_mut().insert(SpanFields(fields));
+        }
+    }
+    fn on_record(
+        &self,
+        id: &tracing::span::Id,
+        values: &tracing::span::Record<'_>,
+        ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        if let Some(span) = ctx.span(id)
+            && let Some(fields) = span.extensions_mut().get_mut::<SpanFields>()
+        {
+            values.record(&mut Fields(&mut fields.0));
+        }
+    }
+    fn on_event(&self, e: &tracing::Event<'_>, ctx: tracing_subscriber::layer::Context<'_, S>) {
         let meta = e.metadata();
         if !(meta.target().starts_with("spark_connect_retry")
             || meta.target().starts_with("tonic_retry"))
@@ -87,8 +148,14 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Capture {
                     level: *meta.level(),
                     message: String::new(),
                     fields: vec![],
+                    span_fields: vec![],
                 };
                 e.record(&mut event);
+                for span in ctx.event_scope(e).into_iter().flatten() {
+                    if let Some(fields) = span.extensions().get::<SpanFields>() {
+                        event.span_fields.extend(fields.0.iter().cloned());
+                    }
+                }
                 events.push(event);
             }
         });

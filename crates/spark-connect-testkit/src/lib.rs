@@ -148,10 +148,10 @@ mod conn;
 pub mod error;
 pub mod faults;
 mod local;
-mod plan;
 pub mod plans;
 pub mod proxy;
 pub mod server;
+mod sql_grammar;
 mod views;
 
 pub use error::SparkException;

@@ -27,7 +27,7 @@ use bytes::Bytes;
 use prost::Message as _;
 
 use super::error::SparkException;
-use super::plan::{unsupported, write_ipc};
+use super::sql_grammar::{unsupported, write_ipc};
 use spark_connect_retry::proto::{self, data_type as dt, relation::RelType};
 
 /// Looks an artifact of the plan's session up by name.

@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 
 use super::error::SparkException;
-use super::plan::{Source, View};
+use super::sql_grammar::{Source, View};
 
 /// The key a view is stored and looked up under (Spark's default
 /// `spark.sql.caseSensitive=false`).
@@ -53,7 +53,7 @@ pub(crate) fn register(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::parse_sql;
+    use crate::sql_grammar::parse_sql;
 
     fn view(name: &str, rows: &str, replace: bool) -> View {
         let source = parse_sql(&format!("SELECT * FROM range({rows})"), &|_| None).unwrap();

@@ -19,8 +19,9 @@
 //!   ([`AttemptError::RetryNow`], PySpark's `RetryException`): no sleep, no
 //!   policy, no budget, but bounded by elapsed time (1 h by default) from the
 //!   first such request in the loop; on give-up its cause is returned;
-//! * on give-up the last error is returned unchanged, after one
-//!   `[RETRIES_EXCEEDED]` warning.
+//! * on give-up the last error is returned, after one `[RETRIES_EXCEEDED]`
+//!   warning; a status that ran out of retries carries the loop's history
+//!   ([`GaveUp`]: attempts, time waited) in its source chain.
 //!
 //! Sleeping, the clock and the jitter RNG are injectable, so tests are exact
 //! and never wait in real time.
@@ -59,6 +60,14 @@ use rand::{Rng, SeedableRng};
 use tonic::Status;
 
 use crate::policy::{Failure, GiveUpReason, RetryDecision, RetryPolicy, RetryReason, RetryState};
+
+mod gave_up;
+pub use gave_up::{GaveUp, gave_up};
+
+/// Whole milliseconds, saturating, for log fields.
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
 
 /// PySpark 4.3's default bound on immediate retries: one hour.
 pub const DEFAULT_RETRY_NOW_BOUND: Duration = Duration::from_secs(3600);
@@ -356,10 +365,18 @@ impl Retrying {
         RetryState::new(self.policies.clone(), self.retry_now_bound)
     }
 
-    /// Decide after `error` in `state`, logging the give-up warning.
-    /// A status is classified once ([`Failure::new`]) and decided by
+    /// Decide after `error` in `state`, and log it. A status is classified
+    /// once ([`Failure::new`]) and decided by
     /// [`decide_failure`](Self::decide_failure), the one decision every
     /// driver shares.
+    ///
+    /// A retry logs a `retrying` debug event, a give-up one
+    /// `[RETRIES_EXCEEDED]` warning, with the fields the retry layer's
+    /// `grpc attempt` events use: `attempt` (the failed one, from 1),
+    /// `rpc.grpc.status_code`, `rpc.grpc.status_message`, `wait_ms`,
+    /// `policy` (its name) and `reason` (`policy`, `retry_info`,
+    /// `retry_now`; `exhausted` or `retry_now_elapsed` on give-up, with
+    /// `waited_ms`). The RPC, operation and session are on the caller's span.
     pub fn decide<E>(&self, state: &mut RetryState, error: &AttemptError<E>) -> RetryDecision {
         match error {
             AttemptError::Status(s) => {
@@ -367,9 +384,11 @@ impl Retrying {
                 let matched = state.matching(&failure);
                 self.decide_failure(state, &failure, matched)
             }
-            AttemptError::RetryNow(_) => {
+            AttemptError::RetryNow(cause) => {
+                let attempt = state.retries() + 1;
                 let decision = state.on_retry_now(self.clock.now());
-                self.log(&decision);
+                state.note(&decision);
+                self.log(state, attempt, cause.as_ref(), &decision);
                 decision
             }
             AttemptError::Other(_) => RetryDecision::GiveUp(GiveUpReason::NotRetryable),
@@ -379,43 +398,94 @@ impl Retrying {
     /// Decide after `failure`, which policy `matched` accepted
     /// ([`RetryState::matching`]; a driver that needs the match before the
     /// decision, as the tower layer's throttle does, passes it on rather
-    /// than classifying twice). Logs the decision, and on give-up
-    /// PySpark's `[RETRIES_EXCEEDED]` warning: that warning is logged here
-    /// and nowhere else.
+    /// than classifying twice). Logs the decision as
+    /// [`decide`](Self::decide) does: PySpark's `[RETRIES_EXCEEDED]`
+    /// warning is logged here and nowhere else.
     pub fn decide_failure(
         &self,
         state: &mut RetryState,
         failure: &Failure<'_>,
         matched: Option<usize>,
     ) -> RetryDecision {
+        let attempt = state.retries() + 1;
         let decision = state.on_failure(failure, matched, &mut || self.jitter.sample());
-        self.log(&decision);
+        state.note(&decision);
+        self.log(state, attempt, Some(failure.status()), &decision);
         decision
     }
 
-    fn log(&self, decision: &RetryDecision) {
+    fn log(
+        &self,
+        state: &RetryState,
+        attempt: u32,
+        status: Option<&Status>,
+        decision: &RetryDecision,
+    ) {
+        if !tracing::enabled!(tracing::Level::WARN) {
+            return;
+        }
+        let code = status.map(|s| s.code() as i32);
+        let message = status.map(Status::message);
         match decision {
             RetryDecision::GiveUp(GiveUpReason::NotRetryable) => {}
             RetryDecision::GiveUp(reason) => {
-                tracing::debug!(?reason, "giving up");
-                tracing::warn!("{RETRIES_EXCEEDED}");
+                let (policy, reason) = match reason {
+                    GiveUpReason::Exhausted { index } => {
+                        (self.policies[*index].name(), "exhausted")
+                    }
+                    _ => ("immediate", "retry_now_elapsed"),
+                };
+                tracing::warn!(
+                    attempts = attempt,
+                    waited_ms = millis(state.waited()),
+                    rpc.grpc.status_code = code,
+                    rpc.grpc.status_message = message,
+                    policy,
+                    reason,
+                    "{RETRIES_EXCEEDED}"
+                );
             }
             RetryDecision::Retry { delay, reason } => {
-                let policy = match reason {
-                    RetryReason::Policy { index, .. } => self.policies[*index].name(),
-                    RetryReason::RetryNow => "immediate",
+                let (policy, reason) = match reason {
+                    RetryReason::Policy {
+                        index,
+                        server_delay,
+                    } => (
+                        self.policies[*index].name(),
+                        if server_delay.is_some() {
+                            "retry_info"
+                        } else {
+                            "policy"
+                        },
+                    ),
+                    RetryReason::RetryNow => ("immediate", "retry_now"),
                 };
-                let delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
-                tracing::debug!(delay_ms, policy, "retrying");
+                tracing::debug!(
+                    attempt,
+                    rpc.grpc.status_code = code,
+                    rpc.grpc.status_message = message,
+                    wait_ms = millis(*delay),
+                    policy,
+                    reason,
+                    "retrying"
+                );
             }
         }
     }
 
+    /// The status a driver returns after [`decide`](Self::decide) gave up
+    /// on `error`: [`AttemptError::into_status`], with the loop's history
+    /// ([`GaveUp`]) in its source chain when a retryable failure ran out of
+    /// retries.
+    pub fn give_up_status(&self, state: &RetryState, error: AttemptError) -> Status {
+        GaveUp::attach(state, error.into_status())
+    }
+
     /// Run `op` until it succeeds or the loop gives up.
     ///
-    /// On give-up the last error is returned unchanged, except that an
-    /// exhausted immediate retry returns its cause as
-    /// [`AttemptError::Status`] (or itself when it has none).
+    /// On give-up the last error is returned; an exhausted immediate retry
+    /// returns its cause as [`AttemptError::Status`] (or itself when it has
+    /// none). A status that ran out of retries carries a [`GaveUp`].
     pub async fn run<T, E, F, Fut>(&self, op: F) -> Result<T, AttemptError<E>>
     where
         F: FnMut() -> Fut,
@@ -456,12 +526,20 @@ impl Retrying {
                 } => stats.immediate_retries += 1,
                 RetryDecision::GiveUp(GiveUpReason::RetryNowElapsed) => {
                     let error = match error {
-                        AttemptError::RetryNow(Some(cause)) => AttemptError::Status(cause),
+                        AttemptError::RetryNow(Some(cause)) => {
+                            AttemptError::Status(GaveUp::attach(&state, cause))
+                        }
                         other => other,
                     };
                     return (Err(error), stats);
                 }
-                RetryDecision::GiveUp(_) => return (Err(error), stats),
+                RetryDecision::GiveUp(_) => {
+                    let error = match error {
+                        AttemptError::Status(s) => AttemptError::Status(GaveUp::attach(&state, s)),
+                        other => other,
+                    };
+                    return (Err(error), stats);
+                }
             }
         }
     }

@@ -152,7 +152,7 @@ impl SparkSession {
             Ok(()) => return Ok(hashes),
             Err(AttemptError::Other(e)) => e,
             Err(AttemptError::Status(s) | AttemptError::RetryNow(Some(s))) => {
-                self.server_error(s, None, g).await
+                self.call_error(s, Some("AddArtifacts"), None, g).await
             }
             Err(AttemptError::RetryNow(None)) => SparkError::Protocol(
                 "upload gave up on an immediate retry without a cause".to_owned(),

@@ -10,7 +10,7 @@ use tokio::sync::watch;
 use super::buffer::Operation;
 use super::state::Shared;
 use crate::error::SparkException;
-use crate::plan::{Source, Work};
+use crate::sql_grammar::{Source, Work};
 use spark_connect_retry::proto::{self, execute_plan_response as epr};
 
 /// Runs `work` for `op` until it completes, fails or is cancelled.

@@ -77,7 +77,7 @@ fn analyze(
         }),
         Some(Analyze::Schema(s)) => {
             let schema = match shared.parse_plan(&req.session_id, s.plan.as_ref()) {
-                Ok(crate::plan::Work::Rows(rows)) => rows.spark_schema(),
+                Ok(crate::sql_grammar::Work::Rows(rows)) => rows.spark_schema(),
                 Ok(_) => proto::DataType::default(),
                 Err(e) => return Err(shared.spark_status(&e, Some(&req.session_id))),
             };

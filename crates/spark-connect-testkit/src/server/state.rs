@@ -16,7 +16,7 @@ use super::store::Artifacts;
 use crate::conn::Connections;
 use crate::error::SparkException;
 use crate::faults::{FaultScript, lock};
-use crate::plan::{Catalog, Source, View, Work};
+use crate::sql_grammar::{Catalog, Source, View, Work};
 use crate::views;
 use spark_connect_retry::proto;
 
@@ -166,7 +166,7 @@ impl Shared {
             views: &view,
             session_uuid: &session_uuid,
         };
-        crate::plan::parse_plan(plan, &catalog)
+        crate::sql_grammar::parse_plan(plan, &catalog)
     }
 
     /// Registers a temporary view in a live session.

@@ -85,6 +85,10 @@ pub struct RetryState {
     retry_now_started: Option<Duration>,
     retry_now_bound: Duration,
     retries: u32,
+    /// The waits granted so far, and why the loop gave up (if it did):
+    /// kept for logs and give-up errors ([`crate::retrying::GaveUp`]).
+    waited: Duration,
+    gave_up: Option<GiveUpReason>,
 }
 
 impl RetryState {
@@ -97,12 +101,35 @@ impl RetryState {
             retry_now_started: None,
             retry_now_bound,
             retries: 0,
+            waited: Duration::ZERO,
+            gave_up: None,
         }
     }
 
     /// Retries granted so far (policy retries and immediate retries).
     pub fn retries(&self) -> u32 {
         self.retries
+    }
+
+    /// The total wait of the retries granted so far.
+    pub fn waited(&self) -> Duration {
+        self.waited
+    }
+
+    /// Why the loop gave up on a retryable failure (budget spent, or
+    /// immediate retries out of time), once it has.
+    pub fn gave_up(&self) -> Option<GiveUpReason> {
+        self.gave_up
+    }
+
+    /// Record a decision taken by a driver, for [`waited`](Self::waited)
+    /// and [`gave_up`](Self::gave_up).
+    pub(crate) fn note(&mut self, decision: &RetryDecision) {
+        match decision {
+            RetryDecision::Retry { delay, .. } => self.waited = self.waited.saturating_add(*delay),
+            RetryDecision::GiveUp(GiveUpReason::NotRetryable) => {}
+            RetryDecision::GiveUp(reason) => self.gave_up = Some(*reason),
+        }
     }
 
     /// The per-policy states, in list order.

@@ -1,0 +1,131 @@
+//! What a retry loop tried before it gave up, carried by the status it returns.
+//!
+//! "The service is currently unavailable" after ten minutes of retries reads
+//! like the first failure, and sends the reader looking in the wrong place.
+//! A status the loop gave up on therefore carries a [`GaveUp`] in its
+//! `source()` chain: how many attempts were made, how long the loop waited
+//! between them, and why it stopped. The status itself is unchanged (code,
+//! message, details and metadata are the last attempt's), so code that
+//! matches on it keeps working, and the last attempt's own status, with its
+//! transport error chain, is [`GaveUp::last_status`] (also next in the chain).
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! use tonic_retry::retrying::{RecordingSleeper, Retrying, gave_up};
+//!
+//! let retrying = Retrying::default().with_sleeper(RecordingSleeper::new()).with_seed(1);
+//! let status = retrying
+//!     .call(|| async { Err::<(), _>(tonic::Status::unavailable("down")) })
+//!     .await
+//!     .unwrap_err();
+//! assert_eq!(status.message(), "down"); // the last attempt's status, as before
+//! let history = gave_up(&status).expect("the loop gave up");
+//! assert_eq!(history.attempts(), 16); // PySpark's default: 1 + 15 retries
+//! assert!(history.waited().as_millis() >= 608_250); // 15 waits, plus jitter
+//! # }
+//! ```
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tonic::Status;
+
+use crate::policy::{GiveUpReason, RetryState};
+
+/// The history of a call a retry loop gave up on; found in the returned
+/// status's `source()` chain with [`gave_up`].
+#[derive(Clone)]
+pub struct GaveUp {
+    attempts: u32,
+    waited: Duration,
+    reason: GiveUpReason,
+    last: Status,
+}
+
+impl GaveUp {
+    /// Attempts made, the first included.
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+    /// The total time the loop waited between attempts.
+    pub fn waited(&self) -> Duration {
+        self.waited
+    }
+    /// Why the loop stopped: a policy's budget was spent, or immediate
+    /// retries outlasted their time bound.
+    pub fn reason(&self) -> GiveUpReason {
+        self.reason
+    }
+    /// The last attempt's status, exactly as it failed (its transport error
+    /// chain included).
+    pub fn last_status(&self) -> &Status {
+        &self.last
+    }
+
+    /// `status` with this history added to its source chain, or `status`
+    /// unchanged when the loop did not give up on a retryable failure.
+    pub(crate) fn attach(state: &RetryState, status: Status) -> Status {
+        let Some(reason) = state.gave_up() else {
+            return status;
+        };
+        let history = GaveUp {
+            attempts: state.retries() + 1,
+            waited: state.waited(),
+            reason,
+            last: status.clone(),
+        };
+        let mut status = status;
+        status.set_source(Arc::new(history));
+        status
+    }
+}
+
+/// Short, and without the status's raw details or metadata.
+impl fmt::Debug for GaveUp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GaveUp")
+            .field("attempts", &self.attempts)
+            .field("waited", &self.waited)
+            .field("reason", &self.reason)
+            .field("last_code", &self.last.code())
+            .field("last_message", &self.last.message())
+            .finish()
+    }
+}
+
+impl fmt::Display for GaveUp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "gave up after {} attempts and ", self.attempts)?;
+        if self.waited < Duration::from_secs(10) {
+            write!(f, "{} ms", self.waited.as_millis())?;
+        } else {
+            write!(f, "{:.1} s", self.waited.as_secs_f64())?;
+        }
+        f.write_str(" of waiting")?;
+        if self.reason == GiveUpReason::RetryNowElapsed {
+            f.write_str(" (immediate retries outlasted their time bound)")?;
+        }
+        Ok(())
+    }
+}
+
+impl StdError for GaveUp {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        Some(&self.last)
+    }
+}
+
+/// The history of a status a retry loop gave up on, if it is one.
+pub fn gave_up(status: &Status) -> Option<&GaveUp> {
+    let mut next: Option<&(dyn StdError + 'static)> = status.source();
+    while let Some(err) = next {
+        if let Some(g) = err.downcast_ref::<GaveUp>() {
+            return Some(g);
+        }
+        next = err.source();
+    }
+    None
+}
