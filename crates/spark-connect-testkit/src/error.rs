@@ -423,6 +423,14 @@ fn to_strings(s: &[&str]) -> Vec<String> {
     s.iter().map(|s| (*s).to_owned()).collect()
 }
 
+/// The error the test server raises for what it does not implement.
+pub(crate) fn unsupported(what: &str) -> SparkException {
+    SparkException::java(
+        "java.lang.UnsupportedOperationException",
+        format!("The spark-connect-retry test server does not implement {what}."),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

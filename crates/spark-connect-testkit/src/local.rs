@@ -22,12 +22,12 @@ use std::io::Cursor;
 
 use arrow_array::RecordBatch;
 use arrow_ipc::reader::StreamReader;
-use arrow_schema::{DataType, SchemaRef, TimeUnit};
+use arrow_ipc::writer::StreamWriter;
+use arrow_schema::{DataType, Schema, SchemaRef, TimeUnit};
 use bytes::Bytes;
 use prost::Message as _;
 
-use super::error::SparkException;
-use super::sql_grammar::{unsupported, write_ipc};
+use super::error::{SparkException, unsupported};
 use spark_connect_retry::proto::{self, data_type as dt, relation::RelType};
 
 /// Looks an artifact of the plan's session up by name.
@@ -249,6 +249,18 @@ fn spark_type(t: &DataType) -> Result<proto::DataType, SparkException> {
         }
     };
     Ok(proto::DataType { kind: Some(kind) })
+}
+
+pub(crate) fn arrow_failed(e: arrow_schema::ArrowError) -> SparkException {
+    SparkException::java("java.lang.IllegalStateException", format!("arrow: {e}"))
+}
+
+/// One Arrow IPC stream: `schema`, then `batch`.
+pub(crate) fn write_ipc(schema: &Schema, batch: &RecordBatch) -> Result<Vec<u8>, SparkException> {
+    let mut writer = StreamWriter::try_new(Vec::new(), schema).map_err(arrow_failed)?;
+    writer.write(batch).map_err(arrow_failed)?;
+    writer.finish().map_err(arrow_failed)?;
+    writer.into_inner().map_err(arrow_failed)
 }
 
 #[cfg(test)]

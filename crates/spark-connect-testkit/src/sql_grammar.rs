@@ -6,12 +6,10 @@
 use std::sync::Arc;
 
 use arrow_array::{ArrayRef, Int32Array, Int64Array, RecordBatch};
-use arrow_ipc::writer::StreamWriter;
 use arrow_schema::{DataType, Field, Schema};
 
-use super::error::SparkException;
-use super::local::{self, Cache, LocalTable};
-use super::views;
+use super::error::{SparkException, unsupported};
+use super::local::{self, Cache, LocalTable, arrow_failed, write_ipc};
 use spark_connect_retry::proto::{Plan, Relation, command, plan, relation};
 
 /// The columns a query returns.
@@ -111,13 +109,6 @@ pub(crate) struct Catalog<'a> {
     pub(crate) session_uuid: &'a str,
 }
 
-pub(crate) fn unsupported(what: &str) -> SparkException {
-    SparkException::java(
-        "java.lang.UnsupportedOperationException",
-        format!("The spark-connect-retry test server does not implement {what}."),
-    )
-}
-
 /// Maps a plan to the work it asks for, or to the error Spark would raise.
 pub(crate) fn parse_plan(
     plan: Option<&Plan>,
@@ -146,7 +137,7 @@ pub(crate) fn parse_plan(
                 if v.is_global {
                     return Err(unsupported("global temporary views"));
                 }
-                views::check_name(&v.name)?;
+                check_view_name(&v.name)?;
                 let input = v.input.as_ref().ok_or_else(|| {
                     SparkException::invalid_plan_input("CreateDataFrameViewCommand has no input.")
                 })?;
@@ -476,16 +467,18 @@ impl Query {
     }
 }
 
-fn arrow_failed(e: arrow_schema::ArrowError) -> SparkException {
-    SparkException::java("java.lang.IllegalStateException", format!("arrow: {e}"))
-}
-
-/// One Arrow IPC stream: `schema`, then `batch`.
-pub(crate) fn write_ipc(schema: &Schema, batch: &RecordBatch) -> Result<Vec<u8>, SparkException> {
-    let mut writer = StreamWriter::try_new(Vec::new(), schema).map_err(arrow_failed)?;
-    writer.write(batch).map_err(arrow_failed)?;
-    writer.finish().map_err(arrow_failed)?;
-    writer.into_inner().map_err(arrow_failed)
+/// Rejects a name the test server's SQL could never read.
+pub(crate) fn check_view_name(name: &str) -> Result<(), SparkException> {
+    let mut chars = name.chars();
+    let plain = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if plain {
+        Ok(())
+    } else {
+        Err(SparkException::invalid_view_name(name))
+    }
 }
 
 #[cfg(test)]

@@ -22,20 +22,6 @@ pub(crate) fn key(name: &str) -> String {
     name.to_ascii_lowercase()
 }
 
-/// Rejects a name the test server's SQL could never read.
-pub(crate) fn check_name(name: &str) -> Result<(), SparkException> {
-    let mut chars = name.chars();
-    let plain = chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
-    if plain {
-        Ok(())
-    } else {
-        Err(SparkException::invalid_view_name(name))
-    }
-}
-
 /// Registers `view` among a session's `views`, replacing one of the same
 /// name only when the view asks to.
 pub(crate) fn register(
@@ -83,10 +69,10 @@ mod tests {
     #[test]
     fn names_are_plain_identifiers() {
         for ok in ["t", "_t1", "Lookup_2"] {
-            check_name(ok).unwrap();
+            crate::sql_grammar::check_view_name(ok).unwrap();
         }
         for bad in ["", "my view", "1t", "a.b", "`t`", "é"] {
-            let e = check_name(bad).unwrap_err();
+            let e = crate::sql_grammar::check_view_name(bad).unwrap_err();
             assert_eq!(e.error_class.as_deref(), Some("_LEGACY_ERROR_TEMP_1321"));
             assert_eq!(e.message_parameters["viewName"], bad);
         }

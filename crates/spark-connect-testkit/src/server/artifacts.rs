@@ -11,9 +11,9 @@
 
 use tonic::{Request, Response, Status, Streaming};
 
-use super::handle::UploadCall;
 use super::service::{Service, kill_switch};
 use super::state::Shared;
+use super::state::UploadCall;
 use super::upload::Upload;
 use crate::conn::KillSwitch;
 use crate::error::SparkException;

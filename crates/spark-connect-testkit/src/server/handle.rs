@@ -18,7 +18,7 @@ use tonic::metadata::MetadataMap;
 
 use super::buffer::Operation;
 use super::service::Service;
-use super::state::{Counters, Log, Shared, State};
+use super::state::{Counters, Log, RecordedCall, Shared, State, UploadCall};
 use super::{MAX_MESSAGE_BYTES, Settings, TestServerBuilder};
 use crate::conn::{Connections, KillableTcp};
 use crate::error::SparkException;
@@ -72,32 +72,6 @@ pub struct BufferStats {
     pub max_sent_buffered: usize,
     /// Most `buffered` seen so far.
     pub max_buffered: usize,
-}
-
-/// What one `AddArtifacts` call carried and stored. See
-/// [`TestServer::upload_calls`].
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct UploadCall {
-    /// The session of its first request (empty when none arrived).
-    pub session_id: String,
-    /// Request messages read.
-    pub messages: u64,
-    /// Artifact data bytes read (chunk payloads, as received).
-    pub bytes: u64,
-    /// The names it wrote into the session, in order (none when the stream
-    /// was cut, failed, or only carried CRC failures).
-    pub stored: Vec<String>,
-}
-
-/// The request metadata (headers) of one call, in arrival order.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct RecordedCall {
-    /// Which RPC was called.
-    pub rpc: Rpc,
-    /// Its request metadata (e.g. `authorization`, `user-agent`, custom keys).
-    pub metadata: MetadataMap,
 }
 
 /// An embedded Spark Connect server on `127.0.0.1` with an ephemeral port.

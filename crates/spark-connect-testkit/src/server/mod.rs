@@ -32,7 +32,8 @@ mod state;
 mod store;
 mod upload;
 
-pub use handle::{BufferStats, CallCounts, RecordedCall, TestServer, UploadCall};
+pub use handle::{BufferStats, CallCounts, TestServer};
+pub use state::{RecordedCall, UploadCall};
 pub(crate) use store::CACHE_PREFIX;
 
 /// The Spark version `AnalyzePlan.spark_version` reports by default.

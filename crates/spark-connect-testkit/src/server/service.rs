@@ -10,8 +10,8 @@ use std::time::Duration;
 use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::handle::RecordedCall;
 use super::sender::ExecStream;
+use super::state::RecordedCall;
 use super::state::Shared;
 use crate::conn::KillSwitch;
 use crate::faults::{Action, Fault, Rpc, lock};

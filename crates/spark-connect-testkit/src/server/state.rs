@@ -9,16 +9,43 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 use tonic::Status;
 
+use tonic::metadata::MetadataMap;
+
 use super::Settings;
 use super::buffer::Operation;
-use super::handle::{RecordedCall, UploadCall};
 use super::store::Artifacts;
 use crate::conn::Connections;
 use crate::error::SparkException;
-use crate::faults::{FaultScript, lock};
+use crate::faults::{FaultScript, Rpc, lock};
 use crate::sql_grammar::{Catalog, Source, View, Work};
 use crate::views;
 use spark_connect_retry::proto;
+
+/// What one `AddArtifacts` call carried and stored. See
+/// [`TestServer::upload_calls`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct UploadCall {
+    /// The session of its first request (empty when none arrived).
+    pub session_id: String,
+    /// Request messages read.
+    pub messages: u64,
+    /// Artifact data bytes read (chunk payloads, as received).
+    pub bytes: u64,
+    /// The names it wrote into the session, in order (none when the stream
+    /// was cut, failed, or only carried CRC failures).
+    pub stored: Vec<String>,
+}
+
+/// The request metadata (headers) of one call, in arrival order.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct RecordedCall {
+    /// Which RPC was called.
+    pub rpc: Rpc,
+    /// Its request metadata (e.g. `authorization`, `user-agent`, custom keys).
+    pub metadata: MetadataMap,
+}
 
 #[derive(Debug, Default)]
 pub(super) struct Counters {
