@@ -103,6 +103,10 @@ pub struct CoreCounters {
     /// Stall reattaches the server answered (headers or a message), which
     /// therefore did not count toward the immediate-retry bound.
     pub stalls_answered: u64,
+    /// Times a query was re-executed after the server lost it, and resumed
+    /// after the rows already delivered (counted by the session's stream,
+    /// `SparkSessionBuilder::resume_queries`; always 0 in the core).
+    pub resumptions: u64,
 }
 
 /// The reattach state machine for one execution.

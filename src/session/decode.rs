@@ -48,6 +48,13 @@ impl ArrowState {
         self.queue.pop_front()
     }
 
+    /// Drop a batch whose chunks were arriving when the execution was lost
+    /// (a resumed query starts over from chunk 0).
+    pub(super) fn discard_partial(&mut self) {
+        self.chunks.clear();
+        self.chunks_seen = 0;
+    }
+
     /// Take the schema from Spark's type description, if the response has
     /// one and no batch has given the exact schema yet.
     pub(super) fn note_schema(&mut self, resp: &ExecutePlanResponse) -> Result<(), SparkError> {

@@ -37,10 +37,14 @@ pub mod conn_string;
 mod dataframe;
 #[cfg(feature = "arrow")]
 mod decode;
+#[cfg(feature = "arrow")]
+mod digest;
 mod error;
 #[cfg(feature = "arrow")]
 mod local_data;
 mod renewal;
+#[cfg(feature = "arrow")]
+pub mod resume;
 #[cfg(feature = "arrow")]
 pub mod schema;
 mod spark;
@@ -55,6 +59,8 @@ pub use builder::{DEFAULT_RELEASE_WAIT, MIN_ARROW_CHUNK_SIZE, SparkSessionBuilde
 #[cfg(feature = "arrow")]
 pub use dataframe::{DataFrame, UPLOAD_GROUP_BYTES};
 pub use error::{ErrorDetails, ServerError, SparkError};
+#[cfg(feature = "arrow")]
+pub use resume::ResultChange;
 pub use spark::SparkSession;
 pub use stream::ArrowStream;
 #[cfg(feature = "arrow")]

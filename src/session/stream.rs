@@ -50,8 +50,9 @@ type Preparing = Pin<
 /// the interrupt.
 pub struct ArrowStream {
     session: SparkSession,
-    /// Kept until the first response, to send again once if the server
-    /// refuses the first ExecutePlan because the session is stale.
+    /// Sent again once if the server refuses the first ExecutePlan because
+    /// the session is stale (before any response), or to resume a lost
+    /// query ([`set_resume`](Self::set_resume)).
     plan: Option<Plan>,
     tags: Vec<String>,
     preparing: Option<Preparing>,
@@ -72,6 +73,9 @@ pub struct ArrowStream {
     interrupt_on_drop: bool,
     #[cfg(feature = "arrow")]
     arrow: super::decode::ArrowState,
+    /// Verified resumption after a lost execution (`None`: off, no per-row work).
+    #[cfg(feature = "arrow")]
+    resume: Option<Box<super::resume::Resume>>,
 }
 
 impl std::fmt::Debug for ArrowStream {
@@ -112,7 +116,13 @@ impl ArrowStream {
             interrupt_on_drop,
             #[cfg(feature = "arrow")]
             arrow: Default::default(),
+            #[cfg(feature = "arrow")]
+            resume: None,
         };
+        #[cfg(feature = "arrow")]
+        if stream.session.options().resume_queries {
+            stream.resume = stream.resumable().ok();
+        }
         stream.preparing = Some(stream.prepare());
         stream
     }
@@ -135,7 +145,7 @@ impl ArrowStream {
     /// reattachable stream itself sends its ExecutePlan again when the
     /// server no longer knows the operation (PySpark's, SPARK-48056).
     fn untouched(&self) -> bool {
-        self.plan.is_some() && self.stats().responses == 0
+        self.plan.is_some() && self.stats_handle().snapshot().responses == 0
     }
 
     /// The operation id of the execution.
@@ -150,11 +160,18 @@ impl ArrowStream {
     pub fn batches(&self) -> u64 {
         self.batches
     }
-    /// Reattach and retry counters of the execution.
+    /// Reattach and retry counters of the execution (of all of them, and
+    /// the resumptions, for a [resumed](Self::set_resume) query).
     pub fn stats(&self) -> CoreCounters {
-        self.stats_handle().snapshot()
+        let current = self.stats_handle().snapshot();
+        #[cfg(feature = "arrow")]
+        if let Some(r) = &self.resume {
+            return r.stats(current);
+        }
+        current
     }
-    /// A live handle to the execution's counters.
+    /// A live handle to the counters of the current execution (a resumed
+    /// query's re-execution has its own).
     pub fn stats_handle(&self) -> ExecutionStats {
         self.exec.as_ref().map(|e| e.stats()).unwrap_or_default()
     }
@@ -281,7 +298,6 @@ impl ArrowStream {
             };
             match self.session.check_item(&g, item) {
                 Ok(resp) => {
-                    self.plan = None;
                     return Poll::Ready(Some(Ok(resp)));
                 }
                 Err(Ok(status)) => {
@@ -350,6 +366,68 @@ impl ArrowStream {
 }
 
 #[cfg(feature = "arrow")]
+impl ArrowStream {
+    /// Turn verified resumption on or off for this stream, overriding the
+    /// session's [`resume_queries`](super::SparkSessionBuilder::resume_queries):
+    /// see there for what it does. Only before the first batch is read
+    /// (rows delivered before it were not digested), only for a query (a
+    /// command is never re-run), and only on a session with
+    /// [`renew_stale_session`](super::SparkSessionBuilder::renew_stale_session):
+    /// otherwise turning it on fails with [`SparkError::InvalidOption`] and
+    /// changes nothing.
+    pub fn set_resume(&mut self, enabled: bool) -> Result<(), SparkError> {
+        if !enabled {
+            self.resume = None;
+            return Ok(());
+        }
+        if self.resume.is_some() {
+            return Ok(());
+        }
+        let invalid = |reason| SparkError::InvalidOption {
+            field: "resume",
+            reason,
+        };
+        if !self.session.options().renew_stale_session {
+            return Err(invalid("needs a session with renew_stale_session(true)"));
+        }
+        if self.rows > 0 {
+            return Err(invalid("rows were already delivered without a digest"));
+        }
+        self.resume = Some(self.resumable().map_err(invalid)?);
+        Ok(())
+    }
+
+    /// The resumption state for this stream's plan, or why it has none.
+    fn resumable(&self) -> Result<Box<super::resume::Resume>, &'static str> {
+        let plan = self.plan.as_ref().ok_or("the plan is no longer known")?;
+        if let Some(reason) = super::resume::not_resumable(plan) {
+            return Err(reason);
+        }
+        let budget = super::resume::budget(&self.session.options().retrying);
+        Ok(super::resume::Resume::new(budget, &self.operation_id))
+    }
+
+    /// The execution failed with `err`: run the query again if resumption
+    /// allows it ([`super::resume`]), else hand `err` back.
+    fn restart(&mut self, err: SparkError) -> Result<(), SparkError> {
+        let current = self.stats_handle().snapshot();
+        let renewal = self.session.options().renew_stale_session;
+        let Some(r) = self.resume.as_mut() else {
+            return Err(err);
+        };
+        self.operation_id = r.begin(err, renewal, current)?;
+        self.arrow.discard_partial();
+        self.held.clear();
+        self.enriching = None;
+        self.exec = None; // releases the lost execution, best effort
+        self.resent = false;
+        self.done = false;
+        self.preparing = Some(self.prepare());
+        Ok(())
+    }
+}
+
+#[cfg(feature = "arrow")]
 impl Stream for ArrowStream {
     type Item = Result<arrow_array::RecordBatch, SparkError>;
 
@@ -358,16 +436,40 @@ impl Stream for ArrowStream {
         let this = &mut *self;
         loop {
             if let Some(b) = this.arrow.pop() {
-                return Poll::Ready(Some(Ok(b)));
+                let Some(r) = this.resume.as_mut() else {
+                    return Poll::Ready(Some(Ok(b)));
+                };
+                match r.deliver(b) {
+                    Ok(Some(b)) => return Poll::Ready(Some(Ok(b))),
+                    Ok(None) => continue,
+                    Err(e) => {
+                        this.fail();
+                        return Poll::Ready(Some(Err(e)));
+                    }
+                }
             }
             let resp = match std::task::ready!(this.poll_response(cx)) {
-                None => return Poll::Ready(None),
-                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+                None => match this.resume.as_mut().map(|r| r.at_end()) {
+                    Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+                    _ => return Poll::Ready(None),
+                },
+                Some(Err(e)) if this.resume.is_none() => return Poll::Ready(Some(Err(e))),
+                Some(Err(e)) => match this.restart(e) {
+                    Ok(()) => continue,
+                    Err(e) => return Poll::Ready(Some(Err(e))),
+                },
                 Some(Ok(resp)) => resp,
             };
-            match this.arrow.absorb(resp, this.rows) {
+            let offset = this
+                .resume
+                .as_ref()
+                .map_or(this.rows, |r| r.offset(this.rows));
+            match this.arrow.absorb(resp, offset) {
                 Ok(Absorbed::Rows(n)) => {
-                    this.rows += n;
+                    this.rows = match this.resume.as_mut() {
+                        Some(r) => r.absorbed(this.rows, n),
+                        None => this.rows + n,
+                    };
                     this.batches += 1;
                 }
                 Ok(Absorbed::Progress(p)) => this.progress(&p),
