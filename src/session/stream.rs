@@ -61,6 +61,8 @@ pub struct ArrowStream {
     /// Sent again on a renewed session already (at most once).
     resent: bool,
     exec: Option<ReattachableExecution>,
+    /// The counters of the latest execution, kept after it ends or fails.
+    exec_stats: ExecutionStats,
     operation_id: String,
     rows: u64,
     batches: u64,
@@ -106,6 +108,7 @@ impl ArrowStream {
             generation: None,
             resent: false,
             exec: None,
+            exec_stats: ExecutionStats::default(),
             operation_id: uuid::Uuid::new_v4().to_string(),
             rows: 0,
             batches: 0,
@@ -173,7 +176,7 @@ impl ArrowStream {
     /// A live handle to the counters of the current execution (a resumed
     /// query's re-execution has its own).
     pub fn stats_handle(&self) -> ExecutionStats {
-        self.exec.as_ref().map(|e| e.stats()).unwrap_or_default()
+        self.exec_stats.clone()
     }
     /// Call `f` for every ExecutionProgress the server sends from now on.
     pub fn on_progress(
@@ -277,6 +280,7 @@ impl ArrowStream {
                 match ready {
                     Ok((g, exec)) => {
                         self.generation = Some(g);
+                        self.exec_stats = exec.stats();
                         self.exec = Some(exec);
                     }
                     Err(e) => {
@@ -420,6 +424,7 @@ impl ArrowStream {
         self.held.clear();
         self.enriching = None;
         self.exec = None; // releases the lost execution, best effort
+        self.exec_stats = ExecutionStats::default();
         self.resent = false;
         self.done = false;
         self.preparing = Some(self.prepare());
