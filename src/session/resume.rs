@@ -12,7 +12,7 @@
 //! So a resumption is *verified*: with the opt-in
 //! ([`SparkSessionBuilder::resume_queries`](super::SparkSessionBuilder::resume_queries),
 //! or [`ArrowStream::set_resume`](super::ArrowStream::set_resume)), the
-//! stream keeps a running digest of the rows it delivered ([`RowDigest`]:
+//! stream keeps a running digest of the rows it delivered (`RowDigest`:
 //! XXH3-128 over a canonical per-column encoding, independent of batch
 //! cuts). On losing the execution after responses were received (the
 //! operation or the session is gone, or the server-side session changed),
