@@ -25,6 +25,8 @@ use spark_connect_testkit::proxy::{CutMode, CutSchedule, Direction, FaultProxy};
 mod arrow_data;
 #[path = "real_spark/restart.rs"]
 mod restart;
+#[path = "real_spark/resume.rs"]
+mod resume;
 #[path = "real_spark/session.rs"]
 mod session_api;
 #[path = "support/streams.rs"]

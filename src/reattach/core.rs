@@ -118,6 +118,10 @@ pub struct StreamStats {
     /// Reopens delayed because the segment before them was short and empty
     /// ([`super::progress`]).
     pub empty_backoffs: u64,
+    /// Times a query was re-executed after the server lost it, and resumed
+    /// after the rows already delivered (counted by the session's stream,
+    /// `SparkSessionBuilder::resume_queries`; always 0 in the core).
+    pub resumptions: u64,
 }
 
 /// The old name of [`StreamStats`].

@@ -55,6 +55,7 @@ pub struct SparkSessionBuilder {
     interrupt_on_drop: bool,
     configs: BuilderConfigs,
     renew_stale_session: bool,
+    resume_queries: bool,
 }
 
 impl SparkSessionBuilder {
@@ -171,7 +172,9 @@ impl SparkSessionBuilder {
     ///
     /// Never in the middle of an execution: a running
     /// [`ArrowStream`](super::ArrowStream) keeps its error
-    /// (`RESPONSE_ALREADY_RECEIVED`, `OPERATION_NOT_FOUND`).
+    /// (`RESPONSE_ALREADY_RECEIVED`, `OPERATION_NOT_FOUND`), unless it
+    /// [resumes](Self::resume_queries) the query: re-executed on the fresh
+    /// session and verified against the rows already delivered.
     ///
     /// Lost with the old server-side session: temporary views and
     /// functions, configs set at run time
@@ -180,6 +183,58 @@ impl SparkSessionBuilder {
     /// and the session's tags (the client's).
     pub fn renew_stale_session(mut self, enabled: bool) -> Self {
         self.renew_stale_session = enabled;
+        self
+    }
+    /// Resume a query whose execution the server lost after delivering rows
+    /// (a restart, the operation or session gone), verified, instead of
+    /// failing with `RESPONSE_ALREADY_RECEIVED` (default off; needs
+    /// [`renew_stale_session`](Self::renew_stale_session)`(true)`, or
+    /// [`build`](Self::build) fails naming this option). Per stream:
+    /// [`ArrowStream::set_resume`](super::ArrowStream::set_resume).
+    ///
+    /// The stream keeps a running digest of the rows it delivered (XXH3-128
+    /// over a canonical per-column encoding: no copy of the rows). On
+    /// losing the execution it moves to a fresh server-side session, runs
+    /// the same plan again under a new operation id and digests the new
+    /// result's first N rows (N delivered). The same: it delivers from row
+    /// N on, each row exactly once. Different, or fewer rows: it fails
+    /// with [`SparkError::ResultChanged`] saying how many rows had been
+    /// delivered. At most the retry policy's `max_retries` resumptions per
+    /// query ([`resume::budget`](super::resume::budget)); each is logged
+    /// at `warn` with the old and new operation ids and counted in
+    /// [`ArrowStream::stats`](super::ArrowStream::stats).
+    ///
+    /// Queries only: a relation (`sql()` text starting with `SELECT`,
+    /// `VALUES` or `TABLE`, `range`, local data). A command, or SQL that
+    /// may be one (`INSERT`, `CREATE`, `WITH ...`), is never run twice: it
+    /// keeps its error. What the old server-side session held is lost, as
+    /// with any renewal (temporary views, runtime configs): a query that
+    /// reads them fails on re-execution, or, if they now say something
+    /// else, fails the digest check. The digest is a 128-bit hash, not a
+    /// proof: a collision is possible in principle (about 2⁻¹²⁸ for an
+    /// accidental change). With it off, nothing is digested.
+    ///
+    /// ```
+    /// use spark_connect_retry::session::{SparkError, SparkSession};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let on = SparkSession::builder()
+    ///     .remote("sc://localhost:15002")
+    ///     .renew_stale_session(true)
+    ///     .resume_queries(true)
+    ///     .build();
+    /// assert!(on.is_ok());
+    /// let alone = SparkSession::builder()
+    ///     .remote("sc://localhost:15002")
+    ///     .resume_queries(true)
+    ///     .build();
+    /// assert!(matches!(alone, Err(SparkError::InvalidOption { field: "resume_queries", .. })));
+    /// # }
+    /// ```
+    #[cfg(feature = "arrow")]
+    pub fn resume_queries(mut self, enabled: bool) -> Self {
+        self.resume_queries = enabled;
         self
     }
     /// Send RPCs through this service stack instead of a channel built from
@@ -209,6 +264,12 @@ impl SparkSessionBuilder {
             return Err(SparkError::InvalidOption {
                 field: "config",
                 reason: "a config key must not be empty",
+            });
+        }
+        if self.resume_queries && !self.renew_stale_session {
+            return Err(SparkError::InvalidOption {
+                field: "resume_queries",
+                reason: "needs renew_stale_session(true): a resumed query runs on a fresh server-side session",
             });
         }
         let auth = AuthInterceptor::new(&config);
@@ -247,6 +308,7 @@ impl SparkSessionBuilder {
                 interrupt_on_drop: self.interrupt_on_drop,
                 configs: self.configs,
                 renew_stale_session: self.renew_stale_session,
+                resume_queries: self.resume_queries,
             },
         ))
     }

@@ -71,6 +71,12 @@ impl ArrowState {
         self.chunks.finish().map_err(integrity)
     }
 
+    /// Drop a batch whose chunks were arriving when the execution was lost
+    /// (a resumed query starts over from chunk 0).
+    pub(super) fn discard_partial(&mut self) {
+        self.chunks = BatchAssembler::default();
+    }
+
     /// Take the schema from Spark's type description, if the response has
     /// one and no batch has given the exact schema yet.
     pub(super) fn note_schema(&mut self, resp: &ExecutePlanResponse) -> Result<(), SparkError> {

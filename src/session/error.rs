@@ -409,6 +409,23 @@ pub enum SparkError {
     #[cfg(feature = "arrow")]
     #[error(transparent)]
     Upload(#[from] super::upload::UploadError),
+    /// A query re-executed after the server lost its execution
+    /// ([`resume_queries`](super::SparkSessionBuilder::resume_queries)) gave
+    /// a different result: its first rows are not the ones already
+    /// delivered, or it has fewer. Nothing more is delivered; the caller
+    /// has exactly the first `delivered` rows of the original result.
+    #[cfg(feature = "arrow")]
+    #[error(
+        "[RESULT_CHANGED_ON_RESUME] the query was re-executed (operation {operation_id}) after the server lost its execution, and its result changed: {change}; {delivered} rows had been delivered, none after them"
+    )]
+    ResultChanged {
+        /// Rows delivered before the execution was lost.
+        delivered: u64,
+        /// The operation id of the re-execution.
+        operation_id: String,
+        /// How the result changed.
+        change: super::resume::ResultChange,
+    },
     /// A caller-provided operation id is not a UUID.
     #[error("operation id {0:?} is not a UUID")]
     InvalidOperationId(String),

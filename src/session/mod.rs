@@ -39,10 +39,14 @@ mod dataframe;
 mod decode;
 #[cfg(all(test, feature = "arrow"))]
 mod decode_fuzz;
+#[cfg(feature = "arrow")]
+mod digest;
 mod error;
 #[cfg(feature = "arrow")]
 mod local_data;
 mod renewal;
+#[cfg(feature = "arrow")]
+pub mod resume;
 #[cfg(feature = "arrow")]
 pub mod schema;
 mod spark;
@@ -57,6 +61,8 @@ pub use builder::{DEFAULT_RELEASE_WAIT, MIN_ARROW_CHUNK_SIZE, SparkSessionBuilde
 #[cfg(feature = "arrow")]
 pub use dataframe::{DataFrame, UPLOAD_GROUP_BYTES};
 pub use error::{ErrorDetails, ServerError, SparkError};
+#[cfg(feature = "arrow")]
+pub use resume::ResultChange;
 pub use spark::SparkSession;
 pub use stream::ArrowStream;
 #[cfg(feature = "arrow")]

@@ -46,6 +46,8 @@ pub(super) struct Options {
     pub(super) configs: super::config::BuilderConfigs,
     /// Move a stale session to a fresh server-side session for new calls.
     pub(super) renew_stale_session: bool,
+    /// Resume queries whose execution the server lost (verified).
+    pub(super) resume_queries: bool,
 }
 
 struct Inner {

@@ -50,8 +50,9 @@ type Preparing = Pin<
 /// the interrupt.
 pub struct ArrowStream {
     session: SparkSession,
-    /// Kept until the first response, to send again once if the server
-    /// refuses the first ExecutePlan because the session is stale.
+    /// Sent again once if the server refuses the first ExecutePlan because
+    /// the session is stale (before any response), or to resume a lost
+    /// query ([`set_resume`](Self::set_resume)).
     plan: Option<Plan>,
     tags: Vec<String>,
     preparing: Option<Preparing>,
@@ -60,8 +61,8 @@ pub struct ArrowStream {
     /// Sent again on a renewed session already (at most once).
     resent: bool,
     exec: Option<ReattachableExecution>,
-    /// The counters of an execution that ended in an error.
-    ended_stats: Option<ExecutionStats>,
+    /// The counters of the latest execution, kept after it ends or fails.
+    exec_stats: ExecutionStats,
     operation_id: String,
     rows: u64,
     batches: u64,
@@ -77,6 +78,9 @@ pub struct ArrowStream {
     interrupt_on_drop: bool,
     #[cfg(feature = "arrow")]
     arrow: super::decode::ArrowState,
+    /// Verified resumption after a lost execution (`None`: off, no per-row work).
+    #[cfg(feature = "arrow")]
+    resume: Option<Box<super::resume::Resume>>,
 }
 
 impl std::fmt::Debug for ArrowStream {
@@ -107,20 +111,26 @@ impl ArrowStream {
             generation: None,
             resent: false,
             exec: None,
+            exec_stats: ExecutionStats::default(),
             operation_id: uuid::Uuid::new_v4().to_string(),
             rows: 0,
             batches: 0,
             held: VecDeque::new(),
             enriching: None,
             on_progress: None,
-            ended_stats: None,
             done: false,
             #[cfg(feature = "arrow")]
             failed: false,
             interrupt_on_drop,
             #[cfg(feature = "arrow")]
             arrow: Default::default(),
+            #[cfg(feature = "arrow")]
+            resume: None,
         };
+        #[cfg(feature = "arrow")]
+        if stream.session.options().resume_queries {
+            stream.resume = stream.resumable().ok();
+        }
         stream.preparing = Some(stream.prepare());
         stream
     }
@@ -143,7 +153,7 @@ impl ArrowStream {
     /// reattachable stream itself sends its ExecutePlan again when the
     /// server no longer knows the operation (PySpark's, SPARK-48056).
     fn untouched(&self) -> bool {
-        self.plan.is_some() && self.stats().responses == 0
+        self.plan.is_some() && self.stats_handle().snapshot().responses == 0
     }
 
     /// The operation id of the execution.
@@ -158,17 +168,20 @@ impl ArrowStream {
     pub fn batches(&self) -> u64 {
         self.batches
     }
-    /// Reattach and retry counters of the execution.
+    /// Reattach and retry counters of the execution (of all of them, and
+    /// the resumptions, for a [resumed](Self::set_resume) query).
     pub fn stats(&self) -> StreamStats {
-        self.stats_handle().snapshot()
-    }
-    /// A live handle to the execution's counters.
-    pub fn stats_handle(&self) -> ExecutionStats {
-        match (&self.exec, &self.ended_stats) {
-            (Some(exec), _) => exec.stats(),
-            (None, Some(stats)) => stats.clone(),
-            (None, None) => ExecutionStats::default(),
+        let current = self.stats_handle().snapshot();
+        #[cfg(feature = "arrow")]
+        if let Some(r) = &self.resume {
+            return r.stats(current);
         }
+        current
+    }
+    /// A live handle to the counters of the current execution (a resumed
+    /// query's re-execution has its own).
+    pub fn stats_handle(&self) -> ExecutionStats {
+        self.exec_stats.clone()
     }
     /// Call `f` for every ExecutionProgress the server sends from now on.
     pub fn on_progress(
@@ -272,6 +285,7 @@ impl ArrowStream {
                 match ready {
                     Ok((g, exec)) => {
                         self.generation = Some(g);
+                        self.exec_stats = exec.stats();
                         self.exec = Some(exec);
                     }
                     Err(e) => {
@@ -293,7 +307,6 @@ impl ArrowStream {
             };
             match self.session.check_item(&g, item) {
                 Ok(resp) => {
-                    self.plan = None;
                     return Poll::Ready(Some(Ok(resp)));
                 }
                 Err(Ok(status)) => {
@@ -315,10 +328,7 @@ impl ArrowStream {
     /// End the stream after an error: the execution is released.
     fn fail(&mut self) {
         self.done = true;
-        if let Some(exec) = self.exec.take() {
-            // The counters outlive the execution: they say how it failed.
-            self.ended_stats = Some(exec.stats());
-        }
+        self.exec = None;
         self.preparing = None;
     }
 
@@ -375,6 +385,69 @@ impl ArrowStream {
 }
 
 #[cfg(feature = "arrow")]
+impl ArrowStream {
+    /// Turn verified resumption on or off for this stream, overriding the
+    /// session's [`resume_queries`](super::SparkSessionBuilder::resume_queries):
+    /// see there for what it does. Only before the first batch is read
+    /// (rows delivered before it were not digested), only for a query (a
+    /// command is never re-run), and only on a session with
+    /// [`renew_stale_session`](super::SparkSessionBuilder::renew_stale_session):
+    /// otherwise turning it on fails with [`SparkError::InvalidOption`] and
+    /// changes nothing.
+    pub fn set_resume(&mut self, enabled: bool) -> Result<(), SparkError> {
+        if !enabled {
+            self.resume = None;
+            return Ok(());
+        }
+        if self.resume.is_some() {
+            return Ok(());
+        }
+        let invalid = |reason| SparkError::InvalidOption {
+            field: "resume",
+            reason,
+        };
+        if !self.session.options().renew_stale_session {
+            return Err(invalid("needs a session with renew_stale_session(true)"));
+        }
+        if self.rows > 0 {
+            return Err(invalid("rows were already delivered without a digest"));
+        }
+        self.resume = Some(self.resumable().map_err(invalid)?);
+        Ok(())
+    }
+
+    /// The resumption state for this stream's plan, or why it has none.
+    fn resumable(&self) -> Result<Box<super::resume::Resume>, &'static str> {
+        let plan = self.plan.as_ref().ok_or("the plan is no longer known")?;
+        if let Some(reason) = super::resume::not_resumable(plan) {
+            return Err(reason);
+        }
+        let budget = super::resume::budget(&self.session.options().retrying);
+        Ok(super::resume::Resume::new(budget, &self.operation_id))
+    }
+
+    /// The execution failed with `err`: run the query again if resumption
+    /// allows it ([`super::resume`]), else hand `err` back.
+    fn restart(&mut self, err: SparkError) -> Result<(), SparkError> {
+        let current = self.stats_handle().snapshot();
+        let renewal = self.session.options().renew_stale_session;
+        let Some(r) = self.resume.as_mut() else {
+            return Err(err);
+        };
+        self.operation_id = r.begin(err, renewal, current)?;
+        self.arrow.discard_partial();
+        self.held.clear();
+        self.enriching = None;
+        self.exec = None; // releases the lost execution, best effort
+        self.exec_stats = ExecutionStats::default();
+        self.resent = false;
+        self.done = false;
+        self.preparing = Some(self.prepare());
+        Ok(())
+    }
+}
+
+#[cfg(feature = "arrow")]
 impl Stream for ArrowStream {
     type Item = Result<arrow_array::RecordBatch, SparkError>;
 
@@ -386,19 +459,44 @@ impl Stream for ArrowStream {
                 return Poll::Ready(None);
             }
             if let Some(b) = this.arrow.pop() {
-                return Poll::Ready(Some(Ok(b)));
+                let Some(r) = this.resume.as_mut() else {
+                    return Poll::Ready(Some(Ok(b)));
+                };
+                match r.deliver(b) {
+                    Ok(Some(b)) => return Poll::Ready(Some(Ok(b))),
+                    Ok(None) => continue,
+                    Err(e) => return Poll::Ready(Some(Err(this.fail_arrow(e)))),
+                }
             }
             let resp = match std::task::ready!(this.poll_response(cx)) {
-                None => match this.arrow.finish() {
-                    Ok(()) => return Poll::Ready(None),
+                None => {
+                    if let Err(e) = this.arrow.finish() {
+                        return Poll::Ready(Some(Err(this.fail_arrow(e))));
+                    }
+                    match this.resume.as_mut().map(|r| r.at_end()) {
+                        Some(Err(e)) => return Poll::Ready(Some(Err(this.fail_arrow(e)))),
+                        _ => return Poll::Ready(None),
+                    }
+                }
+                Some(Err(e)) if this.resume.is_none() => {
+                    return Poll::Ready(Some(Err(this.fail_arrow(e))));
+                }
+                Some(Err(e)) => match this.restart(e) {
+                    Ok(()) => continue,
                     Err(e) => return Poll::Ready(Some(Err(this.fail_arrow(e)))),
                 },
-                Some(Err(e)) => return Poll::Ready(Some(Err(this.fail_arrow(e)))),
                 Some(Ok(resp)) => resp,
             };
-            match this.arrow.absorb(resp, this.rows) {
+            let offset = this
+                .resume
+                .as_ref()
+                .map_or(this.rows, |r| r.offset(this.rows));
+            match this.arrow.absorb(resp, offset) {
                 Ok(Absorbed::Rows(n)) => {
-                    this.rows += n;
+                    this.rows = match this.resume.as_mut() {
+                        Some(r) => r.absorbed(this.rows, n),
+                        None => this.rows + n,
+                    };
                     this.batches += 1;
                 }
                 Ok(Absorbed::Progress(p)) => this.progress(&p),

@@ -91,9 +91,13 @@ async fn server_killed_and_kept_down_with_the_default_policy() {
     assert!(took >= Duration::from_millis(608_250), "{took:?}");
 }
 
+/// Held by every test that kills and restarts the restart server: one at a
+/// time, each until the server is back.
+pub(super) static RESTART_SERVER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Kill `name` and start it again on `port` in the background, as soon as
 /// the killed process has let the port go (bounded).
-fn restart(name: String, port: String) -> tokio::task::JoinHandle<Result<(), String>> {
+pub(super) fn restart(name: String, port: String) -> tokio::task::JoinHandle<Result<(), String>> {
     kill(&name);
     tokio::task::spawn_blocking(move || {
         let mut last = String::new();
@@ -143,6 +147,7 @@ async fn server_restarted_mid_query_fails_clearly_then_renews_when_asked() {
     };
     let name = std::env::var("SPARK_CONNECT_TEST_RESTART").expect("restart server name");
     let port = addr_of(&url).port().to_string();
+    let _one_at_a_time = RESTART_SERVER.lock().await;
     let zone = "America/Santiago";
     let renewing = SparkSession::builder()
         .remote(&url)

@@ -145,6 +145,7 @@
 //! ```
 
 mod conn;
+mod edit;
 pub mod error;
 pub mod faults;
 mod local;
@@ -154,6 +155,7 @@ pub mod server;
 mod sql_grammar;
 mod views;
 
+pub use edit::ResultEdit;
 pub use error::SparkException;
 pub use faults::{BAD_STATUS_DETAILS, Fault, FaultScript, Rpc};
 pub use proxy::{FaultProxy, FaultProxyBuilder};

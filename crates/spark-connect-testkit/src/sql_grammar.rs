@@ -40,6 +40,8 @@ pub(crate) enum Source {
     Range(Query),
     /// Rows the client sent (a local relation).
     Local(Arc<LocalTable>),
+    /// A range query's rows, changed ([`crate::ResultEdit`]).
+    Edited(Query, crate::ResultEdit),
 }
 
 impl Source {
@@ -48,6 +50,7 @@ impl Source {
         match self {
             Source::Range(q) => q.row_count(),
             Source::Local(t) => t.row_count(),
+            Source::Edited(q, edit) => edit.row_count(q.row_count()),
         }
     }
 
@@ -56,6 +59,9 @@ impl Source {
         match self {
             Source::Range(q) => max.min(q.row_count().saturating_sub(offset)),
             Source::Local(t) => t.next_len(offset, max),
+            Source::Edited(q, edit) => {
+                max.min(edit.row_count(q.row_count()).saturating_sub(offset))
+            }
         }
     }
 
@@ -64,13 +70,14 @@ impl Source {
         match self {
             Source::Range(q) => q.ipc_batch(first, len),
             Source::Local(t) => t.ipc_batch(first, len),
+            Source::Edited(q, edit) => q.ipc_batch_shifted(first, len, edit.shift()),
         }
     }
 
     /// The schema as Spark describes it (`DataType`), sent before the rows.
     pub(crate) fn spark_schema(&self) -> spark_connect_retry::proto::DataType {
         match self {
-            Source::Range(q) => q.spark_schema(),
+            Source::Range(q) | Source::Edited(q, _) => q.spark_schema(),
             Source::Local(t) => t.spark_schema(),
         }
     }
@@ -443,6 +450,17 @@ impl Query {
     /// One Arrow IPC stream (schema + one record batch) holding rows
     /// `first .. first + len`.
     pub(crate) fn ipc_batch(&self, first: u64, len: u64) -> Result<Vec<u8>, SparkException> {
+        self.ipc_batch_shifted(first, len, None)
+    }
+
+    /// [`ipc_batch`](Self::ipc_batch), with `by` added to the `id` of the
+    /// rows from `from_row` on (`shift: Some((from_row, by))`).
+    pub(crate) fn ipc_batch_shifted(
+        &self,
+        first: u64,
+        len: u64,
+        shift: Option<(u64, i64)>,
+    ) -> Result<Vec<u8>, SparkException> {
         let schema = self.schema();
         let columns: Vec<ArrayRef> = match self.columns {
             Columns::One => vec![Arc::new(Int32Array::from(vec![1; len as usize]))],
@@ -451,7 +469,12 @@ impl Query {
                 // i128 math only guards the intermediate product.
                 let ids: Vec<i64> = (first..first + len)
                     .map(|i| {
-                        (i128::from(self.start) + i128::from(i) * i128::from(self.step)) as i64
+                        let id =
+                            (i128::from(self.start) + i128::from(i) * i128::from(self.step)) as i64;
+                        match shift {
+                            Some((from, by)) if i >= from => id.wrapping_add(by),
+                            _ => id,
+                        }
                     })
                     .collect();
                 let mut cols: Vec<ArrayRef> = vec![Arc::new(Int64Array::from(ids.clone()))];

@@ -110,6 +110,7 @@ impl TestServer {
             log: Mutex::new(Log::default()),
             connections: Connections::default(),
             stopping,
+            edit: Mutex::new(None),
         });
         let svc = SparkConnectServiceServer::new(Service {
             shared: shared.clone(),
@@ -251,6 +252,14 @@ impl TestServer {
             op.close();
         }
         id
+    }
+
+    /// Changes the rows of the `range` queries executed from now on (`None`:
+    /// back to the plain ones). Executions already running keep theirs. With
+    /// [`simulate_restart`](Self::simulate_restart), a query that gives other
+    /// rows when it is run again.
+    pub fn edit_results(&self, edit: Option<crate::ResultEdit>) {
+        *lock(&self.shared.edit) = edit;
     }
 
     /// Resets (TCP RST) every open client connection now. Returns how many.

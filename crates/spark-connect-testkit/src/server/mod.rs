@@ -149,8 +149,9 @@ impl TestServerBuilder {
     }
 
     /// Send an `ExecutionProgress` response before every `ArrowBatch`, as
-    /// the real server does every `spark.connect.progress.reportInterval`.
-    /// Clients must skip them. Default: off.
+    /// the real server does every `spark.connect.progress.reportInterval`,
+    /// and one before a temporary view command ends. Clients must skip
+    /// them. Default: off.
     pub fn execution_progress(mut self, on: bool) -> Self {
         self.settings.execution_progress = on;
         self

@@ -29,10 +29,16 @@ pub(super) async fn produce(
                 op.complete();
             }
         }
-        Ok(Work::CreateView(view)) => match shared.create_view(&op.session_id, view) {
-            Ok(()) => op.complete(),
-            Err(e) => fail(&shared, &op, &e),
-        },
+        Ok(Work::CreateView(view)) => {
+            // Spark reports progress while a command runs, too.
+            if shared.settings.execution_progress && !op.push(progress()) {
+                return;
+            }
+            match shared.create_view(&op.session_id, view) {
+                Ok(()) => op.complete(),
+                Err(e) => fail(&shared, &op, &e),
+            }
+        }
         Ok(Work::Rows(rows)) => {
             if produce_rows(&shared, &op, &rows).await {
                 op.complete();

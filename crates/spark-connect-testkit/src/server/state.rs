@@ -99,6 +99,8 @@ pub(super) struct Shared {
     pub(super) log: Mutex<Log>,
     pub(super) connections: Connections,
     pub(super) stopping: watch::Sender<bool>,
+    /// Applied to the range queries of later ExecutePlans.
+    pub(super) edit: Mutex<Option<crate::ResultEdit>>,
 }
 
 impl Shared {
@@ -193,7 +195,11 @@ impl Shared {
             views: &view,
             session_uuid: &session_uuid,
         };
-        crate::sql_grammar::parse_plan(plan, &catalog)
+        let work = crate::sql_grammar::parse_plan(plan, &catalog)?;
+        Ok(match (work, *lock(&self.edit)) {
+            (Work::Rows(Source::Range(q)), Some(edit)) => Work::Rows(Source::Edited(q, edit)),
+            (work, _) => work,
+        })
     }
 
     /// Registers a temporary view in a live session.
