@@ -12,10 +12,11 @@ use tower::ServiceExt;
 use tower::util::BoxCloneSyncService;
 
 use super::channel::{AuthInterceptor, ChannelBuilder, DEFAULT_CONNECT_TIMEOUT};
-use super::config::BuilderConfigs;
 use super::conn_string::ConnectionString;
 use super::error::SparkError;
-use super::spark::{Options, SparkSession};
+use super::options::BuilderConfigs;
+use super::options::Options;
+use super::spark::SparkSession;
 use crate::deadlines::{RpcDeadlines, check_timeout};
 use crate::policy::RetryPolicy;
 use crate::reattach::DEFAULT_IDLE_TIMEOUT;
@@ -341,6 +342,18 @@ fn check_option(field: &'static str, value: Option<Duration>) -> Result<(), Spar
     match value {
         Some(d) => check_timeout(d).map_err(|reason| SparkError::InvalidOption { field, reason }),
         None => Ok(()),
+    }
+}
+
+impl SparkSession {
+    /// A builder with PySpark's defaults.
+    pub fn builder() -> SparkSessionBuilder {
+        SparkSessionBuilder::default()
+    }
+
+    /// Connect to `url` with defaults.
+    pub fn connect(url: &str) -> Result<SparkSession, SparkError> {
+        Self::builder().remote(url).build()
     }
 }
 

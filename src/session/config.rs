@@ -12,7 +12,7 @@
 //! on what the lost session held.
 
 use super::error::SparkError;
-use super::renewal::Generation;
+use super::generation::Generation;
 use super::spark::SparkSession;
 use crate::proto;
 use crate::proto::config_request::operation::OpType;
@@ -98,27 +98,6 @@ impl SparkSession {
         self.config(OpType::Unset(proto::config_request::Unset { keys }))
             .await
             .map(drop)
-    }
-}
-
-/// The builder's configs, in the order set. Debug shows the keys only: a
-/// value may be a secret (`spark.hadoop.fs.s3a.secret.key`).
-#[derive(Clone, Default, PartialEq, Eq)]
-pub(super) struct BuilderConfigs(pub(super) Vec<(String, String)>);
-
-impl BuilderConfigs {
-    /// Sets `key`; the last value of a key wins.
-    pub(super) fn set(&mut self, key: String, value: String) {
-        self.0.retain(|(k, _)| *k != key);
-        self.0.push((key, value));
-    }
-}
-
-impl std::fmt::Debug for BuilderConfigs {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_map()
-            .entries(self.0.iter().map(|(k, _)| (k, "<redacted>")))
-            .finish()
     }
 }
 

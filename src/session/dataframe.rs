@@ -29,8 +29,8 @@ use arrow_schema::SchemaRef;
 use bytes::Bytes;
 
 use super::error::SparkError;
+use super::generation::Generation;
 use super::local_data::{CONF_KEYS, Chunker, LocalRelationConf, ipc_stream, nbytes};
-use super::renewal::Generation;
 use super::spark::SparkSession;
 use super::stream::ArrowStream;
 use super::upload::{UploadError, UploadStats};

@@ -424,7 +424,7 @@ pub enum SparkError {
         /// The operation id of the re-execution.
         operation_id: String,
         /// How the result changed.
-        change: super::resume::ResultChange,
+        change: ResultChange,
     },
     /// A caller-provided operation id is not a UUID.
     #[error("operation id {0:?} is not a UUID")]
@@ -491,6 +491,29 @@ impl From<ReattachError> for SparkError {
             e @ ReattachError::ZeroIdleTimeout => SparkError::Protocol(e.to_string()),
             ReattachError::Integrity(e) => SparkError::Integrity(e),
             e => SparkError::Execution(e),
+        }
+    }
+}
+
+/// How a re-executed query's result differed from the rows delivered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ResultChange {
+    /// The first rows of the new result are not the rows delivered (their
+    /// digests differ: other values, order, columns or types).
+    Rows,
+    /// The new result ended after this many rows, fewer than delivered.
+    Shorter {
+        /// Rows in the new result.
+        rows: u64,
+    },
+}
+
+impl fmt::Display for ResultChange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ResultChange::Rows => f.write_str("its first rows differ from the rows delivered"),
+            ResultChange::Shorter { rows } => write!(f, "it has only {rows} rows"),
         }
     }
 }

@@ -42,8 +42,10 @@ mod decode_fuzz;
 #[cfg(feature = "arrow")]
 mod digest;
 mod error;
+mod generation;
 #[cfg(feature = "arrow")]
 mod local_data;
+mod options;
 mod renewal;
 #[cfg(feature = "arrow")]
 pub mod resume;
@@ -60,9 +62,8 @@ mod view;
 pub use builder::{DEFAULT_RELEASE_WAIT, MIN_ARROW_CHUNK_SIZE, SparkSessionBuilder};
 #[cfg(feature = "arrow")]
 pub use dataframe::{DataFrame, UPLOAD_GROUP_BYTES};
-pub use error::{ErrorDetails, ServerError, SparkError};
+pub use error::{ErrorDetails, ResultChange, ServerError, SparkError};
 #[cfg(feature = "arrow")]
-pub use resume::ResultChange;
 pub use spark::SparkSession;
 pub use stream::ArrowStream;
 #[cfg(feature = "arrow")]

@@ -47,13 +47,13 @@
 //! kept.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use super::error::SparkError;
-use super::spark::{SparkSession, lock};
+use super::generation::Generation;
+use super::spark::SparkSession;
 use crate::reattach::core::SESSION_NOT_FOUND;
-use crate::reattach::ids::{SessionIdMismatch, check_session_ids};
 
 use super::error::{SESSION_CHANGED, SESSION_CLOSED};
 
@@ -93,95 +93,6 @@ fn reported_class(err: &SparkError) -> Option<&str> {
     match err {
         SparkError::SessionClosed => None,
         other => other.error_class(),
-    }
-}
-
-/// The ids of one server-side session: the client session id requests
-/// carry, and the server-side id its responses pinned.
-#[derive(Debug)]
-pub(super) struct Generation {
-    session_id: String,
-    server_side: Mutex<Option<String>>,
-    stale: AtomicBool,
-    /// Set once the builder's configs were applied to this session.
-    pub(super) configured: tokio::sync::OnceCell<()>,
-}
-
-impl Generation {
-    pub(super) fn new(session_id: String) -> Self {
-        Generation {
-            session_id,
-            server_side: Mutex::new(None),
-            stale: AtomicBool::new(false),
-            configured: tokio::sync::OnceCell::new(),
-        }
-    }
-    /// The client session id.
-    pub(super) fn session_id(&self) -> &str {
-        &self.session_id
-    }
-    /// The server-side id pinned by the first response that carried one.
-    pub(super) fn observed(&self) -> Option<String> {
-        lock(&self.server_side).clone()
-    }
-    /// Checks a response's ids ([`check_session_ids`]), pinning the first
-    /// server-side id.
-    pub(super) fn verify(
-        &self,
-        session_id: &str,
-        server_side: &str,
-    ) -> Result<(), SessionIdMismatch> {
-        let mut pinned = lock(&self.server_side);
-        check_session_ids(&self.session_id, &mut pinned, session_id, server_side)
-    }
-    fn is_stale(&self) -> bool {
-        self.stale.load(Ordering::SeqCst)
-    }
-}
-
-/// The session's current generation and the renewal setting.
-#[derive(Debug)]
-pub(super) struct Renewal {
-    enabled: bool,
-    current: Mutex<Arc<Generation>>,
-    renewals: AtomicU64,
-}
-
-impl Renewal {
-    pub(super) fn new(session_id: String, enabled: bool) -> Self {
-        Renewal {
-            enabled,
-            current: Mutex::new(Arc::new(Generation::new(session_id))),
-            renewals: AtomicU64::new(0),
-        }
-    }
-    pub(super) fn current(&self) -> Arc<Generation> {
-        lock(&self.current).clone()
-    }
-    pub(super) fn renewals(&self) -> u64 {
-        self.renewals.load(Ordering::SeqCst)
-    }
-
-    /// The generation to use for a new call: `g` itself, or, if it is stale,
-    /// its successor (made here by the first caller; later ones find it).
-    fn successor(&self, g: Arc<Generation>) -> Arc<Generation> {
-        if !g.is_stale() {
-            return g;
-        }
-        let mut current = lock(&self.current);
-        if Arc::ptr_eq(&current, &g) {
-            let fresh = Arc::new(Generation::new(uuid::Uuid::new_v4().to_string()));
-            let n = self.renewals.fetch_add(1, Ordering::SeqCst) + 1;
-            tracing::warn!(
-                old_session_id = g.session_id(),
-                new_session_id = fresh.session_id(),
-                renewals = n,
-                "stale Spark Connect session renewed: new calls run on a fresh server-side \
-                 session (temporary views and runtime configs of the old one are gone)"
-            );
-            *current = fresh;
-        }
-        current.clone()
     }
 }
 
@@ -251,6 +162,7 @@ impl SparkSession {
 mod tests {
     use super::*;
     use crate::reattach::core::OPERATION_NOT_FOUND;
+    use crate::session::generation::Renewal;
 
     #[test]
     fn session_changed_is_stale_and_refused_when_untouched() {

@@ -30,11 +30,10 @@
 //! At most the retry policy's budget of resumptions per query
 //! ([`budget`]); each is logged once at `warn` with both operation ids.
 
-use std::fmt;
-
 use arrow_array::RecordBatch;
 
 use super::digest::{Digest, RowDigest};
+use super::error::ResultChange;
 use super::error::SparkError;
 use crate::proto::{Plan, plan, relation};
 use crate::reattach::core::{OPERATION_NOT_FOUND, SESSION_NOT_FOUND, StreamStats};
@@ -43,29 +42,6 @@ use crate::retrying::Retrying;
 /// Resumptions allowed per query when a retry policy sets no limit
 /// (`max_retries: None`), and PySpark's default policy's limit.
 pub const DEFAULT_MAX_RESUMPTIONS: u32 = 15;
-
-/// How a re-executed query's result differed from the rows delivered.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ResultChange {
-    /// The first rows of the new result are not the rows delivered (their
-    /// digests differ: other values, order, columns or types).
-    Rows,
-    /// The new result ended after this many rows, fewer than delivered.
-    Shorter {
-        /// Rows in the new result.
-        rows: u64,
-    },
-}
-
-impl fmt::Display for ResultChange {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ResultChange::Rows => f.write_str("its first rows differ from the rows delivered"),
-            ResultChange::Shorter { rows } => write!(f, "it has only {rows} rows"),
-        }
-    }
-}
 
 /// The resumptions a retry loop allows per query: the largest
 /// `max_retries` of its policies ([`DEFAULT_MAX_RESUMPTIONS`] for a policy

@@ -17,38 +17,16 @@ use std::time::Duration;
 use tonic::Status;
 use tracing::Instrument;
 
-use super::builder::SparkSessionBuilder;
 use super::conn_string::ConnectionString;
 use super::error::{ErrorDetails, ServerError, SparkError};
-use super::renewal::{Generation, Renewal};
-use super::stream::ArrowStream;
-use super::tags::check_tag;
-use crate::deadlines::RpcDeadlines;
+use super::generation::{Generation, Renewal};
+use super::options::{Options, lock};
 use crate::proto::execute_plan_request::{RequestOption, request_option};
 use crate::proto::{
-    self, ExecutePlanRequest, ExecutePlanResponse, Plan, Relation, ResultChunkingOptions,
-    UserContext,
+    self, ExecutePlanRequest, ExecutePlanResponse, Plan, ResultChunkingOptions, UserContext,
 };
 use crate::reattach::{ReattachError, ReattachOptions, ReattachableExecution, ReleaseTracker};
-use crate::retrying::Retrying;
 use crate::transport::SparkClient;
-
-/// The checked options [`SparkSessionBuilder::build`] hands to the session.
-pub(super) struct Options {
-    pub(super) retrying: Retrying,
-    pub(super) deadlines: RpcDeadlines,
-    pub(super) idle_timeout: Option<Duration>,
-    pub(super) release_wait: Duration,
-    /// The preferred Arrow chunk size; `None` turns chunking off.
-    pub(super) arrow_chunk_size: Option<usize>,
-    pub(super) interrupt_on_drop: bool,
-    /// Spark configs set on every server-side session before its first call.
-    pub(super) configs: super::config::BuilderConfigs,
-    /// Move a stale session to a fresh server-side session for new calls.
-    pub(super) renew_stale_session: bool,
-    /// Resume queries whose execution the server lost (verified).
-    pub(super) resume_queries: bool,
-}
 
 struct Inner {
     client: SparkClient,
@@ -69,8 +47,8 @@ struct Inner {
 ///
 /// Cheap to clone; clones share the session (and its tags). Built from an
 /// `sc://` connection string with [`SparkSession::builder`]; needs a tokio
-/// runtime. Unary RPCs run under the [`Retrying`] loop with PySpark's
-/// [`RpcDeadlines`]; results stream through a [`ReattachableExecution`].
+/// runtime. Unary RPCs run under the [`Retrying`](crate::retrying::Retrying) loop with PySpark's
+/// [`RpcDeadlines`](crate::deadlines::RpcDeadlines); results stream through a [`ReattachableExecution`].
 #[derive(Clone)]
 pub struct SparkSession {
     inner: Arc<Inner>,
@@ -159,16 +137,6 @@ impl SparkSession {
                 tags: Mutex::new(Vec::new()),
             }),
         }
-    }
-
-    /// A builder with PySpark's defaults.
-    pub fn builder() -> SparkSessionBuilder {
-        SparkSessionBuilder::default()
-    }
-
-    /// Connect to `url` with defaults.
-    pub fn connect(url: &str) -> Result<SparkSession, SparkError> {
-        Self::builder().remote(url).build()
     }
 
     /// The client-side session id (a UUID): a new one after each renewal of
@@ -442,67 +410,6 @@ impl SparkSession {
         )?)
     }
 
-    /// Run `query` and stream its rows as Arrow.
-    ///
-    /// Eager, as in PySpark: the ExecutePlan is sent now, and `sql()`
-    /// returns once the server has analysed the statement (its first
-    /// response other than progress: the schema), or fails with the
-    /// server's error (a syntax error, a missing table), all under the retry
-    /// policy. DDL and DML have run by then, so the stream may be dropped
-    /// unread. [`ArrowStream::schema`] is known on return.
-    ///
-    /// The query travels as `Plan.root = Relation.sql`, one ExecutePlan.
-    /// PySpark 4.3 instead sends a `SqlCommand` and then executes the
-    /// relation the server returns: two round trips.
-    pub async fn sql(&self, query: &str) -> Result<ArrowStream, SparkError> {
-        let mut stream = self.relation(Relation {
-            common: None,
-            rel_type: Some(proto::relation::RelType::Sql(proto::Sql {
-                query: query.to_owned(),
-            })),
-        })?;
-        stream.start().await?;
-        Ok(stream)
-    }
-
-    /// `spark.range(start, end, step)`, streamed as Arrow (column `id`); lazy
-    /// like [`relation`](Self::relation).
-    pub fn range(&self, start: i64, end: i64, step: i64) -> Result<ArrowStream, SparkError> {
-        self.relation(Relation {
-            common: None,
-            rel_type: Some(proto::relation::RelType::Range(proto::Range {
-                start: Some(start),
-                end,
-                step,
-                num_partitions: None,
-            })),
-        })
-    }
-
-    /// Execute a relation and stream its rows as Arrow.
-    ///
-    /// Lazy, unlike [`sql`](Self::sql): nothing is sent until the stream is
-    /// first read, so a relation can be prepared and handed on cheaply. The
-    /// operation id is drawn now, and the session's tags taken now; the
-    /// builder's configs (on the session's first call) and a renewal of a
-    /// stale session happen when it is first read.
-    pub fn relation(&self, relation: Relation) -> Result<ArrowStream, SparkError> {
-        self.plan_stream(Plan {
-            op_type: Some(proto::plan::OpType::Root(relation)),
-        })
-    }
-
-    /// A lazy stream of `plan`, as [`relation`](Self::relation) describes.
-    pub(super) fn plan_stream(&self, plan: Plan) -> Result<ArrowStream, SparkError> {
-        self.check_open()?;
-        Ok(ArrowStream::new(
-            self.clone(),
-            plan,
-            self.tags(),
-            self.inner.options.interrupt_on_drop,
-        ))
-    }
-
     /// Checks one item of an execution of generation `g`: session ids on a
     /// response; a stale session noted. A server status is handed back
     /// unconverted (`Err(Ok(status))`) so the caller can enrich it.
@@ -547,7 +454,7 @@ impl SparkSession {
         }
     }
 
-    async fn interrupt(
+    pub(super) async fn interrupt(
         &self,
         kind: proto::interrupt_request::InterruptType,
         target: Option<proto::interrupt_request::Interrupt>,
@@ -573,18 +480,6 @@ impl SparkSession {
     pub async fn interrupt_all(&self) -> Result<Vec<String>, SparkError> {
         self.interrupt(proto::interrupt_request::InterruptType::All, None)
             .await
-    }
-
-    /// Interrupt the operations started with `tag`; returns their ids.
-    pub async fn interrupt_tag(&self, tag: &str) -> Result<Vec<String>, SparkError> {
-        check_tag(tag)?;
-        self.interrupt(
-            proto::interrupt_request::InterruptType::Tag,
-            Some(proto::interrupt_request::Interrupt::OperationTag(
-                tag.to_owned(),
-            )),
-        )
-        .await
     }
 
     /// Interrupt one operation; returns its id if it was running.
@@ -707,10 +602,6 @@ fn error_details(resp: &proto::FetchErrorDetailsResponse) -> Option<ErrorDetails
             .unwrap_or_default(),
     };
     Some(details)
-}
-
-pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]

@@ -7,9 +7,23 @@
 //! session keeps them.
 
 use super::error::SparkError;
-use super::spark::{SparkSession, lock};
+use super::options::lock;
+use super::spark::SparkSession;
+use crate::proto;
 
 impl SparkSession {
+    /// Interrupt the operations started with `tag`; returns their ids.
+    pub async fn interrupt_tag(&self, tag: &str) -> Result<Vec<String>, SparkError> {
+        check_tag(tag)?;
+        self.interrupt(
+            proto::interrupt_request::InterruptType::Tag,
+            Some(proto::interrupt_request::Interrupt::OperationTag(
+                tag.to_owned(),
+            )),
+        )
+        .await
+    }
+
     /// Add a tag to every operation this session starts from now on (all
     /// clones share the tags). A tag is non-empty and has no comma.
     pub fn add_tag(&self, tag: &str) -> Result<(), SparkError> {

@@ -32,8 +32,9 @@ use tokio_stream::StreamExt;
 
 use self::core::{UploadGroup, payload, shapes};
 use super::error::SparkError;
-use super::renewal::Generation;
-use super::spark::{SparkSession, lock, with_deadline};
+use super::generation::Generation;
+use super::options::lock;
+use super::spark::{SparkSession, with_deadline};
 use crate::proto::{self, AddArtifactsRequest};
 use crate::retrying::AttemptError;
 

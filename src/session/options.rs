@@ -1,0 +1,54 @@
+//! The options a session runs with, checked once by the builder, and the
+//! lock helper every part of the session shares.
+//!
+//! Plain data with no behaviour of its own, so that the builder, the
+//! session and its parts can all read it without importing each other.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::deadlines::RpcDeadlines;
+use crate::retrying::Retrying;
+
+/// The checked options [`SparkSessionBuilder::build`] hands to the session.
+pub(super) struct Options {
+    pub(super) retrying: Retrying,
+    pub(super) deadlines: RpcDeadlines,
+    pub(super) idle_timeout: Option<Duration>,
+    pub(super) release_wait: Duration,
+    /// The preferred Arrow chunk size; `None` turns chunking off.
+    pub(super) arrow_chunk_size: Option<usize>,
+    pub(super) interrupt_on_drop: bool,
+    /// Spark configs set on every server-side session before its first call.
+    pub(super) configs: BuilderConfigs,
+    /// Move a stale session to a fresh server-side session for new calls.
+    pub(super) renew_stale_session: bool,
+    /// Resume queries whose execution the server lost (verified).
+    pub(super) resume_queries: bool,
+}
+
+/// The builder's configs, in the order set. Debug shows the keys only: a
+/// value may be a secret (`spark.hadoop.fs.s3a.secret.key`).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub(super) struct BuilderConfigs(pub(super) Vec<(String, String)>);
+
+impl BuilderConfigs {
+    /// Sets `key`; the last value of a key wins.
+    pub(super) fn set(&mut self, key: String, value: String) {
+        self.0.retain(|(k, _)| *k != key);
+        self.0.push((key, value));
+    }
+}
+
+impl std::fmt::Debug for BuilderConfigs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map()
+            .entries(self.0.iter().map(|(k, _)| (k, "<redacted>")))
+            .finish()
+    }
+}
+
+/// Locks `m`, even if a panicking thread poisoned it: the session's state stays usable.
+pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
