@@ -6,6 +6,11 @@
 //! stall) and carries out the [`Action`] it returns (open a stream, sleep,
 //! emit, release, fail). Retry decisions go through the shared policy core
 //! ([`Retrying::decide`]), whose clock and jitter are injected.
+//!
+//! One departure from PySpark: while the ExecutePlan provably never reached
+//! the server, a retry re-sends it instead of reattaching, and the "not
+//! found" answers of servers other than Spark are recognised too; both
+//! rules live in [`super::not_found`].
 
 use std::time::Duration;
 
@@ -22,6 +27,7 @@ use crate::retrying::{AttemptError, Retrying};
 
 use super::ReattachError;
 use super::ids::{check_session_ids, is_canonical_uuid};
+use super::not_found::Delivery;
 
 /// `INVALID_HANDLE.OPERATION_NOT_FOUND`: the server has no such execution.
 pub const OPERATION_NOT_FOUND: &str = "INVALID_HANDLE.OPERATION_NOT_FOUND";
@@ -90,7 +96,8 @@ pub struct CoreCounters {
     pub responses: u64,
     /// ReattachExecute streams opened.
     pub reattaches: u64,
-    /// ExecutePlan re-sent after NOT_FOUND.
+    /// ExecutePlan re-sent: after "not found", or after failures that
+    /// never left the client ([`super::not_found`]).
     pub re_executes: u64,
     /// Policy retries (each after a sleep).
     pub policy_retries: u64,
@@ -123,6 +130,8 @@ pub struct ReattachCore {
     /// The segment being opened replaces one given up as silent, and the
     /// server has not answered it yet.
     after_stall: bool,
+    /// Whether the server may know the operation ([`super::not_found`]).
+    delivery: Delivery,
 }
 
 impl ReattachCore {
@@ -159,6 +168,7 @@ impl ReattachCore {
             counters: CoreCounters::default(),
             started: false,
             after_stall: false,
+            delivery: Delivery::default(),
         })
     }
 
@@ -206,11 +216,11 @@ impl ReattachCore {
         } else if !self.started {
             self.started = true;
             self.stream_open = true;
+            self.delivery.opening(true);
             Action::Open(Open::Execute(self.initial.clone()))
         } else {
             self.stream_open = true;
-            self.counters.reattaches += 1;
-            Action::Open(Open::Reattach(self.reattach_request()))
+            Action::Open(self.next_open())
         }
     }
 
@@ -219,12 +229,14 @@ impl ReattachCore {
         let after_stall = std::mem::take(&mut self.after_stall);
         match event {
             Event::Opened => {
+                self.delivery.answered();
                 if after_stall {
                     self.stall_answered();
                 }
                 Action::Read
             }
             Event::Response(resp) => {
+                self.delivery.answered();
                 if after_stall {
                     self.stall_answered();
                 }
@@ -234,9 +246,9 @@ impl ReattachCore {
                 // A clean end without ResultComplete: the server ended the
                 // segment on purpose. Reattach at once: no sleep, no budget.
                 self.counters.graceful_ends += 1;
-                self.counters.reattaches += 1;
                 self.stream_open = true;
-                Action::Open(Open::Reattach(self.reattach_request()))
+                self.delivery.unproven();
+                Action::Open(self.next_open())
             }
             Event::Error(status) => self.on_error(status, retrying),
             Event::SegmentDeadline => self.retry_now(
@@ -302,10 +314,9 @@ impl ReattachCore {
 
     fn on_error(&mut self, status: Status, retrying: &Retrying) -> Action {
         self.stream_open = false;
-        let not_found = [OPERATION_NOT_FOUND, SESSION_NOT_FOUND]
-            .into_iter()
-            .find(|m| crate::status::mentions(&status, m));
-        if let Some(marker) = not_found {
+        self.delivery.failed(&status);
+        let not_found = self.delivery.not_found(&status, &self.operation_id);
+        if let Some(marker) = not_found.map(|w| w.marker) {
             if self.last_returned.is_some() {
                 let err = ReattachError::ResponseAlreadyReceived { marker, status };
                 return Action::Fail(err, self.release_all());
@@ -313,9 +324,9 @@ impl ReattachCore {
             // The ExecutePlan never reached the server: send it again at once.
             return match self.decide(retrying, AttemptError::RetryNow(Some(status))) {
                 Ok(_) => {
-                    self.counters.re_executes += 1;
+                    self.delivery.not_known();
                     self.stream_open = true;
-                    Action::Open(Open::Execute(self.initial.clone()))
+                    Action::Open(self.next_open())
                 }
                 Err(status) => self.fail(status),
             };
@@ -327,9 +338,8 @@ impl ReattachCore {
         }
         match self.decide(retrying, AttemptError::Status(status)) {
             Ok(delay) => {
-                self.counters.reattaches += 1;
                 self.stream_open = true;
-                Action::SleepThenOpen(delay, Open::Reattach(self.reattach_request()))
+                Action::SleepThenOpen(delay, self.next_open())
             }
             Err(status) => self.fail(status),
         }
@@ -337,13 +347,27 @@ impl ReattachCore {
 
     fn retry_now(&mut self, cause: Status, retrying: &Retrying) -> Action {
         self.stream_open = false;
+        self.delivery.unproven();
         match self.decide(retrying, AttemptError::RetryNow(Some(cause))) {
             Ok(_) => {
-                self.counters.reattaches += 1;
                 self.stream_open = true;
-                Action::Open(Open::Reattach(self.reattach_request()))
+                Action::Open(self.next_open())
             }
             Err(status) => self.fail(status),
+        }
+    }
+
+    /// The next segment: the ExecutePlan again while the server cannot
+    /// know the operation, else ReattachExecute ([`super::not_found`]).
+    fn next_open(&mut self) -> Open {
+        let may_know = self.delivery.server_may_know();
+        self.delivery.opening(!may_know);
+        if may_know {
+            self.counters.reattaches += 1;
+            Open::Reattach(self.reattach_request())
+        } else {
+            self.counters.re_executes += 1;
+            Open::Execute(self.initial.clone())
         }
     }
 

@@ -171,6 +171,8 @@ impl Driver {
             during,
             code = ?status.code(),
             message = status.message(),
+            kind = ?crate::policy::classify_failure(&status),
+            source = ?std::error::Error::source(&status),
             "reattachable execution: segment failed"
         );
         self.core.on_event(Event::Error(status), &self.retrying)
