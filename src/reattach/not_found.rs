@@ -7,7 +7,7 @@
 //! runs the query a second time). The client learns which case it is in two
 //! ways, both kept here so the reattach core only calls hooks:
 //!
-//! * **What the transport proved** ([`Delivery`]). While every ExecutePlan
+//! * **What the transport proved** (`Delivery`, kept by the core). While every ExecutePlan
 //!   of the execution failed `Unprocessed` (a refused connection, a request
 //!   dropped unsent, REFUSED_STREAM, GOAWAY(NO_ERROR): see
 //!   [`crate::policy::FailureKind`]) and nothing was answered, the server
