@@ -144,6 +144,8 @@ fi
 # --- server (one for all cases; the 128 MiB retry buffer lets deep cuts reattach)
 export SPARK_CONNECT_DRIVER_MEMORY="${SPARK_CONNECT_DRIVER_MEMORY:-2g}"
 if [ "$SERVER_KIND" = sail ]; then
+    # Sail returns range's partitions in any order; every arm checks the order.
+    export SBS_QUERY_SUFFIX=" ORDER BY id"
     "$SERVER_SCRIPT" start "$NAME" "$PORT"
 else
     "$SERVER_SCRIPT" start "$NAME" "$PORT" \
