@@ -124,7 +124,10 @@ async fn run(args: &Args) -> Result<String, BoxError> {
             op_type: Some(proto::plan::OpType::Root(Relation {
                 common: None,
                 rel_type: Some(proto::relation::RelType::Sql(proto::Sql {
-                    query: QUERY.to_owned(),
+                    query: format!(
+                        "{QUERY}{}",
+                        std::env::var("SBS_QUERY_SUFFIX").unwrap_or_default()
+                    ),
                 })),
             })),
         }),

@@ -36,6 +36,15 @@ use spark_connect_retry::session::{SparkError, SparkSession};
 const ROWS: i64 = 10_000_000;
 const QUERY: &str = "SELECT id, id*2 AS x FROM range(10000000)";
 
+/// [`QUERY`] plus `SBS_QUERY_SUFFIX` (`" ORDER BY id"` against Sail, which
+/// returns `range`'s partitions in any order).
+fn query() -> String {
+    format!(
+        "{QUERY}{}",
+        std::env::var("SBS_QUERY_SUFFIX").unwrap_or_default()
+    )
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Case {
     Arrow10m,
@@ -123,7 +132,7 @@ async fn run(args: &Args) -> Result<String, SparkError> {
 
     let cpu0 = cpu_time();
     let t0 = Instant::now();
-    let mut stream = spark.sql(QUERY).await?;
+    let mut stream = spark.sql(&query()).await?;
     let mut batches = Vec::new();
     while let Some(b) = stream.next_batch().await {
         batches.push(b?);

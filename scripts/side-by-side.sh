@@ -14,6 +14,8 @@
 # Usage: scripts/side-by-side.sh [CASE ...]      (default: arrow10m first_batch cuts10m)
 #
 # Environment:
+#   SBS_SERVER       spark (default: Spark Connect 4.3.0) or sail (Sail 0.7.2, through
+#                    scripts/sail-server.sh; same cases, same clients)
 #   SBS_SERVER_NAME  server name for scripts/spark-server.sh (default sbs; CI uses ci-*)
 #   SBS_PORT         server port (default 15010; CI uses 15002-15006)
 #   SBS_PAIRS        measured pairs per case, after the warm-up pairs (default 5)
@@ -41,6 +43,12 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 NAME="${SBS_SERVER_NAME:-sbs}"
+SERVER_KIND="${SBS_SERVER:-spark}"
+case "$SERVER_KIND" in
+    spark) SERVER_SCRIPT="$ROOT/scripts/spark-server.sh" ;;
+    sail) SERVER_SCRIPT="$ROOT/scripts/sail-server.sh" ;;
+    *) printf '[side-by-side] error: SBS_SERVER must be spark or sail\n' >&2; exit 2 ;;
+esac
 PORT="${SBS_PORT:-15010}"
 PAIRS="${SBS_PAIRS:-5}"
 WARMUP="${SBS_WARMUP:-3}"
@@ -67,7 +75,7 @@ PROXY_PID=""
 SERVER_STARTED=0
 cleanup() {
     if [ -n "$PROXY_PID" ]; then kill -TERM "$PROXY_PID" 2>/dev/null || true; fi
-    if [ "$SERVER_STARTED" = 1 ]; then "$ROOT/scripts/spark-server.sh" stop "$NAME" || true; fi
+    if [ "$SERVER_STARTED" = 1 ]; then "$SERVER_SCRIPT" stop "$NAME" || true; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -135,8 +143,14 @@ fi
 
 # --- server (one for all cases; the 128 MiB retry buffer lets deep cuts reattach)
 export SPARK_CONNECT_DRIVER_MEMORY="${SPARK_CONNECT_DRIVER_MEMORY:-2g}"
-"$ROOT/scripts/spark-server.sh" start "$NAME" "$PORT" \
-    --conf spark.connect.execute.reattachable.observerRetryBufferSize=128m
+if [ "$SERVER_KIND" = sail ]; then
+    # Sail returns range's partitions in any order; every arm checks the order.
+    export SBS_QUERY_SUFFIX=" ORDER BY id"
+    "$SERVER_SCRIPT" start "$NAME" "$PORT"
+else
+    "$SERVER_SCRIPT" start "$NAME" "$PORT" \
+        --conf spark.connect.execute.reattachable.observerRetryBufferSize=128m
+fi
 SERVER_STARTED=1
 REMOTE="sc://127.0.0.1:$PORT"
 
@@ -240,7 +254,11 @@ LOAD_END="$(cat /proc/loadavg)"
     echo "rustc: $(rustc --version)"
     echo "python: $("$PY" --version 2>&1), pyspark $("$PY" -c 'import pyspark; print(pyspark.__version__)'), pyarrow $("$PY" -c 'import pyarrow; print(pyarrow.__version__)')"
     echo "load (1/5/15 min) at start: $LOAD_START; at end: $LOAD_END"
-    echo "server: Spark Connect 4.3.0, local[2], driver memory $SPARK_CONNECT_DRIVER_MEMORY, observerRetryBufferSize=128m"
+    if [ "$SERVER_KIND" = sail ]; then
+        echo "server: Sail 0.7.2 (pysail, pyspark-client 4.2.0 in its venv), defaults"
+    else
+        echo "server: Spark Connect 4.3.0, local[2], driver memory $SPARK_CONNECT_DRIVER_MEMORY, observerRetryBufferSize=128m"
+    fi
     echo "cuts schedule: $CUTS; first_batch PySpark API: $FIRST_BATCH_API; warm-up pairs: $WARMUP; pairs: $PAIRS"
     "$PY" - "$RESULTS" <<'PY'
 import json, statistics, sys

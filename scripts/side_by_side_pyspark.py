@@ -39,6 +39,8 @@ import sys
 import time
 
 QUERY = "SELECT id, id*2 AS x FROM range(10000000)"
+# " ORDER BY id" against Sail, which returns range's partitions in any order.
+QUERY += os.environ.get("SBS_QUERY_SUFFIX", "")
 ROWS = 10_000_000
 
 

@@ -14,6 +14,11 @@
 //! keeps coming back empty is reopened with backoff, then given up with
 //! [`ReattachError::NoProgress`]). The segment lifetimes that rule needs
 //! are read from the [`Retrying`]'s injected clock.
+//!
+//! One more departure from PySpark: while the ExecutePlan provably never
+//! reached the server, a retry re-sends it instead of reattaching, and the
+//! "not found" answers of servers other than Spark are recognised too; both
+//! rules live in [`super::not_found`].
 
 use std::time::Duration;
 
@@ -31,6 +36,7 @@ use crate::retrying::{AttemptError, Retrying};
 use super::ReattachError;
 use super::ids::{check_session_ids, is_canonical_uuid};
 use super::integrity::{IntegrityError, ResponseIds};
+use super::not_found::Delivery;
 use super::progress::{EmptyRun, EmptySegment, Verdict};
 
 /// `INVALID_HANDLE.OPERATION_NOT_FOUND`: the server has no such execution.
@@ -154,6 +160,8 @@ pub struct ReattachCore {
     segment_progress: bool,
     /// The current run of empty segments, if any.
     empty_run: Option<EmptyRun>,
+    /// Whether the server may know the operation ([`super::not_found`]).
+    delivery: Delivery,
 }
 
 impl ReattachCore {
@@ -194,6 +202,7 @@ impl ReattachCore {
             segment_opened_at: Duration::ZERO,
             segment_progress: false,
             empty_run: None,
+            delivery: Delivery::default(),
         })
     }
 
@@ -240,6 +249,7 @@ impl ReattachCore {
             Action::Read
         } else if !self.started {
             self.started = true;
+            self.delivery.opening(true);
             self.open(
                 Open::Execute(self.initial.clone()),
                 Duration::ZERO,
@@ -262,8 +272,16 @@ impl ReattachCore {
         }
     }
 
-    /// Reattach after `delay`, if there is a position to resume from.
+    /// Reopen after `delay`: the ExecutePlan again while the server cannot
+    /// know the operation ([`super::not_found`]), else ReattachExecute, if
+    /// there is a position to resume from.
     fn reattach(&mut self, delay: Duration, retrying: &Retrying) -> Action {
+        if !self.delivery.server_may_know() {
+            self.delivery.opening(true);
+            self.counters.re_executes += 1;
+            return self.open(Open::Execute(self.initial.clone()), delay, retrying);
+        }
+        self.delivery.opening(false);
         if self.last_returned.as_deref() == Some("") {
             // Resuming without an id would replay the result from its start.
             let release = self.release_all();
@@ -315,12 +333,14 @@ impl ReattachCore {
         let after_stall = std::mem::take(&mut self.after_stall);
         match event {
             Event::Opened => {
+                self.delivery.answered();
                 if after_stall {
                     self.stall_answered();
                 }
                 Action::Read
             }
             Event::Response(resp) => {
+                self.delivery.answered();
                 if after_stall {
                     self.stall_answered();
                 }
@@ -332,6 +352,7 @@ impl ReattachCore {
                 // under the progress rule.
                 self.counters.graceful_ends += 1;
                 self.stream_open = false;
+                self.delivery.unproven();
                 match self.after_segment(EmptySegment::EndedEmpty, retrying) {
                     Ok(wait) => self.reattach(wait, retrying),
                     Err(fail) => *fail,
@@ -408,10 +429,9 @@ impl ReattachCore {
 
     fn on_error(&mut self, status: Status, retrying: &Retrying) -> Action {
         self.stream_open = false;
-        let not_found = [OPERATION_NOT_FOUND, SESSION_NOT_FOUND]
-            .into_iter()
-            .find(|m| crate::status::mentions(&status, m));
-        if let Some(marker) = not_found {
+        self.delivery.failed(&status);
+        let not_found = self.delivery.not_found(&status, &self.operation_id);
+        if let Some(marker) = not_found.map(|w| w.marker) {
             if self.last_returned.is_some() {
                 let err = ReattachError::ResponseAlreadyReceived { marker, status };
                 return Action::Fail(err, self.release_all());
@@ -421,11 +441,9 @@ impl ReattachCore {
             if let Err(status) = self.decide(retrying, AttemptError::RetryNow(Some(status))) {
                 return self.fail(status);
             }
+            self.delivery.not_known();
             return match self.after_segment(EmptySegment::NotFound, retrying) {
-                Ok(wait) => {
-                    self.counters.re_executes += 1;
-                    self.open(Open::Execute(self.initial.clone()), wait, retrying)
-                }
+                Ok(wait) => self.reattach(wait, retrying),
                 Err(fail) => *fail,
             };
         }
@@ -444,6 +462,7 @@ impl ReattachCore {
     /// immediate-retry bound and the progress rule.
     fn retry_now(&mut self, cause: Status, kind: EmptySegment, retrying: &Retrying) -> Action {
         self.stream_open = false;
+        self.delivery.unproven();
         if let Err(status) = self.decide(retrying, AttemptError::RetryNow(Some(cause))) {
             return self.fail(status);
         }

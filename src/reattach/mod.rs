@@ -23,7 +23,13 @@
 //!   errors (see [`crate::policy`]) back off, then reattach.
 //! * **OPERATION_NOT_FOUND / SESSION_NOT_FOUND**: before any yielded response
 //!   the ExecutePlan never reached the server, so it is re-sent at once; after
-//!   one, [`ReattachError::ResponseAlreadyReceived`].
+//!   one, [`ReattachError::ResponseAlreadyReceived`]. Each server's wording of
+//!   "not found" is one row of [`not_found::WORDINGS`] (Spark's classes;
+//!   Sail's `INTERNAL` message only before any answer).
+//! * **ExecutePlan that provably never left**: while every ExecutePlan failed
+//!   `Unprocessed` (e.g. connection refused) and nothing was answered, the
+//!   retry after the backoff re-sends the ExecutePlan instead of reattaching
+//!   ([`not_found`]): no server wording is needed for the commonest case.
 //! * **Deadlines and stalls**: DEADLINE_EXCEEDED, tonic's client timeout
 //!   (`Cancelled` with a `TimeoutExpired` source), the client-enforced
 //!   segment deadline ([`RpcDeadlines`]) and
@@ -92,6 +98,7 @@
 pub mod core;
 pub(crate) mod ids;
 pub mod integrity;
+pub mod not_found;
 pub mod progress;
 mod release;
 mod stream;

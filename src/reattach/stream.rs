@@ -169,6 +169,8 @@ impl Driver {
             during,
             rpc.grpc.status_code = status.code() as i32,
             rpc.grpc.status_message = status.message(),
+            failure.kind = ?crate::policy::classify_failure(&status),
+            failure.source = ?std::error::Error::source(&status),
             "reattachable execution: segment failed"
         );
         self.core.on_event(Event::Error(status), &self.retrying)

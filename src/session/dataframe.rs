@@ -91,7 +91,9 @@ impl SparkSession {
     ///
     /// Reads the server's local-relation limits (one Config RPC, as
     /// PySpark does on every call, so a changed limit applies at once).
-    /// Below `spark.sql.session.localRelationCacheThreshold` the data goes
+    /// Below `spark.sql.session.localRelationCacheThreshold` (capped at
+    /// 64 MiB, as a server may report a threshold above its own message
+    /// limit: Sail reports 2 GiB and accepts 128 MiB) the data goes
     /// inline as a `LocalRelation`; at or above it, it is uploaded as
     /// cached artifacts under the retry policy, exactly once, before this
     /// returns. Batches are read lazily; held in memory besides them: the

@@ -32,6 +32,15 @@ pub(crate) const CONF_KEYS: [&str; 5] = [
 /// Spark 4.3's defaults for [`CONF_KEYS`], used when a server has no value.
 const DEFAULTS: [u64; 5] = [1 << 20, 3 << 30, 10_000, 16 << 20, 1 << 30];
 
+/// The most data (in memory) ever inlined, whatever the server reports as
+/// `localRelationCacheThreshold`: half of Spark's (and Sail's) default
+/// 128 MiB maximum inbound message, leaving room for the IPC and plan
+/// framing. Sail reports 2147483647 (it has no artifacts); taken as is, the
+/// client would inline up to 2 GiB and the server refuse anything over
+/// 128 MiB. Capped, larger data takes the artifact path, which Sail refuses
+/// with a clear `UnsupportedOperationException`.
+pub(crate) const MAX_INLINE_BYTES: u64 = 64 << 20;
+
 /// PySpark's slice size (the Scala client's `batchSizeCheckInterval`).
 const SLICE_ROWS: usize = 1024;
 
@@ -74,7 +83,7 @@ impl LocalRelationConf {
             }
         }
         Ok(LocalRelationConf {
-            cache_threshold: v[0],
+            cache_threshold: v[0].min(MAX_INLINE_BYTES),
             size_limit: v[1],
             slice_rows: usize::try_from(v[2]).unwrap_or(usize::MAX).min(SLICE_ROWS),
             chunk_bytes: v[3],
@@ -211,6 +220,9 @@ mod tests {
                 batch_of_chunks_bytes: 1 << 30
             }
         );
+        // Sail's "never cache" is capped at a message the server accepts.
+        let c = conf(["2147483647", "1", "1", "1", "1"]).unwrap();
+        assert_eq!(c.cache_threshold, MAX_INLINE_BYTES);
         let c = conf(["0", "10b", "7", "100", "50"]).unwrap();
         assert_eq!((c.cache_threshold, c.size_limit, c.slice_rows), (0, 10, 7));
         for (bad, key) in [
