@@ -40,6 +40,7 @@ mod decode;
 #[cfg(all(test, feature = "arrow"))]
 mod decode_fuzz;
 mod error;
+mod flow_control;
 #[cfg(feature = "arrow")]
 mod local_data;
 mod renewal;
@@ -57,6 +58,9 @@ pub use builder::{DEFAULT_RELEASE_WAIT, MIN_ARROW_CHUNK_SIZE, SparkSessionBuilde
 #[cfg(feature = "arrow")]
 pub use dataframe::{DataFrame, UPLOAD_GROUP_BYTES};
 pub use error::{ErrorDetails, ServerError, SparkError};
+pub use flow_control::{
+    DEFAULT_CONNECTION_WINDOW, DEFAULT_STREAM_WINDOW, Http2FlowControl, MAX_WINDOW, MIN_WINDOW,
+};
 pub use spark::SparkSession;
 pub use stream::ArrowStream;
 #[cfg(feature = "arrow")]
