@@ -161,7 +161,7 @@ impl FaultProxyBuilder {
     /// use tokio::io::{AsyncReadExt, AsyncWriteExt};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> std::io::Result<()> {
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     /// let proxy = FaultProxy::builder(upstream.local_addr()?)
     ///     .one_way_delay(Duration::from_millis(20))
