@@ -4,8 +4,14 @@
 //! ```text
 //! cargo run --example fault_proxy -- \
 //!     --upstream 127.0.0.1:15010 [--listen 127.0.0.1:0] \
-//!     [--cuts 20M,30M,30M,30M,30M] [--mode reset|fin]
+//!     [--cuts 20M,30M,30M,30M,30M] [--mode reset|fin] [--one-way-delay-ms 20]
 //! ```
+//!
+//! `--one-way-delay-ms D` holds every chunk for `D` ms each way without
+//! limiting throughput ([`FaultProxyBuilder::one_way_delay`]): a long-haul link
+//! with a round trip of `2 × D` ms.
+//!
+//! [`FaultProxyBuilder::one_way_delay`]: spark_connect_testkit::FaultProxyBuilder::one_way_delay
 //!
 //! `--cuts` is a [`CutSchedule`] on server→client bytes: the `i`-th proxied
 //! connection is cut after that many bytes (suffix `K`/`M` for KiB/MiB);
@@ -22,17 +28,19 @@
 use std::io::Write;
 use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use spark_connect_testkit::proxy::{CutMode, CutSchedule, Direction, FaultProxy};
 use tokio::signal::unix::{SignalKind, signal};
 
-const USAGE: &str = "usage: fault_proxy --upstream HOST:PORT [--listen HOST:PORT] [--cuts N[K|M],...] [--mode reset|fin]";
+const USAGE: &str = "usage: fault_proxy --upstream HOST:PORT [--listen HOST:PORT] [--cuts N[K|M],...] [--mode reset|fin] [--one-way-delay-ms MS]";
 
 struct Args {
     upstream: SocketAddr,
     listen: SocketAddr,
     cuts: Vec<u64>,
     mode: CutMode,
+    one_way_delay: Duration,
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -53,6 +61,7 @@ fn parse_args() -> Result<Args, String> {
     let mut listen: SocketAddr = ([127, 0, 0, 1], 0).into();
     let mut cuts = Vec::new();
     let mut mode = CutMode::Reset;
+    let mut one_way_delay = Duration::ZERO;
     let mut args = std::env::args().skip(1);
     let addr = |v: Option<String>| -> Result<SocketAddr, String> {
         let v = v.ok_or(USAGE)?;
@@ -77,6 +86,13 @@ fn parse_args() -> Result<Args, String> {
                     other => return Err(format!("unknown --mode {other:?}\n{USAGE}")),
                 }
             }
+            "--one-way-delay-ms" => {
+                let v = args.next().ok_or(USAGE)?;
+                let ms = v
+                    .parse::<u64>()
+                    .map_err(|e| format!("bad --one-way-delay-ms {v:?}: {e}"))?;
+                one_way_delay = Duration::from_millis(ms);
+            }
             "-h" | "--help" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
@@ -86,6 +102,7 @@ fn parse_args() -> Result<Args, String> {
         listen,
         cuts,
         mode,
+        one_way_delay,
     })
 }
 
@@ -95,8 +112,11 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let n_cuts = args.cuts.len() as u64;
-    let proxy = FaultProxy::builder(args.upstream)
-        .listen_addr(args.listen)
+    let mut builder = FaultProxy::builder(args.upstream).listen_addr(args.listen);
+    if !args.one_way_delay.is_zero() {
+        builder = builder.one_way_delay(args.one_way_delay);
+    }
+    let proxy = builder
         .cut_schedule(Direction::ServerToClient, CutSchedule::new(args.cuts))
         .cut_mode(args.mode)
         .max_cuts(n_cuts)

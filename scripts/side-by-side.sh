@@ -13,6 +13,10 @@
 #
 # Usage: scripts/side-by-side.sh [CASE ...]      (default: arrow10m first_batch cuts10m)
 #
+# A case name may end in `_rttN` (e.g. arrow10m_rtt40): every arm of that case
+# then goes through the fault proxy with a one-way delay of N/2 ms (a round
+# trip of N ms that does not limit throughput; see docs/wide-area.md).
+#
 # Environment:
 #   SBS_SERVER       spark (default: Spark Connect 4.3.0) or sail (Sail 0.7.2, through
 #                    scripts/sail-server.sh; same cases, same clients)
@@ -25,6 +29,8 @@
 #                    one RST per connection at ~20/50/80/110/140 MiB into the stream)
 #   SBS_MAX_LOAD     wait (up to SBS_LOAD_WAIT s, default 300) for the 1-min load
 #                    average to drop below this before starting (default 3)
+#   SBS_RTT_MS       comma-separated round trips in ms (e.g. 0,10,40): each CASE is
+#                    run once per round trip, as CASE (0) and CASE_rttN (default: none)
 #   SBS_PAUSE        seconds between runs, so the server settles (default 1)
 #   SBS_FIRST_BATCH_API  iterator|arrow: PySpark's first_batch method (default iterator)
 #   SPARK_CONNECT_DRIVER_MEMORY  server heap (default here 2g: with the 128 MiB retry
@@ -59,6 +65,15 @@ PAUSE="${SBS_PAUSE:-1}"
 FIRST_BATCH_API="${SBS_FIRST_BATCH_API:-iterator}"
 OUT="${SBS_OUT:-$ROOT/target/side-by-side/$(date -u +%Y%m%dT%H%M%SZ)}"
 if [ $# -gt 0 ]; then CASES=("$@"); else CASES=(arrow10m first_batch cuts10m); fi
+if [ -n "${SBS_RTT_MS:-}" ]; then
+    expanded=()
+    for c in "${CASES[@]}"; do
+        for rtt in ${SBS_RTT_MS//,/ }; do
+            if [ "$rtt" = 0 ]; then expanded+=("$c"); else expanded+=("${c}_rtt$rtt"); fi
+        done
+    done
+    CASES=("${expanded[@]}")
+fi
 N_CUTS=$(awk -F, '{print NF}' <<<"$CUTS")
 
 log() { printf '[side-by-side] %s\n' "$*" >&2; }
@@ -168,9 +183,10 @@ LOAD_START="$(cat /proc/loadavg)"
 
 # Start a fresh proxy (its cut schedule counts connections from its start)
 # and set PROXY_ADDR; its summary goes to $OUT/proxy-<tag>.txt.
+# start_proxy TAG CUTS ONE_WAY_DELAY_MS (CUTS may be empty).
 start_proxy() {
     local f="$OUT/proxy-$1.txt"
-    "$PROXY" --upstream "127.0.0.1:$PORT" --cuts "$CUTS" >"$f" 2>&1 &
+    "$PROXY" --upstream "127.0.0.1:$PORT" --cuts "$2" --one-way-delay-ms "$3" >"$f" 2>&1 &
     PROXY_PID=$!
     local i=0
     until [ -s "$f" ]; do
@@ -192,14 +208,24 @@ stop_proxy() {
 }
 
 # run_one CLIENT CASE TAG WARMUP: one process, one JSON line appended to results.
+# CASE may end in _rttN: the base case through a proxy delaying N/2 ms each way.
 run_one() {
-    local client="$1" case="$2" tag="$3" warmup="$4" remote="$REMOTE" line cuts=0
+    local client="$1" full_case="$2" tag="$3" warmup="$4" remote="$REMOTE" line cuts=0
+    local case="$full_case" rtt=0 proxied=0
+    if [[ "$full_case" =~ ^(.+)_rtt([0-9]+)$ ]]; then
+        case="${BASH_REMATCH[1]}"
+        rtt="${BASH_REMATCH[2]}"
+    fi
     PROXY_JSON="null"
     if [ "$case" = cuts10m ]; then
-        start_proxy "$tag"
-        remote="sc://$PROXY_ADDR"
+        start_proxy "$tag" "$CUTS" $((rtt / 2))
         cuts="$N_CUTS"
+        proxied=1
+    elif [ "$rtt" -gt 0 ]; then
+        start_proxy "$tag" "" $((rtt / 2))
+        proxied=1
     fi
+    if [ "$proxied" = 1 ]; then remote="sc://$PROXY_ADDR"; fi
     if [ "$client" = rust ] || [ "$client" = base ]; then
         local exe="$BENCH"
         [ "$client" = rust ] || exe="$BASE"
@@ -221,13 +247,15 @@ run_one() {
             --proxy-cuts "$cuts" --first-batch-api "$FIRST_BATCH_API" 2>"$OUT/py-$tag.err")" ||
             die "pyspark $case failed (run $tag): $(tail -n5 "$OUT/py-$tag.err")"
     fi
-    if [ "$case" = cuts10m ]; then stop_proxy "$tag"; fi
+    if [ "$proxied" = 1 ]; then stop_proxy "$tag"; fi
     # Tag the line with run metadata (and the proxy's own cut count).
     "$PY" -c '
 import json, sys
 d = json.loads(sys.argv[1]); d["warmup"] = sys.argv[2] == "1"; d["run"] = sys.argv[3]
 d["proxy"] = json.loads(sys.argv[4]); d["load1"] = float(sys.argv[5])
-print(json.dumps(d))' "$line" "$warmup" "$tag" "$PROXY_JSON" "$(load1)" | tee -a "$RESULTS" >&2
+d["case"] = sys.argv[6]; d["rtt_ms"] = int(sys.argv[7])
+print(json.dumps(d))' "$line" "$warmup" "$tag" "$PROXY_JSON" "$(load1)" "$full_case" "$rtt" |
+        tee -a "$RESULTS" >&2
     sleep "$PAUSE"
 }
 
@@ -238,7 +266,7 @@ for case in "${CASES[@]}"; do
         [ "$i" -le 0 ] && warm=1
         run_one rust "$case" "$case-$i-rust" "$warm"
         run_one pyspark "$case" "$case-$i-py" "$warm"
-        if [ "$case" != cuts10m ]; then
+        if [ "${case%%_rtt*}" != cuts10m ]; then
             run_one raw "$case" "$case-$i-raw" "$warm"
             run_one raw_client "$case" "$case-$i-rawc" "$warm"
             if [ -n "$OFFICIAL" ]; then run_one official "$case" "$case-$i-official" "$warm"; fi
@@ -289,7 +317,9 @@ for c in cases:
         wx, wy = med(x, "wall_ms"), med(y, "wall_ms")
         if wx is not None and wy is not None:
             print(f"  {name:<18} {wx / wy:.3f}")
-    bad = [r["run"] for r in m if r.get("proxy") and r["proxy"]["cuts"] != r["proxy_cuts"]]
+    if m and m[0].get("rtt_ms"):
+        print(f"  (through the proxy: round trip {m[0]['rtt_ms']} ms)")
+    bad = [r["run"] for r in m if r.get("proxy") and r["proxy"]["cuts"] != r.get("proxy_cuts", 0)]
     if bad:
         print(f"  warning: proxy made fewer cuts than scheduled in {bad}")
 PY

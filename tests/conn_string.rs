@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use spark_connect_retry::session::Http2FlowControl;
 use spark_connect_retry::session::conn_string::{
     ConnectionString, ConnectionStringError as E, DEFAULT_MAX_MESSAGE_SIZE, Keepalive, ParamPart,
     Token,
@@ -189,6 +190,13 @@ fn defaults() {
             without_calls: true,
         }
     );
+    assert_eq!(
+        cs.http2_flow_control(),
+        Http2FlowControl::Fixed {
+            stream_window: 16 * 1024 * 1024,
+            connection_window: 32 * 1024 * 1024,
+        }
+    );
     assert!(cs.metadata().is_empty());
     assert_eq!(cs.authority(), "h:15002");
 }
@@ -283,6 +291,130 @@ fn max_message_size() {
     for bad in ["0", "-1", "4294967296", "1e6", " 5", "+5", "", "0x10"] {
         assert!(size(bad).is_err(), "{bad:?}");
     }
+}
+
+#[test]
+fn flow_control_windows() {
+    let fc = |params: &str| parse(&format!("sc://h/{params}")).map(|c| c.http2_flow_control());
+    let fixed = |stream_window, connection_window| Http2FlowControl::Fixed {
+        stream_window,
+        connection_window,
+    };
+    const MIB: u32 = 1024 * 1024;
+    assert_eq!(
+        fc(";grpc_initial_stream_window_size=65535;grpc_initial_connection_window_size=2147483647")
+            .unwrap(),
+        fixed(65_535, 2_147_483_647)
+    );
+    assert_eq!(
+        fc(";grpc_initial_stream_window_size=4194304;grpc_initial_connection_window_size=4194304")
+            .unwrap(),
+        fixed(4 * MIB, 4 * MIB)
+    );
+    // One window alone: the other follows it, keeping connection >= stream.
+    assert_eq!(
+        fc(";grpc_initial_stream_window_size=67108864").unwrap(),
+        fixed(64 * MIB, 64 * MIB)
+    );
+    assert_eq!(
+        fc(";grpc_initial_stream_window_size=1048576").unwrap(),
+        fixed(MIB, 32 * MIB)
+    );
+    assert_eq!(
+        fc(";grpc_initial_connection_window_size=8388608").unwrap(),
+        fixed(8 * MIB, 8 * MIB)
+    );
+    assert_eq!(
+        fc(";grpc_initial_connection_window_size=1073741824").unwrap(),
+        fixed(16 * MIB, 1024 * MIB)
+    );
+    // The windows are parameters, not metadata.
+    let cs = parse("sc://h/;grpc_initial_stream_window_size=1048576").unwrap();
+    assert!(cs.metadata().is_empty());
+    // The last value of a repeated key wins.
+    assert_eq!(
+        fc(";grpc_initial_stream_window_size=1048576;grpc_initial_stream_window_size=65536")
+            .unwrap(),
+        fixed(65_536, 32 * MIB)
+    );
+}
+
+#[test]
+fn flow_control_adaptive() {
+    let fc = |params: &str| parse(&format!("sc://h/{params}")).map(|c| c.http2_flow_control());
+    assert_eq!(
+        fc(";grpc_http2_bdp_probe=true").unwrap(),
+        Http2FlowControl::Adaptive
+    );
+    assert_eq!(
+        fc(";grpc_http2_bdp_probe=TRUE").unwrap(),
+        Http2FlowControl::Adaptive
+    );
+    assert_eq!(
+        fc(";grpc_http2_bdp_probe=false").unwrap(),
+        Http2FlowControl::default()
+    );
+    assert_eq!(
+        fc(";grpc_http2_bdp_probe=false;grpc_initial_stream_window_size=1048576").unwrap(),
+        Http2FlowControl::Fixed {
+            stream_window: 1024 * 1024,
+            connection_window: 32 * 1024 * 1024,
+        }
+    );
+}
+
+#[test]
+fn flow_control_errors_name_the_key() {
+    let err = |params: &str| parse(&format!("sc://h/{params}")).unwrap_err();
+    let invalid = |e: E| match e {
+        E::InvalidValue { key, reason } => (key, reason),
+        other => panic!("expected InvalidValue, got {other:?}"),
+    };
+    for key in [
+        "grpc_initial_stream_window_size",
+        "grpc_initial_connection_window_size",
+    ] {
+        for bad in [
+            "0",
+            "65534",
+            "2147483648",
+            "4294967296",
+            "-1",
+            "+65536",
+            " 65536",
+            "",
+            "1e6",
+            "16MiB",
+        ] {
+            let (k, reason) = invalid(err(&format!(";{key}={bad}")));
+            assert_eq!(k, key, "{bad:?}");
+            assert!(reason.contains("65535 and 2147483647"), "{reason}");
+        }
+    }
+    let (k, reason) = invalid(err(
+        ";grpc_initial_stream_window_size=8388608;grpc_initial_connection_window_size=4194304",
+    ));
+    assert_eq!(k, "grpc_initial_connection_window_size");
+    assert!(reason.contains("at least"), "{reason}");
+    for window in [
+        "grpc_initial_stream_window_size=1048576",
+        "grpc_initial_connection_window_size=67108864",
+    ] {
+        // In either order: the combination is what is wrong.
+        for params in [
+            format!(";grpc_http2_bdp_probe=true;{window}"),
+            format!(";{window};grpc_http2_bdp_probe=true"),
+        ] {
+            let e = err(&params);
+            assert!(e.to_string().contains("grpc_http2_bdp_probe"), "{e}");
+            let (k, reason) = invalid(e);
+            assert_eq!(k, "grpc_http2_bdp_probe");
+            assert!(reason.contains("window size"), "{reason}");
+        }
+    }
+    let (k, reason) = invalid(err(";grpc_http2_bdp_probe=yes"));
+    assert_eq!(k, "grpc_http2_bdp_probe");
+    assert!(reason.contains("'true' or 'false'"), "{reason}");
 }
 
 #[test]

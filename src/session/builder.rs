@@ -14,8 +14,8 @@ use tower::util::BoxCloneSyncService;
 use super::channel::{AuthInterceptor, ChannelBuilder, DEFAULT_CONNECT_TIMEOUT};
 use super::conn_string::ConnectionString;
 use super::error::SparkError;
-use super::options::BuilderConfigs;
-use super::options::Options;
+use super::flow_control::Http2FlowControl;
+use super::options::{BuilderConfigs, Options};
 use super::spark::SparkSession;
 use crate::deadlines::{RpcDeadlines, check_timeout};
 use crate::policy::RetryPolicy;
@@ -50,6 +50,7 @@ pub struct SparkSessionBuilder {
     idle_timeout: Option<Option<Duration>>,
     release_wait: Option<Duration>,
     connect_timeout: Option<Duration>,
+    flow_control: Option<Http2FlowControl>,
     channel: Option<GrpcChannel>,
     arrow_chunking: Option<bool>,
     preferred_arrow_chunk_size: Option<usize>,
@@ -101,6 +102,30 @@ impl SparkSessionBuilder {
     /// Ignored with [`channel`](Self::channel), which brings its own.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = Some(timeout);
+        self
+    }
+    /// HTTP/2 flow control of the session's connection, in place of the
+    /// connection string's `grpc_initial_*_window_size` / `grpc_http2_bdp_probe`
+    /// (default: fixed windows of 16 MiB per stream and 32 MiB per connection,
+    /// so a long round trip does not throttle results). The client buffers at
+    /// most the window, and only while the application does not read. Checked
+    /// at [`build`](Self::build). Ignored with [`channel`](Self::channel).
+    ///
+    /// ```
+    /// use spark_connect_retry::session::{Http2FlowControl, SparkError, SparkSession};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// // hyper's own defaults (2 MiB / 5 MiB): less memory, slower on long round trips.
+    /// let small = Http2FlowControl::Fixed { stream_window: 2 << 20, connection_window: 5 << 20 };
+    /// assert!(SparkSession::builder().remote("sc://localhost").http2_flow_control(small).build().is_ok());
+    /// let inverted = Http2FlowControl::Fixed { stream_window: 4 << 20, connection_window: 1 << 20 };
+    /// let err = SparkSession::builder().remote("sc://localhost").http2_flow_control(inverted).build();
+    /// assert!(matches!(err, Err(SparkError::InvalidOption { field: "http2_flow_control", .. })));
+    /// # }
+    /// ```
+    pub fn http2_flow_control(mut self, flow_control: Http2FlowControl) -> Self {
+        self.flow_control = Some(flow_control);
         self
     }
     /// Let the server split an Arrow batch over several responses (default
@@ -260,6 +285,13 @@ impl SparkSessionBuilder {
         let idle_timeout = self.idle_timeout.unwrap_or(Some(DEFAULT_IDLE_TIMEOUT));
         check_option("idle_timeout", idle_timeout)?;
         check_option("connect_timeout", self.connect_timeout)?;
+        let flow_control = self.flow_control.unwrap_or(config.http2_flow_control());
+        flow_control
+            .validate()
+            .map_err(|reason| SparkError::InvalidOption {
+                field: "http2_flow_control",
+                reason,
+            })?;
         let chunk = self.chunk_size(&config)?;
         if self.configs.0.iter().any(|(k, _)| k.trim().is_empty()) {
             return Err(SparkError::InvalidOption {
@@ -289,6 +321,7 @@ impl SparkSessionBuilder {
                 let tonic = RenewableChannel::new(
                     ChannelBuilder::new(&config)
                         .connect_timeout(timeout)
+                        .http2_flow_control(flow_control)
                         .endpoint()?,
                 );
                 grpc_channel(InterceptedService::new(tonic, auth))

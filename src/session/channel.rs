@@ -2,7 +2,8 @@
 //!
 //! * [`ChannelBuilder`] turns the configuration into an [`Endpoint`]: `http://` or `https://`
 //!   (TLS with the platform's native roots, behind the `tls` feature), HTTP/2 keepalive,
-//!   a connect timeout, `TCP_NODELAY`, and the `client_type` as HTTP `user-agent`.
+//!   a connect timeout, `TCP_NODELAY`, HTTP/2 flow control ([`Http2FlowControl`]), and the
+//!   `client_type` as HTTP `user-agent`.
 //! * [`AuthInterceptor`] adds `authorization: Bearer <token>` and the connection string's
 //!   extra metadata to every request.
 //! * [`client`] wires both into the generated `SparkConnectServiceClient`, with the
@@ -17,6 +18,10 @@
 //! * **Connect timeout** defaults to [`DEFAULT_CONNECT_TIMEOUT`] (10 s), so that an
 //!   unreachable host surfaces as a retryable `UNAVAILABLE` instead of waiting for the OS TCP
 //!   timeout. No per-request timeout is set on the endpoint: deadlines are per RPC.
+//! * **HTTP/2 windows default to 16 MiB per stream and 32 MiB per connection** (hyper's are
+//!   2 MiB and 5 MiB), so a result stream is not held to one small window per round trip on a
+//!   long-haul link. The client buffers at most that much, and only when the application
+//!   stops reading; see [`Http2FlowControl`].
 //! * **`connect_lazy`** is the default way to get a channel: nothing is dialled until the
 //!   first call, and connection failures then surface per call, where the retry policy sees
 //!   them.
@@ -41,6 +46,7 @@ use tonic::{Request, Status};
 use tonic::transport::ClientTlsConfig;
 
 use super::conn_string::ConnectionString;
+use super::flow_control::Http2FlowControl;
 use crate::proto::spark_connect_service_client::SparkConnectServiceClient;
 
 /// Default timeout for establishing a TCP (and TLS) connection.
@@ -58,6 +64,8 @@ pub enum ChannelError {
     Endpoint(tonic::transport::Error),
     /// An eager [`ChannelBuilder::connect`] could not connect.
     Connect(tonic::transport::Error),
+    /// The [`Http2FlowControl`] given to [`ChannelBuilder::http2_flow_control`] is invalid.
+    FlowControl(&'static str),
 }
 
 impl fmt::Display for ChannelError {
@@ -68,6 +76,9 @@ impl fmt::Display for ChannelError {
             ),
             ChannelError::Endpoint(e) => write!(f, "invalid Spark Connect endpoint: {e}"),
             ChannelError::Connect(e) => write!(f, "cannot connect to Spark Connect: {e}"),
+            ChannelError::FlowControl(reason) => {
+                write!(f, "invalid HTTP/2 flow control: {reason}")
+            }
         }
     }
 }
@@ -75,7 +86,7 @@ impl fmt::Display for ChannelError {
 impl std::error::Error for ChannelError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            ChannelError::TlsFeatureDisabled => None,
+            ChannelError::TlsFeatureDisabled | ChannelError::FlowControl(_) => None,
             ChannelError::Endpoint(e) | ChannelError::Connect(e) => Some(e),
         }
     }
@@ -100,6 +111,7 @@ impl std::error::Error for ChannelError {
 pub struct ChannelBuilder {
     config: ConnectionString,
     connect_timeout: Duration,
+    flow_control: Option<Http2FlowControl>,
     #[cfg(feature = "tls")]
     tls: Option<ClientTlsConfig>,
 }
@@ -110,6 +122,7 @@ impl ChannelBuilder {
         ChannelBuilder {
             config: config.clone(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            flow_control: None,
             #[cfg(feature = "tls")]
             tls: None,
         }
@@ -118,6 +131,27 @@ impl ChannelBuilder {
     /// Sets the connection-establishment timeout.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
+        self
+    }
+
+    /// HTTP/2 flow control, in place of the connection string's (default: its
+    /// `grpc_initial_*_window_size` / `grpc_http2_bdp_probe`, else 16 MiB per stream and
+    /// 32 MiB per connection). Checked by [`endpoint`](Self::endpoint).
+    ///
+    /// ```
+    /// use spark_connect_retry::session::Http2FlowControl;
+    /// use spark_connect_retry::session::channel::{ChannelBuilder, ChannelError};
+    /// use spark_connect_retry::session::conn_string::ConnectionString;
+    ///
+    /// let cs = ConnectionString::parse_with_env("sc://localhost", |_| None)?;
+    /// let bad = Http2FlowControl::Fixed { stream_window: 1024, connection_window: 1 << 20 };
+    /// let err = ChannelBuilder::new(&cs).http2_flow_control(bad).endpoint().unwrap_err();
+    /// assert!(matches!(err, ChannelError::FlowControl(_)));
+    /// assert!(ChannelBuilder::new(&cs).http2_flow_control(Http2FlowControl::Adaptive).endpoint().is_ok());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn http2_flow_control(mut self, flow_control: Http2FlowControl) -> Self {
+        self.flow_control = Some(flow_control);
         self
     }
 
@@ -137,6 +171,9 @@ impl ChannelBuilder {
             .map_err(ChannelError::Endpoint)?
             .connect_timeout(self.connect_timeout)
             .tcp_nodelay(true);
+        let flow_control = self.flow_control.unwrap_or(cs.http2_flow_control());
+        flow_control.validate().map_err(ChannelError::FlowControl)?;
+        endpoint = flow_control.apply(endpoint);
 
         let client_type = cs.client_type();
         // tonic panics later on a user agent it cannot extend, so only printable ASCII is

@@ -42,6 +42,7 @@ mod decode_fuzz;
 #[cfg(feature = "arrow")]
 mod digest;
 mod error;
+mod flow_control;
 mod generation;
 #[cfg(feature = "arrow")]
 mod local_data;
@@ -63,7 +64,9 @@ pub use builder::{DEFAULT_RELEASE_WAIT, MIN_ARROW_CHUNK_SIZE, SparkSessionBuilde
 #[cfg(feature = "arrow")]
 pub use dataframe::{DataFrame, UPLOAD_GROUP_BYTES};
 pub use error::{ErrorDetails, ResultChange, ServerError, SparkError};
-#[cfg(feature = "arrow")]
+pub use flow_control::{
+    DEFAULT_CONNECTION_WINDOW, DEFAULT_STREAM_WINDOW, Http2FlowControl, MAX_WINDOW, MIN_WINDOW,
+};
 pub use spark::SparkSession;
 pub use stream::ArrowStream;
 #[cfg(feature = "arrow")]

@@ -24,6 +24,8 @@ pub(super) struct Options {
     /// Move a stale session to a fresh server-side session for new calls.
     pub(super) renew_stale_session: bool,
     /// Resume queries whose execution the server lost (verified).
+    // Read by the Arrow stream only (resumption compares decoded rows).
+    #[cfg_attr(not(feature = "arrow"), allow(dead_code))]
     pub(super) resume_queries: bool,
 }
 

@@ -22,6 +22,9 @@
 //! | `grpc_keepalive_time_ms` | `60000` | positive integer |
 //! | `grpc_keepalive_timeout_ms` | `20000` | positive integer |
 //! | `grpc_keepalive_without_calls` | `true` | `true` / `false`, any case |
+//! | `grpc_initial_stream_window_size` | `16777216` (16 MiB) | `65535..=2147483647` |
+//! | `grpc_initial_connection_window_size` | `33554432` (32 MiB) | `65535..=2147483647`, at least the stream window |
+//! | `grpc_http2_bdp_probe` | `false` | `true` / `false`, any case; `true` (hyper's adaptive window) excludes both window sizes |
 //! | anything else | — | sent as gRPC metadata on every call |
 //!
 //! # Parsing rules
@@ -61,6 +64,14 @@
 //!   lower case. The id is normalised to lower case.
 //! * **`grpc_max_message_size`.** The gRPC length prefix is 32 bits, so the upper bound is
 //!   `u32::MAX`. Zero is rejected.
+//! * **HTTP/2 windows** (see [`Http2FlowControl`]). The names follow gRPC C-core's
+//!   `grpc.http2.bdp_probe`, in the `grpc_` style of the other keys. A window outside
+//!   `65535..=2147483647` (what HTTP/2 can advertise), a connection window smaller than the
+//!   stream window, and `grpc_http2_bdp_probe=true` next to a window size (hyper would
+//!   silently drop the size) are errors. With only one window given, the other follows it:
+//!   the connection window is at least the stream window and 32 MiB, the stream window at
+//!   most the connection window and 16 MiB. PySpark and Scala send keys they do not know
+//!   as gRPC headers, so a string shared with them sends these as headers there (harmless).
 //! * **Keepalive times** must be positive: a zero ping interval would make no sense.
 //! * **Metadata keys** are lower-cased (gRPC requires lower-case header names, and grpc-java
 //!   lower-cases them too). After that they must match the gRPC grammar
@@ -93,6 +104,9 @@ use tonic::metadata::{
 };
 use uuid::Uuid;
 
+use super::flow_control::{
+    DEFAULT_CONNECTION_WINDOW, DEFAULT_STREAM_WINDOW, Http2FlowControl, check_window,
+};
 use crate::reattach::ids::is_canonical_uuid;
 
 mod error;
@@ -230,6 +244,7 @@ pub struct ConnectionString {
     session_id: Option<Uuid>,
     max_message_size: usize,
     keepalive: Keepalive,
+    flow_control: Http2FlowControl,
     metadata: MetadataMap,
 }
 
@@ -260,6 +275,7 @@ impl fmt::Debug for ConnectionString {
             .field("session_id", &self.session_id)
             .field("max_message_size", &self.max_message_size)
             .field("keepalive", &self.keepalive)
+            .field("flow_control", &self.flow_control)
             .field("metadata_keys", &metadata_keys)
             .finish()
     }
@@ -347,8 +363,10 @@ impl ConnectionString {
             session_id: None,
             max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
             keepalive: Keepalive::default(),
+            flow_control: Http2FlowControl::default(),
             metadata: MetadataMap::new(),
         };
+        let mut windows = WindowParams::default();
         let mut user_agent = None;
         let mut session_id = None;
         // Metadata is built after the token is known: `authorization` conflicts with it.
@@ -397,10 +415,19 @@ impl ConnectionString {
                         cs.keepalive.without_calls =
                             parse_bool("grpc_keepalive_without_calls", &value)?;
                     }
+                    STREAM_WINDOW_KEY => {
+                        windows.stream = Some(parse_window(STREAM_WINDOW_KEY, &value)?)
+                    }
+                    CONNECTION_WINDOW_KEY => {
+                        windows.connection = Some(parse_window(CONNECTION_WINDOW_KEY, &value)?);
+                    }
+                    BDP_PROBE_KEY => windows.bdp_probe = parse_bool(BDP_PROBE_KEY, &value)?,
                     _ => extra.push((key.into_owned(), value.into_owned())),
                 }
             }
         }
+
+        cs.flow_control = windows.resolve()?;
 
         if cs.token.is_none()
             && let Some(t) = env(ENV_TOKEN)
@@ -543,6 +570,27 @@ impl ConnectionString {
     /// HTTP/2 keepalive settings.
     pub fn keepalive(&self) -> Keepalive {
         self.keepalive
+    }
+
+    /// HTTP/2 flow control: the `grpc_initial_*_window_size` and `grpc_http2_bdp_probe`
+    /// parameters (default: 16 MiB per stream, 32 MiB per connection).
+    ///
+    /// ```
+    /// use spark_connect_retry::session::Http2FlowControl;
+    /// use spark_connect_retry::session::conn_string::ConnectionString;
+    ///
+    /// let cs = ConnectionString::parse_with_env(
+    ///     "sc://h/;grpc_initial_stream_window_size=8388608",
+    ///     |_| None,
+    /// )?;
+    /// assert_eq!(
+    ///     cs.http2_flow_control(),
+    ///     Http2FlowControl::Fixed { stream_window: 8 << 20, connection_window: 32 << 20 }
+    /// );
+    /// # Ok::<(), spark_connect_retry::session::conn_string::ConnectionStringError>(())
+    /// ```
+    pub fn http2_flow_control(&self) -> Http2FlowControl {
+        self.flow_control
     }
 
     /// Extra gRPC metadata (the unknown parameters), sent on every call. Values are marked

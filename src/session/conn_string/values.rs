@@ -232,3 +232,52 @@ pub(super) fn insert_metadata(
     }
     Ok(())
 }
+
+pub(super) const STREAM_WINDOW_KEY: &str = "grpc_initial_stream_window_size";
+pub(super) const CONNECTION_WINDOW_KEY: &str = "grpc_initial_connection_window_size";
+pub(super) const BDP_PROBE_KEY: &str = "grpc_http2_bdp_probe";
+
+pub(super) fn parse_window(key: &str, value: &str) -> Result<u32, ConnectionStringError> {
+    parse_positive(value)
+        .and_then(|n| u32::try_from(n).ok())
+        .filter(|&n| check_window(n).is_ok())
+        .ok_or_else(|| invalid_value(key, "must be an integer between 65535 and 2147483647"))
+}
+
+/// The flow-control parameters as written, resolved into one setting once all are read.
+#[derive(Default)]
+pub(super) struct WindowParams {
+    pub(super) stream: Option<u32>,
+    pub(super) connection: Option<u32>,
+    pub(super) bdp_probe: bool,
+}
+
+impl WindowParams {
+    pub(super) fn resolve(self) -> Result<Http2FlowControl, ConnectionStringError> {
+        if self.bdp_probe {
+            if self.stream.is_some() || self.connection.is_some() {
+                return Err(invalid_value(
+                    BDP_PROBE_KEY,
+                    "'true' cannot be combined with a window size (the adaptive window replaces it)",
+                ));
+            }
+            return Ok(Http2FlowControl::Adaptive);
+        }
+        let (stream_window, connection_window) = match (self.stream, self.connection) {
+            (None, None) => (DEFAULT_STREAM_WINDOW, DEFAULT_CONNECTION_WINDOW),
+            (Some(s), None) => (s, s.max(DEFAULT_CONNECTION_WINDOW)),
+            (None, Some(c)) => (c.min(DEFAULT_STREAM_WINDOW), c),
+            (Some(s), Some(c)) if c < s => {
+                return Err(invalid_value(
+                    CONNECTION_WINDOW_KEY,
+                    "must be at least grpc_initial_stream_window_size",
+                ));
+            }
+            (Some(s), Some(c)) => (s, c),
+        };
+        Ok(Http2FlowControl::Fixed {
+            stream_window,
+            connection_window,
+        })
+    }
+}

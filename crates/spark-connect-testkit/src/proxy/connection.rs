@@ -1,5 +1,5 @@
-//! One proxied connection: a pipe per direction (a one-chunk buffer between
-//! a read and its write, with optional latency), and the cuts: byte limits,
+//! One proxied connection: a pipe per direction (a [`DelayLine`] between a
+//! read and its write, with the byte counts and limit), and the cuts: byte limits,
 //! the connection's lifetime, and cut-all requests, all bounded by the cut
 //! budget. A cut resets (RST) or closes (FIN) both sockets, or black-holes
 //! the connection (stops forwarding, closes nothing).
@@ -15,24 +15,22 @@ use tokio::sync::watch;
 use tokio::time::{Instant, sleep_until, timeout};
 
 use super::accept::Shared;
+use super::delay_line::{DelayLine, ReadOutcome};
 use super::handle::dir_index;
 use super::stats::{ActiveGuard, ProxyStats};
 use super::{CHUNK, CutEvent, CutMode, CutReason, Direction, FIN_DRAIN};
 
-/// One direction's state: a single-chunk buffer between a read and its write.
+/// One direction's state: its [`DelayLine`], byte counts, the byte limit
+/// and the half-close.
 struct Pipe {
     direction: Direction,
-    buf: Vec<u8>,
-    start: usize,
-    end: usize,
+    line: DelayLine,
     /// Bytes read from the source (bounded by `limit`).
     read: u64,
     /// Bytes written to the destination.
     forwarded: u64,
     /// Cut once `forwarded` reaches this.
     limit: Option<u64>,
-    /// When the buffered chunk may be written (latency).
-    ready_at: Option<Instant>,
     /// The source reached end of stream.
     eof: bool,
     /// The destination's write half was shut down after `eof`.
@@ -40,23 +38,20 @@ struct Pipe {
 }
 
 impl Pipe {
-    fn new(direction: Direction, limit: Option<u64>) -> Self {
+    fn new(direction: Direction, limit: Option<u64>, delay: Duration, max_queued: usize) -> Self {
         Pipe {
             direction,
-            buf: vec![0; CHUNK],
-            start: 0,
-            end: 0,
+            line: DelayLine::new(delay, max_queued),
             read: 0,
             forwarded: 0,
             limit,
-            ready_at: None,
             eof: false,
             shut: false,
         }
     }
 
     fn has_data(&self) -> bool {
-        self.start < self.end
+        self.line.has_data()
     }
 
     /// How many bytes the next read may take: the chunk size, but never past
@@ -71,7 +66,7 @@ impl Pipe {
     }
 
     fn can_read(&self) -> bool {
-        !self.eof && !self.has_data() && self.read_room() > 0
+        !self.eof && self.line.can_read() && self.read_room() > 0
     }
 
     fn limit_reached(&self) -> bool {
@@ -90,42 +85,35 @@ enum Step {
 }
 
 /// Read a chunk from `src` into `pipe`.
-fn read_into(pipe: &mut Pipe, src: &TcpStream, latency: Duration) -> Step {
-    let room = pipe.read_room();
-    match src.try_read(&mut pipe.buf[..room]) {
-        Ok(0) => {
+fn read_into(pipe: &mut Pipe, src: &TcpStream) -> Step {
+    match pipe.line.read_from(src, pipe.read_room()) {
+        Ok(ReadOutcome::Eof) => {
             pipe.eof = true;
             Step::Continue
         }
-        Ok(n) => {
-            pipe.start = 0;
-            pipe.end = n;
+        Ok(ReadOutcome::Queued(n)) => {
             pipe.read += n as u64;
-            pipe.ready_at = (!latency.is_zero()).then(|| Instant::now() + latency);
             Step::Continue
         }
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Step::Continue,
+        Ok(ReadOutcome::WouldBlock) => Step::Continue,
         Err(_) => Step::Abort,
     }
 }
 
-/// Write buffered bytes of `pipe` to `dst`.
+/// Write the due bytes of `pipe` to `dst`.
 fn write_from(pipe: &mut Pipe, dst: &TcpStream, stats: &ProxyStats) -> Step {
-    pipe.ready_at = None;
-    match dst.try_write(&pipe.buf[pipe.start..pipe.end]) {
+    match pipe.line.write_due(dst) {
         Ok(n) => {
-            pipe.start += n;
             pipe.forwarded += n as u64;
             stats.add_bytes(pipe.direction, n as u64);
             Step::Continue
         }
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Step::Continue,
         Err(_) => Step::Abort,
     }
 }
 
-async fn writable_after(dst: &TcpStream, ready_at: Option<Instant>) -> io::Result<()> {
-    if let Some(t) = ready_at {
+async fn writable_after(dst: &TcpStream, due: Option<Instant>) -> io::Result<()> {
+    if let Some(t) = due {
         sleep_until(t).await;
     }
     dst.writable().await
@@ -201,14 +189,15 @@ impl<'a> Conn<'a> {
                 .as_ref()
                 .and_then(|p| p.limit_for(proxied))
         };
+        let pipe = |d: Direction| Pipe::new(d, limit(d), cfg.latency, cfg.max_queued);
         let mut cut_rx = shared.cut_tx.subscribe();
         cut_rx.mark_unchanged();
         Conn {
             shared,
             client,
             server,
-            c2s: Pipe::new(Direction::ClientToServer, limit(Direction::ClientToServer)),
-            s2c: Pipe::new(Direction::ServerToClient, limit(Direction::ServerToClient)),
+            c2s: pipe(Direction::ClientToServer),
+            s2c: pipe(Direction::ServerToClient),
             lifetime_deadline: cfg.cut_after.map(|d| Instant::now() + d),
             cut_rx,
             cut_rx_open: true,
@@ -270,7 +259,6 @@ impl<'a> Conn<'a> {
     /// and handles it.
     async fn next_event(&mut self) -> Step {
         let shared = self.shared;
-        let latency = shared.config.latency;
         let stats = &shared.stats;
         let deadline = self.lifetime_deadline;
         tokio::select! {
@@ -292,18 +280,18 @@ impl<'a> Conn<'a> {
                 if shared.reserve_cut() { Step::Cut(CutReason::Lifetime) } else { Step::Continue }
             }
             r = self.client.readable(), if self.c2s.can_read() => match r {
-                Ok(()) => read_into(&mut self.c2s, &self.client, latency),
+                Ok(()) => read_into(&mut self.c2s, &self.client),
                 Err(_) => Step::Abort,
             },
             r = self.server.readable(), if self.s2c.can_read() => match r {
-                Ok(()) => read_into(&mut self.s2c, &self.server, latency),
+                Ok(()) => read_into(&mut self.s2c, &self.server),
                 Err(_) => Step::Abort,
             },
-            r = writable_after(&self.server, self.c2s.ready_at), if self.c2s.has_data() => match r {
+            r = writable_after(&self.server, self.c2s.line.pending_due()), if self.c2s.has_data() => match r {
                 Ok(()) => write_from(&mut self.c2s, &self.server, stats),
                 Err(_) => Step::Abort,
             },
-            r = writable_after(&self.client, self.s2c.ready_at), if self.s2c.has_data() => match r {
+            r = writable_after(&self.client, self.s2c.line.pending_due()), if self.s2c.has_data() => match r {
                 Ok(()) => write_from(&mut self.s2c, &self.client, stats),
                 Err(_) => Step::Abort,
             },

@@ -41,7 +41,12 @@ pub(super) struct Config {
     pub(super) cut_after: Option<Duration>,
     pub(super) refuse_first: u64,
     pub(super) mode: CutMode,
+    /// Delay of each chunk, each way.
     pub(super) latency: Duration,
+    /// The [`DelayLine`](super::delay_line::DelayLine) cap: `0` for one chunk
+    /// in flight ([`FaultProxyBuilder::latency`]), large for
+    /// [`FaultProxyBuilder::one_way_delay`].
+    pub(super) max_queued: usize,
     pub(super) max_cuts: Option<u64>,
     pub(super) lose_first_request: Option<u64>,
 }
@@ -128,8 +133,57 @@ impl FaultProxyBuilder {
     /// Delay every chunk (up to 64 KiB, as read) by `delay` before forwarding
     /// it, in both directions. Uses tokio's clock, so a test can run it under
     /// `tokio::time::pause`.
+    ///
+    /// Only one chunk is in flight per direction, so this is also a slow link
+    /// (64 KiB per `delay`); for a long round trip that does not limit
+    /// throughput, use [`one_way_delay`](Self::one_way_delay). The last of the
+    /// two set wins.
     pub fn latency(mut self, delay: Duration) -> Self {
         self.config.latency = delay;
+        self.config.max_queued = 0;
+        self
+    }
+
+    /// Hold every chunk for `delay` in each direction, without limiting
+    /// throughput: a long-haul link whose round trip is `2 × delay` (plus up
+    /// to about a millisecond of timer rounding per direction), with no loss
+    /// and no bandwidth limit. Up to [`MAX_DELAY_QUEUE`](super::MAX_DELAY_QUEUE)
+    /// bytes per direction wait in the proxy; a destination that stops reading
+    /// pushes back on the sender through TCP. Only application-level flow
+    /// control (HTTP/2 windows, request/response turns) pays the delay: the
+    /// endpoints' kernels see a loopback round trip. Uses tokio's clock, so a
+    /// test can run it under `tokio::time::pause`. The last of this and
+    /// [`latency`](Self::latency) set wins.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use spark_connect_testkit::FaultProxy;
+    /// use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    /// let proxy = FaultProxy::builder(upstream.local_addr()?)
+    ///     .one_way_delay(Duration::from_millis(20))
+    ///     .start()
+    ///     .await?;
+    /// let start = tokio::time::Instant::now();
+    /// let mut client = tokio::net::TcpStream::connect(proxy.local_addr()).await?;
+    /// let (mut server, _) = upstream.accept().await?;
+    /// client.write_all(b"ping").await?;
+    /// let mut buf = [0u8; 4];
+    /// server.read_exact(&mut buf).await?;
+    /// server.write_all(b"pong").await?;
+    /// client.read_exact(&mut buf).await?;
+    /// assert_eq!(&buf, b"pong");
+    /// assert!(start.elapsed() >= Duration::from_millis(40)); // a lower bound only
+    /// proxy.shutdown().await;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn one_way_delay(mut self, delay: Duration) -> Self {
+        self.config.latency = delay;
+        self.config.max_queued = super::MAX_DELAY_QUEUE;
         self
     }
 

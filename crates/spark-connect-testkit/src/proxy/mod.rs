@@ -74,6 +74,7 @@ use rand::{Rng, SeedableRng};
 
 mod accept;
 mod connection;
+mod delay_line;
 mod handle;
 mod stats;
 
@@ -83,6 +84,11 @@ pub use stats::{ProxyStats, StatsSnapshot};
 /// How many bytes the proxy reads from a socket at a time; also the unit that
 /// [`FaultProxyBuilder::latency`] delays.
 const CHUNK: usize = 64 * 1024;
+
+/// The most bytes [`FaultProxyBuilder::one_way_delay`] holds per direction of
+/// a connection before it stops reading: 256 MiB, which caps throughput only
+/// above 5 GiB/s at a 50 ms one-way delay.
+pub const MAX_DELAY_QUEUE: usize = 256 * 1024 * 1024;
 
 /// How long a FIN cut keeps draining a peer's bytes after sending FIN, so the
 /// final close does not turn into an RST (closing a socket with unread bytes
