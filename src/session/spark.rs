@@ -85,8 +85,6 @@ session_ids!(
     proto::InterruptResponse
 );
 
-/// The Spark Connect gRPC service, as OpenTelemetry's `rpc.service`.
-
 /// A unary request: the RPC it is for (`rpc.method` in spans, the RPC named
 /// in errors) and the session it names.
 pub(super) trait UnaryRequest {
