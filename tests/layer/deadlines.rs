@@ -1,0 +1,161 @@
+//! Per-attempt timeouts, the overall deadline, throttling, and bodies over the replay cap.
+
+use super::*;
+
+fn slow(first_n: u32, d: Duration) -> impl Fn(u32) -> BoxFuture<Result<(), Status>> {
+    move |i| {
+        Box::pin(async move {
+            if i < first_n {
+                tokio::time::sleep(d).await;
+            }
+            Ok(())
+        })
+    }
+}
+
+#[tokio::test]
+async fn per_attempt_timeout_retries_slow_attempt() {
+    let server = Scripted::new(slow(1, Duration::from_secs(5)));
+    let addr = serve(server.clone()).await;
+    let sleeper = RecordingSleeper::new();
+    let layer = RetryLayer::spark_connect(retrying(&sleeper))
+        .per_attempt_timeout(Duration::from_millis(100))
+        .default_deadline(Duration::from_secs(10));
+    let started = std::time::Instant::now();
+    let mut c = client(addr, layer);
+    c.config(config_req("s")).await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert_eq!(server.config_calls(), 2);
+    // Each attempt's grpc-timeout is min(per-attempt, remaining) = 100 ms.
+    for t in server.timeouts.lock().unwrap().iter() {
+        let t = t.as_deref().unwrap();
+        let us: u64 = t.trim_end_matches('u').parse().unwrap();
+        assert!(us <= 100_000 && us > 50_000, "{t}");
+    }
+}
+
+#[tokio::test]
+async fn overall_deadline_stops_the_loop() {
+    let server = Scripted::new(slow(u32::MAX, Duration::from_secs(5)));
+    let addr = serve(server.clone()).await;
+    // Waits of 1 ms, so the deadline (not the wait check) ends the loop.
+    let policy = RetryPolicy::builder()
+        .initial_backoff(Duration::from_millis(1))
+        .backoff_multiplier(1.0)
+        .build()
+        .unwrap();
+    let sleeper = RecordingSleeper::new();
+    let layer =
+        RetryLayer::spark_connect(Retrying::new(vec![policy]).with_sleeper(sleeper.clone()))
+            .per_attempt_timeout(Duration::from_millis(100))
+            .default_deadline(Duration::from_millis(350));
+    let started = std::time::Instant::now();
+    let err = client(addr, layer)
+        .config(config_req("s"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(340) && took < Duration::from_secs(2),
+        "{took:?}"
+    );
+    // Attempts at 0, 100, 200 ms (100 ms each) and 300 ms (the 50 ms left).
+    let calls = server.config_calls();
+    assert!((3..=4).contains(&calls), "{calls}");
+    assert!(err.message().contains("deadline of 350 ms"), "{err:?}");
+}
+
+#[tokio::test]
+async fn request_grpc_timeout_is_the_overall_deadline() {
+    let server = Scripted::new(slow(u32::MAX, Duration::from_secs(5)));
+    let addr = serve(server.clone()).await;
+    let sleeper = RecordingSleeper::new();
+    let mut c = client(addr, RetryLayer::spark_connect(retrying(&sleeper)));
+    let mut req = Request::new(config_req("s"));
+    req.set_timeout(Duration::from_millis(150));
+    let started = std::time::Instant::now();
+    let err = c.config(req).await.unwrap_err();
+    assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert_eq!(server.config_calls(), 1);
+}
+
+#[tokio::test]
+async fn no_attempt_scheduled_past_the_deadline() {
+    let server = Scripted::new(|_| {
+        ready(Err(Status::with_error_details(
+            Code::Unavailable,
+            "come back later",
+            ErrorDetails::with_retry_info(Some(Duration::from_secs(10))),
+        )))
+    });
+    let addr = serve(server.clone()).await;
+    let sleeper = RecordingSleeper::new();
+    let layer =
+        RetryLayer::spark_connect(retrying(&sleeper)).default_deadline(Duration::from_secs(1));
+    let err = client(addr, layer)
+        .config(config_req("s"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable);
+    assert_eq!(err.message(), "come back later");
+    assert_eq!(server.config_calls(), 1);
+    assert!(sleeper.sleeps().is_empty());
+}
+
+#[tokio::test]
+async fn throttling_under_a_burst() {
+    async fn burst(throttle: bool) -> (u32, u64) {
+        let server = Scripted::new(unavailable_n(u32::MAX));
+        let addr = serve(server.clone()).await;
+        let policy = RetryPolicy::builder().max_retries(Some(3)).build().unwrap();
+        let mut layer = RetryLayer::spark_connect(
+            Retrying::new(vec![policy]).with_sleeper(RecordingSleeper::new()),
+        );
+        if throttle {
+            layer = layer.throttle(RetryThrottle::new(10, 0.1).unwrap());
+        }
+        let stats = layer.stats();
+        let c = client(addr, layer);
+        let calls: Vec<_> = (0..40)
+            .map(|i| {
+                let mut c = c.clone();
+                tokio::spawn(async move { c.config(config_req(&i.to_string())).await })
+            })
+            .collect();
+        for h in calls {
+            assert_eq!(h.await.unwrap().unwrap_err().code(), Code::Unavailable);
+        }
+        (server.config_calls(), stats.throttled())
+    }
+    let (unthrottled_calls, none) = burst(false).await;
+    assert_eq!((unthrottled_calls, none), (160, 0));
+    let (calls, throttled) = burst(true).await;
+    assert!(throttled > 0);
+    assert!(calls < 60, "{calls}");
+}
+
+#[tokio::test]
+async fn body_over_the_cap_passes_through() {
+    let server = Scripted::new(unavailable_n(1));
+    let addr = serve(server.clone()).await;
+    let sleeper = RecordingSleeper::new();
+    let layer = RetryLayer::spark_connect(retrying(&sleeper)).max_request_buffer(1024);
+    let stats = layer.stats();
+    let mut c = client(addr, layer);
+    let big: String = (0..200_000)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect();
+    // Over the cap: sent once, its UNAVAILABLE not retried.
+    let err = c.config(config_req(&big)).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable);
+    assert_eq!(server.config_calls(), 1);
+    // The next one succeeds, byte for byte.
+    let res = c.config(config_req(&big)).await.unwrap().into_inner();
+    assert_eq!(res.session_id, big);
+    assert_eq!(stats.passthrough_too_large(), 2);
+    assert_eq!(stats.retries(), 0);
+    // A small one is still retried.
+    c.config(config_req("small")).await.unwrap();
+}

@@ -1,0 +1,140 @@
+//! Connection resets and refusals, and when a non-idempotent call may be replayed.
+
+use super::*;
+
+/// A TCP proxy that resets (SO_LINGER 0 + close) its first `resets`
+/// connections after reading the client's first bytes, and forwards the rest.
+async fn rst_proxy(upstream: SocketAddr, resets: u32) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut n = 0;
+        while let Ok((mut down, _)) = listener.accept().await {
+            n += 1;
+            if n <= resets {
+                use tokio::io::AsyncReadExt;
+                let mut buf = [0u8; 1024];
+                let _ = down.read(&mut buf).await;
+                let _ = down.set_zero_linger();
+                drop(down);
+                continue;
+            }
+            tokio::spawn(async move {
+                if let Ok(mut up) = TcpStream::connect(upstream).await {
+                    let _ = tokio::io::copy_bidirectional(&mut down, &mut up).await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn connection_reset_is_retried() {
+    let server = Scripted::new(unavailable_n(0));
+    let upstream = serve(server.clone()).await;
+    let proxy = rst_proxy(upstream, 1).await;
+    let sleeper = RecordingSleeper::new();
+    let layer = RetryLayer::spark_connect(retrying(&sleeper));
+    let stats = layer.stats();
+    let mut c = client(proxy, layer);
+    let res = c
+        .config(config_req("after-rst"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(res.session_id, "after-rst");
+    assert_eq!(
+        server.config_calls(),
+        1,
+        "the reset attempt never reached the server"
+    );
+    assert!(stats.retries() >= 1);
+}
+
+#[tokio::test]
+async fn non_idempotent_not_replayed_after_server_saw_it() {
+    let server = Scripted::new(unavailable_n(1));
+    let addr = serve(server.clone()).await;
+    let sleeper = RecordingSleeper::new();
+    // RetryLayer::new: every method non-idempotent.
+    let mut c = client(addr, RetryLayer::new(retrying(&sleeper)));
+    let err = c.config(config_req("s")).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable);
+    assert_eq!(server.config_calls(), 1);
+    assert!(sleeper.sleeps().is_empty());
+}
+
+#[tokio::test]
+async fn non_idempotent_replayed_after_admission_rejection() {
+    let server = Scripted::new(|i| {
+        ready(match i {
+            0 => Err(Status::with_error_details(
+                Code::ResourceExhausted,
+                "queue full",
+                ErrorDetails::with_retry_info(Some(Duration::from_millis(300))),
+            )),
+            1 => Err(with_pushback(Code::Unavailable, "20")),
+            _ => Ok(()),
+        })
+    });
+    let addr = serve(server.clone()).await;
+    let sleeper = RecordingSleeper::new();
+    let mut c = client(addr, RetryLayer::new(retrying(&sleeper)));
+    c.config(config_req("s")).await.unwrap();
+    assert_eq!(server.config_calls(), 3);
+    assert_eq!(sleeper.sleeps_ms(), vec![300, 20]);
+}
+
+/// A sleeper that runs a hook (once) before returning: here, it starts the
+/// server, so the retry finds it.
+#[derive(Clone)]
+struct HookSleeper {
+    rec: RecordingSleeper,
+    #[allow(clippy::type_complexity)]
+    hook: Arc<Mutex<Option<BoxFuture<()>>>>,
+}
+
+impl std::fmt::Debug for HookSleeper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HookSleeper")
+    }
+}
+
+impl Sleeper for HookSleeper {
+    fn sleep(&self, d: Duration) -> BoxFuture<()> {
+        let rec = self.rec.sleep(d);
+        let hook = self.hook.lock().unwrap().take();
+        Box::pin(async move {
+            rec.await;
+            if let Some(h) = hook {
+                h.await;
+            }
+        })
+    }
+}
+
+#[tokio::test]
+async fn non_idempotent_replayed_after_connection_refused() {
+    // Reserve a port, close it: the first attempt is refused.
+    let addr = {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        l.local_addr().unwrap()
+    };
+    let server = Scripted::new(unavailable_n(0));
+    let s2 = server.clone();
+    let rec = RecordingSleeper::new();
+    let sleeper = HookSleeper {
+        rec: rec.clone(),
+        hook: Arc::new(Mutex::new(Some(Box::pin(async move {
+            let l = TcpListener::bind(addr).await.unwrap();
+            serve_on(l, s2).await;
+        })))),
+    };
+    let layer = RetryLayer::new(Retrying::default().with_sleeper(sleeper).with_seed(1));
+    let mut c = client(addr, layer);
+    let res = c.config(config_req("late")).await.unwrap().into_inner();
+    assert_eq!(res.session_id, "late");
+    assert_eq!(server.config_calls(), 1);
+    assert_eq!(rec.sleeps_ms(), vec![50]);
+}
