@@ -39,10 +39,7 @@ use super::integrity::{IntegrityError, ResponseIds};
 use super::not_found::Delivery;
 use super::progress::{EmptyRun, EmptySegment, Verdict};
 
-/// `INVALID_HANDLE.OPERATION_NOT_FOUND`: the server has no such execution.
-pub const OPERATION_NOT_FOUND: &str = "INVALID_HANDLE.OPERATION_NOT_FOUND";
-/// `INVALID_HANDLE.SESSION_NOT_FOUND`: the server has no such session.
-pub const SESSION_NOT_FOUND: &str = "INVALID_HANDLE.SESSION_NOT_FOUND";
+pub use super::classes::{OPERATION_NOT_FOUND, SESSION_NOT_FOUND};
 
 /// What the driver observed.
 #[derive(Debug)]

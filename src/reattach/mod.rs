@@ -95,6 +95,7 @@
 //! The decision logic is [`core::ReattachCore`], a pure state machine; the
 //! driver [`ReattachableExecution`] only performs its actions.
 
+mod classes;
 pub mod core;
 pub(crate) mod ids;
 pub mod integrity;

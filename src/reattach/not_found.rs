@@ -34,7 +34,7 @@ use tonic::{Code, Status};
 
 use crate::policy::{FailureKind, classify_failure};
 
-use super::core::{OPERATION_NOT_FOUND, SESSION_NOT_FOUND};
+use super::classes::{OPERATION_NOT_FOUND, SESSION_NOT_FOUND};
 
 /// The server a recognised "not found" wording belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -85,8 +85,6 @@ session_ids!(
     proto::InterruptResponse
 );
 
-/// The Spark Connect gRPC service, as OpenTelemetry's `rpc.service`.
-
 /// A unary request: the RPC it is for (`rpc.method` in spans, the RPC named
 /// in errors) and the session it names.
 pub(super) trait UnaryRequest {
@@ -140,7 +138,7 @@ impl SparkSession {
     }
 
     /// The client-side session id (a UUID): a new one after each renewal of
-    /// a stale session ([`renew_stale_session`](SparkSessionBuilder::renew_stale_session)).
+    /// a stale session ([`renew_stale_session`](super::SparkSessionBuilder::renew_stale_session)).
     pub fn session_id(&self) -> String {
         self.inner.renewal.current().session_id().to_owned()
     }
@@ -150,7 +148,7 @@ impl SparkSession {
         self.inner.renewal.current().observed()
     }
     /// How many times a stale session was moved to a fresh server-side
-    /// session ([`renew_stale_session`](SparkSessionBuilder::renew_stale_session)).
+    /// session ([`renew_stale_session`](super::SparkSessionBuilder::renew_stale_session)).
     /// Reconnects (a fresh connection after a stall) are not counted here.
     pub fn session_renewals(&self) -> u64 {
         self.inner.renewal.renewals()
@@ -166,7 +164,7 @@ impl SparkSession {
         &self.inner.client_type
     }
     /// Whether the session is closed: released, closed, or (without
-    /// [`renew_stale_session`](SparkSessionBuilder::renew_stale_session))
+    /// [`renew_stale_session`](super::SparkSessionBuilder::renew_stale_session))
     /// its server session changed or vanished.
     pub fn is_closed(&self) -> bool {
         self.inner.closed.load(Ordering::SeqCst)
@@ -362,7 +360,7 @@ impl SparkSession {
     /// tags and the result-chunking option go with the request. It runs on
     /// the session as it is: unlike [`sql`](Self::sql) and
     /// [`relation`](Self::relation), it neither applies the builder's
-    /// [`config`](SparkSessionBuilder::config)s nor renews a stale session.
+    /// [`config`](super::SparkSessionBuilder::config)s nor renews a stale session.
     pub fn execute_plan(&self, plan: Plan) -> Result<ReattachableExecution, SparkError> {
         self.check_open()?;
         self.start_execution(&self.inner.renewal.current(), plan, None, self.tags())

@@ -3,7 +3,6 @@
 //! its own task. Also the timer that cuts all live connections periodically.
 
 use std::io;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -13,45 +12,9 @@ use tokio::sync::watch;
 use tokio::time::{Instant, sleep_until};
 
 use super::connection::connection;
-use super::handle::Config;
-use super::stats::{ActiveGuard, ProxyStats};
+use super::shared::Shared;
+use super::stats::ActiveGuard;
 use super::{CHUNK, CutReason};
-
-#[derive(Debug)]
-pub(super) struct Shared {
-    pub(super) config: Config,
-    pub(super) upstream: SocketAddr,
-    pub(super) stats: ProxyStats,
-    /// A change asks every live connection to cut, for the given reason
-    /// (timer ticks and [`FaultProxy::cut_all`]); the counter makes each
-    /// request a change even when the reason repeats.
-    pub(super) cut_tx: watch::Sender<(u64, CutReason)>,
-}
-
-impl Shared {
-    /// Take one cut out of the `max_cuts` budget; false when it is spent.
-    pub(super) fn reserve_cut(&self) -> bool {
-        let max = self.config.max_cuts.unwrap_or(u64::MAX);
-        self.stats
-            .inner
-            .cuts
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| {
-                (c < max).then_some(c + 1)
-            })
-            .is_ok()
-    }
-
-    pub(super) fn request_cut_all(&self, reason: CutReason) {
-        self.cut_tx.send_modify(|(g, r)| {
-            *g = g.wrapping_add(1);
-            *r = reason;
-        });
-    }
-
-    pub(super) fn cuts_left(&self) -> bool {
-        self.stats.inner.cuts.load(Ordering::SeqCst) < self.config.max_cuts.unwrap_or(u64::MAX)
-    }
-}
 
 pub(super) async fn ticker(
     shared: Arc<Shared>,

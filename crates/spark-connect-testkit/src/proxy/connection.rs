@@ -14,9 +14,8 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::{Instant, sleep_until, timeout};
 
-use super::accept::Shared;
 use super::delay_line::{DelayLine, ReadOutcome};
-use super::handle::dir_index;
+use super::shared::{Shared, dir_index};
 use super::stats::{ActiveGuard, ProxyStats};
 use super::{CHUNK, CutEvent, CutMode, CutReason, Direction, FIN_DRAIN};
 

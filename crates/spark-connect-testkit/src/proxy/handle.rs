@@ -9,54 +9,10 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::accept::{Shared, accept_loop, ticker};
+use super::accept::{accept_loop, ticker};
+use super::shared::{BytePlan, Config, Shared, dir_index};
 use super::stats::ProxyStats;
 use super::{AddrRole, CutMode, CutReason, CutSchedule, Direction, FaultProxyError};
-
-/// Byte-cut plan for one direction.
-#[derive(Debug, Clone)]
-pub(super) enum BytePlan {
-    /// Every proxied connection is cut at this offset.
-    Every(u64),
-    /// Connection `i` is cut at `offsets[i]`.
-    Schedule(Vec<u64>),
-}
-
-impl BytePlan {
-    pub(super) fn limit_for(&self, proxied_index: u64) -> Option<u64> {
-        match self {
-            BytePlan::Every(n) => Some(*n),
-            BytePlan::Schedule(v) => usize::try_from(proxied_index)
-                .ok()
-                .and_then(|i| v.get(i).copied()),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Default)]
-pub(super) struct Config {
-    /// Indexed by [`dir_index`].
-    pub(super) byte_cuts: [Option<BytePlan>; 2],
-    pub(super) cut_every: Option<Duration>,
-    pub(super) cut_after: Option<Duration>,
-    pub(super) refuse_first: u64,
-    pub(super) mode: CutMode,
-    /// Delay of each chunk, each way.
-    pub(super) latency: Duration,
-    /// The [`DelayLine`](super::delay_line::DelayLine) cap: `0` for one chunk
-    /// in flight ([`FaultProxyBuilder::latency`]), large for
-    /// [`FaultProxyBuilder::one_way_delay`].
-    pub(super) max_queued: usize,
-    pub(super) max_cuts: Option<u64>,
-    pub(super) lose_first_request: Option<u64>,
-}
-
-pub(super) fn dir_index(d: Direction) -> usize {
-    match d {
-        Direction::ClientToServer => 0,
-        Direction::ServerToClient => 1,
-    }
-}
 
 /// Builder for a [`FaultProxy`]; created by [`FaultProxy::builder`].
 ///

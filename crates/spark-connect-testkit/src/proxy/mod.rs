@@ -76,6 +76,7 @@ mod accept;
 mod connection;
 mod delay_line;
 mod handle;
+mod shared;
 mod stats;
 
 pub use handle::{FaultProxy, FaultProxyBuilder};

@@ -22,7 +22,7 @@ use crate::views;
 use spark_connect_retry::proto;
 
 /// What one `AddArtifacts` call carried and stored. See
-/// [`TestServer::upload_calls`].
+/// [`TestServer::upload_calls`](crate::TestServer::upload_calls).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct UploadCall {

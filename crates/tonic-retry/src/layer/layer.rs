@@ -29,7 +29,7 @@ pub struct RetryLayer {
 
 impl RetryLayer {
     /// A layer over `retrying`'s policies, with the defaults: every method
-    /// non-idempotent and [`ResponseKind::Auto`], 1 MiB request buffer, 4 MiB
+    /// non-idempotent and [`ResponseKind::Auto`](super::ResponseKind::Auto), 1 MiB request buffer, 4 MiB
     /// response buffer, no default deadline, no per-attempt timeout, no
     /// throttling.
     pub fn new(retrying: Retrying) -> Self {
