@@ -124,7 +124,7 @@ async fn sail_artifact_rpcs_are_unsupported() {
             artifacts: vec![SingleChunkArtifact {
                 name,
                 data: Some(ArtifactChunk {
-                    data: b"abc".to_vec().into(),
+                    data: b"abc".to_vec(),
                     crc: 0,
                 }),
             }],
@@ -225,7 +225,7 @@ async fn sail_interrupt_tag_ends_the_stream_without_operation_canceled() {
     spark.clear_tags();
     let op = tagged.operation_id().to_owned();
     let ids = interrupt_until_reported(&op, || spark.interrupt_tag("victim")).await;
-    assert_eq!(ids, [op.clone()]);
+    assert_eq!(ids, std::slice::from_ref(&op));
     // Sail forgets the interrupted operation: a second interrupt finds none.
     assert_eq!(
         spark.interrupt_tag("victim").await.unwrap(),
