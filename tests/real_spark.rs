@@ -32,6 +32,8 @@ mod arrow_data;
 mod restart;
 #[path = "real_spark/resume.rs"]
 mod resume;
+#[path = "real_spark/sail_gaps.rs"]
+mod sail_gaps;
 #[path = "real_spark/session.rs"]
 mod session_api;
 #[path = "support/streams.rs"]

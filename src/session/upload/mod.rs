@@ -136,10 +136,12 @@ impl SparkSession {
         let group = Mutex::new(group);
         let sent = Arc::new(AtomicU64::new(0));
         let counts = Mutex::new(UploadStats::default());
+        // The RPC of the last attempt's last call: what a failure names.
+        let rpc = Mutex::new("ArtifactStatus");
         let (result, loop_stats) = self
             .options()
             .retrying
-            .run_with_stats(|| self.upload_attempt(g, &group, &counts, sent.clone()))
+            .run_with_stats(|| self.upload_attempt(g, &group, &counts, sent.clone(), &rpc))
             .await;
         let group = group.into_inner().unwrap_or_else(|e| e.into_inner());
         let counts = counts.into_inner().unwrap_or_else(|e| e.into_inner());
@@ -153,7 +155,8 @@ impl SparkSession {
             Ok(()) => return Ok(hashes),
             Err(AttemptError::Other(e)) => e,
             Err(AttemptError::Status(s) | AttemptError::RetryNow(Some(s))) => {
-                self.call_error(s, Some("AddArtifacts"), None, g).await
+                let rpc = *lock(&rpc);
+                self.call_error(s, Some(rpc), None, g).await
             }
             Err(AttemptError::RetryNow(None)) => SparkError::Protocol(
                 "upload gave up on an immediate retry without a cause".to_owned(),
@@ -172,11 +175,13 @@ impl SparkSession {
         group: &Mutex<UploadGroup>,
         counts: &Mutex<UploadStats>,
         sent_bytes: Arc<AtomicU64>,
+        rpc: &Mutex<&'static str>,
     ) -> Result<(), AttemptError<SparkError>> {
         if lock(group).is_done() {
             return Ok(());
         }
         let names = lock(group).unsettled();
+        *lock(rpc) = "ArtifactStatus";
         let statuses = self.artifact_statuses(g, names).await?;
         let send = lock(group).plan(&statuses);
         if send.is_empty() {
@@ -203,6 +208,7 @@ impl SparkSession {
                 payload: Some(payload),
             }
         });
+        *lock(rpc) = "AddArtifacts";
         let mut client = self.client();
         let resp = with_deadline(self.options().deadlines.add_artifacts, requests, |r| {
             client.add_artifacts(r)
