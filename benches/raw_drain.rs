@@ -85,8 +85,12 @@ async fn run(args: &Args) -> Result<String, BoxError> {
         .split(['/', ';'])
         .next()
         .unwrap_or_default();
+    // The session's windows, so the drain stays the floor over a long round
+    // trip too (tonic's own are 2 MiB per stream, 5 MiB per connection).
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{authority}"))?
         .tcp_nodelay(true)
+        .initial_stream_window_size(spark_connect_retry::session::DEFAULT_STREAM_WINDOW)
+        .initial_connection_window_size(spark_connect_retry::session::DEFAULT_CONNECTION_WINDOW)
         .connect()
         .await?;
     let mut client =
