@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use spark_connect_retry::layer::RetryThrottle;
 use spark_connect_retry::layer::decide::{
-    CallState, Decision, Next, Outcome, Pushback, Reason, Rules, decide,
+    CallState, Decision, Next, Outcome, Reason, Rules, decide,
 };
-use spark_connect_retry::policy::RetryPolicy;
+use spark_connect_retry::policy::{Pushback, RetryPolicy};
 use spark_connect_retry::retrying::Retrying;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};

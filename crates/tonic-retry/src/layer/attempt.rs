@@ -19,9 +19,10 @@ use tonic::{Code, Status};
 use tower::{Service, ServiceExt};
 
 use super::body::{Replay, RequestBody, more_than_one_message};
-use super::decide::{Outcome, Pushback};
+use super::decide::Outcome;
 use super::method::ResponseKind;
 use crate::headers::{GRPC_PREVIOUS_RPC_ATTEMPTS, GRPC_STATUS, GRPC_TIMEOUT};
+use crate::policy::Pushback;
 use crate::sanitize::{sanitize_status_headers, sanitized_body};
 use crate::transport::BoxError;
 

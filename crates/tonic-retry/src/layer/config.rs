@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 use tonic::Code;
 
-use super::hedge::HedgingPolicy;
+use super::hedging::HedgingPolicy;
 use super::throttle::RetryThrottle;
 use crate::policy::{CodeClassifier, RetryPolicy};
 

@@ -44,7 +44,7 @@ use super::throttle::{RetryThrottle, record};
 use crate::policy::{Failure, FailureKind, GiveUpReason, RetryDecision, RetryReason, RetryState};
 use crate::retrying::Retrying;
 
-pub use crate::policy::Pushback;
+use crate::policy::Pushback;
 
 /// What came back from one attempt, as far as the decision is concerned.
 #[derive(Debug, Clone, Copy)]

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::config::ServiceConfig;
-use super::hedge::{HedgingError, HedgingPolicy};
+use super::hedging::{HedgingError, HedgingPolicy};
 use super::method::MethodConfig;
 use super::service::{RetryService, Shared};
 use super::stats::RetryStats;

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use super::hedge::{HedgingError, HedgingPolicy};
+use super::hedging::{HedgingError, HedgingPolicy};
 use crate::retrying::Retrying;
 
 /// How the layer finds a response's gRPC status before committing to it

@@ -124,6 +124,7 @@ mod body;
 mod config;
 pub mod decide;
 pub mod hedge;
+mod hedging;
 #[allow(clippy::module_inception)]
 mod layer;
 mod method;
@@ -132,7 +133,7 @@ mod stats;
 mod throttle;
 
 pub use config::{MethodEntry, MethodName, ServiceConfig, ServiceConfigError};
-pub use hedge::{HedgingError, HedgingPolicy, MAX_HEDGED_ATTEMPTS};
+pub use hedging::{HedgingError, HedgingPolicy, MAX_HEDGED_ATTEMPTS};
 pub use layer::{DEFAULT_MAX_REQUEST_BUFFER, DEFAULT_MAX_RESPONSE_BUFFER, RetryLayer};
 pub use method::{MethodConfig, ResponseKind};
 pub use service::RetryService;
