@@ -148,7 +148,7 @@ fn assert_exact(check: &Check, n: i64) {
 async fn query_rows(
     spark: &SparkSession,
     n: i64,
-) -> Result<(Check, spark_connect_retry::reattach::StreamStats), SparkError> {
+) -> Result<(Check, spark_connect_retry::reattach::core::StreamStats), SparkError> {
     query_rows_as(spark, &format!("SELECT id, id*2 AS x FROM range({n})")).await
 }
 
@@ -159,7 +159,7 @@ async fn query_rows_on(
     srv: Srv,
     spark: &SparkSession,
     n: i64,
-) -> Result<(Check, spark_connect_retry::reattach::StreamStats), SparkError> {
+) -> Result<(Check, spark_connect_retry::reattach::core::StreamStats), SparkError> {
     let order = if srv == Srv::Sail { " ORDER BY id" } else { "" };
     query_rows_as(
         spark,
@@ -171,7 +171,7 @@ async fn query_rows_on(
 async fn query_rows_as(
     spark: &SparkSession,
     query: &str,
-) -> Result<(Check, spark_connect_retry::reattach::StreamStats), SparkError> {
+) -> Result<(Check, spark_connect_retry::reattach::core::StreamStats), SparkError> {
     let mut stream = spark.sql(query).await?;
     let mut check = Check {
         in_order: true,

@@ -49,7 +49,7 @@ struct Outcome {
     responses: usize,
     complete: bool,
     error: Option<ReattachError>,
-    stats: spark_connect_retry::reattach::StreamStats,
+    stats: spark_connect_retry::reattach::core::StreamStats,
 }
 
 async fn drain(mut exec: ReattachableExecution) -> Outcome {

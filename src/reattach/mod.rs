@@ -107,7 +107,6 @@ mod stream;
 use std::fmt;
 use std::time::Duration;
 
-pub use core::StreamStats;
 pub use release::{MIN_RELEASE_ATTEMPT, RELEASE_UNTIL_INTERVAL, ReleaseTracker};
 pub use stream::{ExecutionStats, ReattachableExecution};
 

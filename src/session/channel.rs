@@ -332,6 +332,10 @@ impl Interceptor for AuthInterceptor {
 }
 
 /// The generated Spark Connect client over a channel with [`AuthInterceptor`].
+#[deprecated(
+    since = "0.2.0",
+    note = "unused by the crate; build a client with `transport::spark_client` over `ChannelBuilder`'s channel"
+)]
 pub type SparkConnectClient =
     SparkConnectServiceClient<InterceptedService<Channel, AuthInterceptor>>;
 
@@ -339,6 +343,7 @@ pub type SparkConnectClient =
 /// and accepts and sends messages up to [`ConnectionString::max_message_size`].
 ///
 /// ```
+/// # #![allow(deprecated)]
 /// use spark_connect_retry::session::channel::{client, ChannelBuilder};
 /// use spark_connect_retry::session::conn_string::ConnectionString;
 ///
@@ -349,6 +354,11 @@ pub type SparkConnectClient =
 /// # Ok(())
 /// # }
 /// ```
+#[deprecated(
+    since = "0.2.0",
+    note = "unused by the crate; build a client with `transport::spark_client` over `ChannelBuilder`'s channel"
+)]
+#[allow(deprecated)]
 pub fn client(config: &ConnectionString, channel: Channel) -> SparkConnectClient {
     SparkConnectServiceClient::with_interceptor(channel, AuthInterceptor::new(config))
         .max_decoding_message_size(config.max_message_size())
