@@ -1,4 +1,6 @@
 //! Tests for `session::channel` against a real tonic server on loopback.
+// `channel::client` is deprecated; its tests stay for its last release.
+#![allow(deprecated)]
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -4,7 +4,8 @@
 //! 65,535 plus its increment), up to the first request's `HEADERS`. Nothing is timed.
 
 use spark_connect_retry::proto::ConfigRequest;
-use spark_connect_retry::session::channel::{ChannelBuilder, client};
+use spark_connect_retry::session::channel::ChannelBuilder;
+use spark_connect_retry::transport::spark_client;
 use spark_connect_retry::session::conn_string::ConnectionString;
 use spark_connect_retry::session::{Http2FlowControl, SparkSession};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -108,7 +109,7 @@ async fn via_channel(params: &str, flow: Option<Http2FlowControl>) -> Advertised
     if let Some(flow) = flow {
         builder = builder.http2_flow_control(flow);
     }
-    let mut client = client(&cs, builder.connect_lazy().expect("channel"));
+    let mut client = spark_client(builder.connect_lazy().expect("channel"));
     let call = tokio::spawn(async move { client.config(ConfigRequest::default()).await });
     let seen = record(listener).await;
     call.abort();
