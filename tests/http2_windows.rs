@@ -5,9 +5,9 @@
 
 use spark_connect_retry::proto::ConfigRequest;
 use spark_connect_retry::session::channel::ChannelBuilder;
-use spark_connect_retry::transport::spark_client;
 use spark_connect_retry::session::conn_string::ConnectionString;
 use spark_connect_retry::session::{Http2FlowControl, SparkSession};
+use spark_connect_retry::transport::spark_client;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
