@@ -4,6 +4,9 @@
 //! backoff (recorded sleeps against a clock that never moves, never wall
 //! time).
 
+#[path = "support/policies.rs"]
+mod policies;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -131,20 +134,9 @@ async fn serve(script: impl Fn(Rpc) -> Reply + Send + Sync + 'static) -> (String
     (format!("127.0.0.1:{}", addr.port()), calls)
 }
 
-/// max 3 retries, 10 ms waits without jitter; sleeps recorded, never slept;
-/// a clock that never moves (every segment is short).
+/// [`policies::recorded`] with a clock that never moves (every segment is short).
 fn retrying(sleeper: &RecordingSleeper) -> Retrying {
-    let p = RetryPolicy::builder()
-        .max_retries(Some(3))
-        .initial_backoff_ms(10.0)
-        .max_backoff_ms(Some(10.0))
-        .jitter_ms(0.0)
-        .build()
-        .unwrap();
-    Retrying::new(vec![p])
-        .with_sleeper(sleeper.clone())
-        .with_clock(ManualClock::new())
-        .with_seed(5)
+    policies::recorded(sleeper, 5).with_clock(ManualClock::new())
 }
 
 fn resp(id: &str) -> ExecutePlanResponse {

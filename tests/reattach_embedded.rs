@@ -1,6 +1,9 @@
 //! The reattachable execution over real loopback sockets against the
 //! embedded Spark Connect server, through injected faults.
 
+#[path = "support/policies.rs"]
+mod policies;
+
 use std::time::Duration;
 
 use arrow_array::Int64Array;
@@ -30,18 +33,9 @@ fn range_request(end: i64) -> ExecutePlanRequest {
     plans::execute_request(SESSION, plans::range(Some(0), end, 1))
 }
 
-/// TestPolicy-like: 3 retries, 10 ms waits; sleeps recorded, never slept.
+/// [`policies::recorded`], seed 5.
 fn retrying(sleeper: &RecordingSleeper) -> Retrying {
-    let p = RetryPolicy::builder()
-        .max_retries(Some(3))
-        .initial_backoff_ms(10.0)
-        .max_backoff_ms(Some(10.0))
-        .jitter_ms(0.0)
-        .build()
-        .unwrap();
-    Retrying::new(vec![p])
-        .with_sleeper(sleeper.clone())
-        .with_seed(5)
+    policies::recorded(sleeper, 5)
 }
 
 struct Outcome {

@@ -9,6 +9,9 @@
 //! below are built from the bytes Sail 0.7.2 sent (its
 //! `grpc-status-details-bin`, captured on the wire).
 
+#[path = "support/policies.rs"]
+mod policies;
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -185,16 +188,9 @@ fn sail_operation_not_found_row_only_before_any_answer() {
 
 // ---- the core: which segment follows ----
 
-/// 3 retries, 10 ms waits, no jitter.
+/// [`policies::test_policy`], seed 3.
 fn test_retrying() -> Retrying {
-    let p = RetryPolicy::builder()
-        .max_retries(Some(3))
-        .initial_backoff_ms(10.0)
-        .max_backoff_ms(Some(10.0))
-        .jitter_ms(0.0)
-        .build()
-        .unwrap();
-    Retrying::new(vec![p]).with_seed(3)
+    Retrying::new(vec![policies::test_policy()]).with_seed(3)
 }
 
 fn core() -> ReattachCore {
