@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use arrow_array::{Int64Array, RecordBatch};
 use spark_connect_retry::deadlines::RpcDeadlines;
-use spark_connect_retry::policy::RetryPolicy;
 use spark_connect_retry::proto::execute_plan_response::{ArrowBatch, ResponseType, ResultComplete};
 use spark_connect_retry::proto::spark_connect_service_server::{
     SparkConnectService, SparkConnectServiceServer,

@@ -19,7 +19,6 @@ use std::time::Duration;
 
 use arrow_array::Int64Array;
 use base64::Engine as _;
-use spark_connect_retry::policy::RetryPolicy;
 use spark_connect_retry::proto::execute_plan_response::{ResponseType, ResultComplete};
 use spark_connect_retry::proto::{ExecutePlanRequest, ExecutePlanResponse};
 use spark_connect_retry::reattach::core::{
