@@ -32,7 +32,7 @@ use super::error::SparkError;
 use super::generation::Generation;
 use super::local_data::{CONF_KEYS, Chunker, LocalRelationConf, ipc_stream, nbytes};
 use super::spark::SparkSession;
-use super::stream::ArrowStream;
+use super::arrow_stream::ArrowStream;
 use super::upload::{UploadError, UploadStats};
 use crate::proto::{self, Relation, relation::RelType};
 

@@ -18,17 +18,12 @@ use std::collections::HashMap;
 use std::error::Error as _;
 use std::fmt;
 
+use crate::error_classes::{SESSION_CHANGED, SESSION_CLOSED};
 use crate::policy::Failure;
 use crate::reattach::ReattachError;
 use crate::retrying::GaveUp;
 use crate::session::channel::ChannelError;
 use crate::session::conn_string::ConnectionStringError;
-
-/// `INVALID_HANDLE.SESSION_CHANGED`: the server-side session is not the one
-/// the client saw (the server restarted).
-pub(super) const SESSION_CHANGED: &str = "INVALID_HANDLE.SESSION_CHANGED";
-/// `INVALID_HANDLE.SESSION_CLOSED`: the session was released.
-pub(super) const SESSION_CLOSED: &str = "INVALID_HANDLE.SESSION_CLOSED";
 
 /// An error the server reported, with Spark's details.
 ///
@@ -337,6 +332,15 @@ pub enum SparkError {
         /// The id received.
         got: String,
     },
+    /// A response named another session than the request: the server (or
+    /// something between) mixed up sessions; nothing of it is used.
+    #[error("protocol error: response for session {got}, expected {expected}")]
+    SessionMismatch {
+        /// The request's session id.
+        expected: String,
+        /// The response's session id.
+        got: String,
+    },
     /// The session was closed ([`close`](super::SparkSession::close) or
     /// [`release_session`](super::SparkSession::release_session)), or its
     /// server session changed.
@@ -394,9 +398,9 @@ pub enum SparkError {
         got: i64,
     },
     /// The result broke a stream-integrity rule (a replayed response, a
-    /// torn or miscounted batch; see [`crate::reattach::integrity`]).
+    /// torn or miscounted batch; see [`crate::reattach`], "stream integrity").
     #[error("[RESULT_INTEGRITY] {0}")]
-    Integrity(#[source] crate::reattach::integrity::IntegrityError),
+    Integrity(#[source] crate::reattach::IntegrityError),
     /// The server kept answering without making progress, or the execution
     /// could not be set up; see [`ReattachError`].
     #[error(transparent)]
@@ -485,10 +489,14 @@ impl From<ReattachError> for SparkError {
                 SparkError::SessionChanged { expected, got }
             }
             ReattachError::SessionMismatch { expected, got } => {
-                SparkError::Protocol(format!("response for session {got}, expected {expected}"))
+                SparkError::SessionMismatch { expected, got }
             }
             ReattachError::InvalidOperationId(id) => SparkError::InvalidOperationId(id),
-            e @ ReattachError::ZeroIdleTimeout => SparkError::Protocol(e.to_string()),
+            ReattachError::ZeroIdleTimeout => SparkError::InvalidOption {
+                field: "idle_timeout",
+                reason: "must be greater than zero",
+            },
+            ReattachError::InvalidDeadline(e) => SparkError::Deadline(e),
             ReattachError::Integrity(e) => SparkError::Integrity(e),
             e => SparkError::Execution(e),
         }

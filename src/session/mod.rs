@@ -47,16 +47,17 @@ mod generation;
 #[cfg(feature = "arrow")]
 mod local_data;
 mod options;
+mod queries;
 mod renewal;
 #[cfg(feature = "arrow")]
 pub mod resume;
 #[cfg(feature = "arrow")]
 pub mod schema;
 mod spark;
-mod stream;
+mod arrow_stream;
 mod tags;
 #[cfg(feature = "arrow")]
-pub mod upload;
+mod upload;
 #[cfg(feature = "arrow")]
 mod view;
 
@@ -68,6 +69,6 @@ pub use flow_control::{
     DEFAULT_CONNECTION_WINDOW, DEFAULT_STREAM_WINDOW, Http2FlowControl, MAX_WINDOW, MIN_WINDOW,
 };
 pub use spark::SparkSession;
-pub use stream::ArrowStream;
+pub use arrow_stream::ArrowStream;
 #[cfg(feature = "arrow")]
 pub use upload::{UploadError, UploadStats};

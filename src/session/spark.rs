@@ -154,11 +154,6 @@ impl SparkSession {
         self.inner.renewal.renewals()
     }
 
-    /// The old name of [`session_renewals`](Self::session_renewals).
-    #[deprecated(since = "0.2.0", note = "renamed to session_renewals()")]
-    pub fn renewals(&self) -> u64 {
-        self.session_renewals()
-    }
     /// The `client_type` sent on every request.
     pub fn client_type(&self) -> &str {
         &self.inner.client_type

@@ -92,29 +92,26 @@
 //!   either, because a malformed string such as `sc://h:1;token=x` puts a token there.
 //!   [`ConnectionString`]'s `Debug` redacts the token and metadata values.
 
-use std::borrow::Cow;
 use std::fmt;
-use std::net::Ipv6Addr;
 use std::time::Duration;
 
-use base64::Engine as _;
-use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
-use tonic::metadata::{
-    AsciiMetadataKey, AsciiMetadataValue, BinaryMetadataKey, BinaryMetadataValue, MetadataMap,
-};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use tonic::metadata::MetadataMap;
 use uuid::Uuid;
 
-use super::flow_control::{
-    DEFAULT_CONNECTION_WINDOW, DEFAULT_STREAM_WINDOW, Http2FlowControl, check_window,
-};
-use crate::reattach::ids::is_canonical_uuid;
+use super::flow_control::Http2FlowControl;
 
 mod error;
 mod values;
 
 pub use error::{ConnectionStringError, ParamPart};
-use error::{invalid_value, quote_key};
-use values::*;
+use error::invalid_value;
+use values::{
+    BDP_PROBE_KEY, CONNECTION_WINDOW_KEY, STREAM_WINDOW_KEY, WindowParams, decode, insert_metadata,
+    is_printable_ascii, non_empty, parse_authority, parse_bool, parse_max_size, parse_millis,
+    parse_window,
+    parse_uuid,
+};
 
 /// Default Spark Connect port.
 pub const DEFAULT_PORT: u16 = 15002;
@@ -304,19 +301,6 @@ const QUOTE_SET: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'~')
     .remove(b'/');
 
-/// Header names that tonic strips or HTTP/2 forbids; accepting them would silently drop them
-/// or break every call.
-const FORBIDDEN_METADATA_KEYS: &[&str] = &[
-    "te",
-    "content-type",
-    "host",
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "transfer-encoding",
-    "upgrade",
-];
-
 impl ConnectionString {
     /// Parses a connection string, using the process environment for fallbacks
     /// (`SPARK_CONNECT_AUTHENTICATE_TOKEN`, `SPARK_CONNECT_USER_AGENT`, `SPARK_USER`, `USER`).
@@ -352,6 +336,7 @@ impl ConnectionString {
 
         let (authority, tail) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
         let (host, port) = parse_authority(authority)?;
+        let port = port.unwrap_or(DEFAULT_PORT);
 
         let mut cs = ConnectionString {
             host,
