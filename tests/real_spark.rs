@@ -27,20 +27,8 @@ use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
 use spark_connect_retry::session::{SparkError, SparkSession};
 use spark_connect_testkit::proxy::{CutMode, CutSchedule, Direction, FaultProxy};
 
-mod arrow_data;
-#[path = "real_spark/restart.rs"]
-mod restart;
-#[path = "real_spark/resume.rs"]
-mod resume;
-#[path = "real_spark/sail_gaps.rs"]
-mod sail_gaps;
-#[path = "real_spark/session.rs"]
-mod session_api;
-#[path = "support/streams.rs"]
-mod streams;
 mod support;
-#[path = "real_spark/upload.rs"]
-mod upload;
+use support::{arrow_data, streams};
 
 const TEN_M: i64 = 10_000_000;
 
@@ -76,12 +64,18 @@ macro_rules! on_both {
     };
 }
 
-#[path = "real_spark/cuts.rs"]
-mod cuts;
-#[path = "real_spark/rpcs.rs"]
-mod rpcs;
-#[path = "real_spark/silence.rs"]
-mod silence;
+// The tests, one file a topic: tests/real_spark/*.rs. They follow `on_both!`
+// so that they can use it.
+mod real_spark {
+    mod cuts;
+    mod restart;
+    mod resume;
+    mod rpcs;
+    mod sail_gaps;
+    mod session_api;
+    mod silence;
+    mod upload;
+}
 
 fn remote(var: &str) -> Option<String> {
     match std::env::var(var) {

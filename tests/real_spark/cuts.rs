@@ -1,6 +1,6 @@
 //! Cuts, black holes, a lost ExecutePlan and refused connections through FaultProxy: exact rows or a clear error.
 
-use super::*;
+use crate::*;
 
 /// 40 seeded schedules of up to 3 cuts (RST, or FIN every fourth seed) 200 kB
 /// to 20 MB into each connection. On Sail the result is larger (5M rows,

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use spark_connect_retry::policy::RetryPolicy;
 use spark_connect_retry::session::{ArrowStream, SparkError, SparkSession};
 
-use super::streams::{assert_transport_error, first_error};
-use super::{addr_of, remote, session};
+use crate::streams::{assert_transport_error, first_error};
+use crate::{addr_of, remote, session};
 
 /// 10M rows: the server streams for seconds; far larger results OOM a 1 GiB
 /// driver (seen: 200M rows) and end the test for the wrong reason.
@@ -214,8 +214,8 @@ async fn server_restarted_mid_query_fails_clearly_then_renews_when_asked() {
     assert_eq!(tz, zone, "the builder's config was applied again");
     assert_eq!(renewing.session_renewals(), 1);
     assert_ne!(renewing.session_id(), first_id);
-    let check = super::query_rows(&renewing, 100_000).await.unwrap().0;
-    super::assert_exact(&check, 100_000);
+    let check = crate::query_rows(&renewing, 100_000).await.unwrap().0;
+    crate::assert_exact(&check, 100_000);
     renewing.close().await.expect("close");
     plain.close().await.expect("close");
 }

@@ -12,7 +12,7 @@ use spark_connect_retry::retrying::Retrying;
 use spark_connect_retry::session::{ArrowStream, ResultChange, SparkError, SparkSession};
 
 use super::restart::{RESTART_SERVER, restart};
-use super::{Check, absorb, addr_of, assert_exact, remote};
+use crate::{Check, absorb, addr_of, assert_exact, remote};
 
 const ROWS: i64 = 3_000_000;
 

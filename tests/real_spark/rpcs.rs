@@ -1,6 +1,6 @@
 //! Token auth, SQL errors with and without an error class, and the session RPCs.
 
-use super::*;
+use crate::*;
 
 #[tokio::test]
 async fn token_auth() {

@@ -8,8 +8,8 @@ use spark_connect_retry::proto;
 use spark_connect_retry::session::{SparkError, SparkSession};
 use spark_connect_retry::transport::{SparkClient, spark_client};
 
-use super::arrow_data::{rows, schema};
-use super::{Srv, addr_of, assert_exact, query_rows_on, session};
+use crate::arrow_data::{rows, schema};
+use crate::{Srv, addr_of, assert_exact, query_rows_on, session};
 
 /// A query that runs until interrupted (minutes on Sail).
 const LONG_QUERY: &str = "SELECT count(*) AS c FROM range(0, 100000000000) a WHERE a.id % 7 = 3";

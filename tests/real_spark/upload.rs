@@ -10,8 +10,8 @@ use arrow_schema::DataType;
 use spark_connect_retry::session::{DataFrame, SparkSession};
 use spark_connect_testkit::proxy::{CutSchedule, Direction, FaultProxy};
 
-use super::arrow_data::{rows, schema};
-use super::{Check, absorb, addr_of, assert_exact, remote, session};
+use crate::arrow_data::{rows, schema};
+use crate::{Check, absorb, addr_of, assert_exact, remote, session};
 
 /// 100 MiB of two `BIGINT` columns.
 const HUNDRED_MIB_ROWS: i64 = 100 * 1024 * 1024 / 16;

@@ -10,7 +10,7 @@ use arrow_schema::DataType;
 use spark_connect_retry::session::{ArrowStream, SparkError, SparkSession};
 use tokio::sync::Notify;
 
-use super::{remote, session};
+use crate::{remote, session};
 
 /// A query that runs until interrupted (minutes), on one partition: one
 /// task slot of the server's two.
