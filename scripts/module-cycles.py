@@ -1,34 +1,83 @@
 #!/usr/bin/env python3
-"""Lists import cycles between the files (modules) of each workspace crate.
+"""Fails on any import circle between the files (modules) of a crate.
 
-File A depends on file B when A names, through a `crate::`, `super::` or
-`self::` path (in a `use` or in code), an item that B defines. A path through
-a re-export in `mod.rs` is followed to the file under that module that
-defines the item. Comments and `#[cfg(test)] mod tests` are ignored. Prints
-every strongly connected component of more than one file, per crate, and
-exits 1 if there is any.
+Why: a circle between files means neither can be read, tested or moved
+without the other; the layering the crates promise (error types as leaves,
+drivers over pure cores) holds only while the file graph has no circle.
 
-Usage: scripts/module-cycles.py [-v] [CRATE_SRC_DIR ...]   (default: src crates/*/src;
-       -v lists the dependencies inside each cycle)
+File A depends on file B when A names an item that B defines:
+- through a `crate::`, `super::` or `self::` path, or a path that starts with
+  a child module A declares (`mod x;` then `x::Item`), in a `use` or in code;
+- items defined in `mod.rs` and `lib.rs` count like any other (a child that
+  uses its parent's item depends on the parent);
+- a `pub use` / `pub(crate) use` re-export is looked through: a user of the
+  re-exported path depends on the file that defines the item, and the
+  re-export itself adds no dependency;
+- an inherent `impl Type { .. }` written in B for a type defined in A makes A
+  depend on B when A's code calls one of the methods that block defines
+  (`.name(`, `Self::name(`, `Type::name(`): the type's home then leans on
+  behaviour written elsewhere, and the two files form the circle they are.
+
+Also fails on a glob import (`use path::*;`, not a `pub use` re-export)
+outside `#[cfg(test)]` code, since a glob hides which file a name comes from.
+
+Comments and `#[cfg(test)]` modules are ignored. Prints every strongly
+connected component of more than one file, per crate, and exits 1 if there is
+any circle or glob.
+
+Usage: scripts/module-cycles.py [-v] [CRATE_SRC_DIR ...]
+       (default: src and crates/*/src; -v lists the edges inside each circle)
 """
 import glob
 import os
 import re
 import sys
 
+ITEM_KINDS = r"(?:struct|enum|trait|fn|type|const|static|union|mod|macro_rules!)"
 DEF = re.compile(
-    r"^\s*(?:pub(?:\([^)]*\))?\s+)?(?:async\s+)?(?:unsafe\s+)?"
-    r"(?:struct|enum|trait|fn|type|const|static|union|mod)\s+([A-Za-z_][A-Za-z0-9_]*)",
+    r"^\s*(?:pub(?:\([^)]*\))?\s+)?(?:const\s+)?(?:async\s+)?(?:unsafe\s+)?"
+    + ITEM_KINDS
+    + r"\s+([A-Za-z_][A-Za-z0-9_]*)",
     re.M,
 )
-USE = re.compile(r"\buse\s+([^;]+);", re.S)
-PATH = re.compile(r"\b((?:crate|super|self)(?:::[A-Za-z_][A-Za-z0-9_]*)+)")
+TYPE_DEF = re.compile(
+    r"^\s*(?:pub(?:\([^)]*\))?\s+)?(?:struct|enum|union)\s+([A-Za-z_][A-Za-z0-9_]*)", re.M
+)
+CHILD_MOD = re.compile(r"^\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+([A-Za-z_][A-Za-z0-9_]*)\s*;", re.M)
+USE = re.compile(r"^\s*(pub(?:\([^)]*\))?\s+)?use\s+([^;]+);", re.M | re.S)
+PATH = re.compile(r"(?<![A-Za-z0-9_:])((?:crate|super|self)(?:::[A-Za-z_][A-Za-z0-9_]*)+)")
+INHERENT_IMPL = re.compile(r"^\s*impl\s*(?:<[^{]*?>)?\s+([A-Za-z_][A-Za-z0-9_]*)\s*(?:<[^{]*?>)?\s*\{", re.M)
+CFG_TEST = re.compile(r"#\[cfg\(test\)\]\s*(?:#\[[^\]]*\]\s*)*(?:pub(?:\([^)]*\))?\s+)?mod\s+\w+\s*\{")
 
 
-def clean(text):
-    i = text.find("#[cfg(test)]\nmod tests")
-    text = text if i < 0 else text[:i]
+FN_NAME = re.compile(r"\bfn\s+([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def block_at(text, start):
+    """The text of the brace block whose `{` ends just before `start`."""
+    depth, i = 1, start
+    while i < len(text) and depth:
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        i += 1
+    return text[start:i]
+
+
+def strip_comments(text):
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
     return re.sub(r"//[^\n]*", "", text)
+
+
+def strip_test_modules(text):
+    """Removes every `#[cfg(test)] mod name { ... }` block (braces matched)."""
+    while True:
+        m = CFG_TEST.search(text)
+        if not m:
+            return text
+        depth, i = 1, m.end()
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        text = text[: m.start()] + text[i:]
 
 
 def expand_use(tree):
@@ -58,93 +107,144 @@ def expand_use(tree):
             out.append(prefix + t)
 
     walk("", tree)
-    return out
+    return [p for p in out if p]
 
 
 def module_of(src, f):
     rel = os.path.relpath(f, src)[:-3].split(os.sep)
-    if rel[-1] in ("mod", "lib"):
+    if rel[-1] in ("mod", "lib", "main"):
         rel = rel[:-1]
-    return rel
+    return tuple(rel)
 
 
-def main():
-    args = sys.argv[1:]
-    verbose = "-v" in args
-    args = [a for a in args if a != "-v"]
-    dirs = args or ["src"] + sorted(glob.glob("crates/*/src"))
-    bad = 0
-    for src in dirs:
-        files = sorted(glob.glob(os.path.join(src, "**", "*.rs"), recursive=True))
-        texts = {f: clean(open(f, encoding="utf-8").read()) for f in files}
-        mods = {tuple(module_of(src, f)): f for f in files}
-        defs = {f: set(DEF.findall(t)) for f, t in texts.items()}
+class Crate:
+    def __init__(self, src):
+        self.src = src
+        self.files = sorted(glob.glob(os.path.join(src, "**", "*.rs"), recursive=True))
+        self.text = {}
+        for f in self.files:
+            with open(f, encoding="utf-8") as fh:
+                self.text[f] = strip_test_modules(strip_comments(fh.read()))
+        self.mods = {module_of(src, f): f for f in self.files}
+        self.module = {f: module_of(src, f) for f in self.files}
+        self.defs = {f: set(DEF.findall(t)) for f, t in self.text.items()}
+        self.types = {f: set(TYPE_DEF.findall(t)) for f, t in self.text.items()}
+        self.children = {f: set(CHILD_MOD.findall(t)) for f, t in self.text.items()}
+        # Names each file brings in with `use`: name -> crate path segments, or
+        # None for another crate's item (a dead end for this crate's graph).
+        self.imports = {f: {} for f in self.files}
+        self.uses = {f: [] for f in self.files}  # (is_pub, absolute segments)
+        self.globs = []
+        for f, t in self.text.items():
+            for vis, tree in USE.findall(t):
+                for p in expand_use(tree):
+                    segs = self.absolute(f, p.split("::"))
+                    if segs is None:
+                        self.imports[f][p.split("::")[-1]] = None
+                        continue
+                    if segs[-1] == "*":
+                        if not vis:
+                            self.globs.append((f, p))
+                        segs = segs[:-1]
+                        self.uses[f].append((bool(vis), segs))
+                        continue
+                    self.uses[f].append((bool(vis), segs))
+                    self.imports[f][segs[-1]] = segs
 
-        def resolve(segs):
-            # Longest module prefix that is a file; then the item in it, or
-            # in a file under it (a re-export), else the module file itself.
-            for k in range(len(segs), -1, -1):
-                m = tuple(segs[:k])
-                if m in mods:
-                    rest = segs[k:]
-                    if not rest:
-                        return {mods[m]}
-                    name = rest[0]
-                    if not m:
-                        # The crate root: an item of lib.rs, or a re-export
-                        # of another crate (`pub use tonic_retry::policy`).
-                        return set()
-                    if name in defs[mods[m]] and not mods[m].endswith(("mod.rs", "lib.rs")):
-                        return {mods[m]}
-                    under = {
-                        f for mm, f in mods.items()
-                        if mm[: len(m)] == m and len(mm) > len(m) and name in defs[f]
-                    }
-                    return under or ({mods[m]} if not mods[m].endswith(("mod.rs", "lib.rs")) else set())
+    def absolute(self, f, segs):
+        """The crate-relative path of `segs` as written in file f, or None for other crates."""
+        segs = [s for s in segs if s]
+        if not segs:
+            return None
+        here = list(self.module[f])
+        if segs[0] == "crate":
+            return segs[1:]
+        if segs[0] == "self":
+            return here + segs[1:]
+        if segs[0] == "super":
+            base = here[:-1]
+            segs = segs[1:]
+            while segs and segs[0] == "super":
+                base = base[:-1]
+                segs = segs[1:]
+            return base + segs
+        if segs[0] in self.children[f]:
+            return here + segs
+        return None
+
+    def resolve(self, segs, seen=None):
+        """The files that define the item at crate path `segs`."""
+        seen = seen or set()
+        key = tuple(segs)
+        if key in seen:
             return set()
+        seen.add(key)
+        for k in range(len(segs), -1, -1):
+            m = tuple(segs[:k])
+            if m not in self.mods:
+                continue
+            home = self.mods[m]
+            rest = segs[k:]
+            if not rest:
+                return {home}
+            name = rest[0]
+            if name in self.defs[home]:
+                return {home}
+            if name in self.imports[home]:
+                target = self.imports[home][name]
+                return set() if target is None else self.resolve(target, seen)
+            # Unknown here (macro-generated, say): the module file itself.
+            return {home}
+        return set()
 
-        graph = {f: set() for f in files}
-        for f, t in texts.items():
-            here = module_of(src, f)
-            paths = []
-            for tree in USE.findall(t):
-                paths += expand_use(tree)
-            paths += PATH.findall(t)
-            for p in paths:
-                segs = [s for s in p.split("::") if s]
-                if not segs or segs[0] not in ("crate", "super", "self"):
+    def graph(self):
+        g = {f: set() for f in self.files}
+        for f, t in self.text.items():
+            for is_pub, segs in self.uses[f]:
+                if is_pub:
+                    continue  # looked through by whoever uses the re-exported path
+                g[f] |= self.resolve(segs)
+            child_paths = []
+            for child in self.children[f]:
+                child_paths += re.findall(
+                    r"(?<![A-Za-z0-9_:])(%s(?:::[A-Za-z_][A-Za-z0-9_]*)+)" % child, t)
+            for p in PATH.findall(t) + child_paths:
+                segs = self.absolute(f, p.split("::"))
+                if segs is not None:
+                    g[f] |= self.resolve(segs)
+            for m in INHERENT_IMPL.finditer(t):
+                name = m.group(1)
+                if name in self.types[f]:
                     continue
-                base = [] if segs[0] == "crate" else list(here)
-                if segs[0] == "super":
-                    base = base[:-1]
-                    while len(segs) > 1 and segs[1] == "super":
-                        base = base[:-1]
-                        segs = segs[1:]
-                for g in resolve(base + segs[1:]):
-                    if g != f:
-                        graph[f].add(g)
-        comps = sccs(graph)
-        print(f"{src}: {len(comps)} cycle(s)")
-        for c in comps:
-            bad += 1
-            print("  " + " <-> ".join(os.path.relpath(x, src) for x in c))
-            if verbose:
-                for a in c:
-                    for b in sorted(graph[a] & set(c)):
-                        print(f"    {os.path.relpath(a, src)} -> {os.path.relpath(b, src)}")
-    sys.exit(1 if bad else 0)
+                methods = FN_NAME.findall(block_at(t, m.end()))
+                for home in self.type_home(f, name):
+                    g[f].add(home)
+                    calls = self.text[home]
+                    if any(re.search(r"(?:\.|\bSelf::|\b%s::)%s\s*(?:::<[^>]*>)?\(" % (name, fn), calls)
+                           for fn in methods):
+                        g[home].add(f)
+        for f in g:
+            g[f].discard(f)
+        return g
+
+    def type_home(self, f, name):
+        """Where the type `name`, implemented in f, is defined (through f's imports)."""
+        for _, segs in self.uses[f]:
+            if segs and segs[-1] == name:
+                return {h for h in self.resolve(segs) if name in self.types[h]}
+        return set()
 
 
 def sccs(graph):
-    index, low, stack, on, out, i = {}, {}, [], set(), [], [0]
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
     sys.setrecursionlimit(10000)
 
     def visit(v):
-        index[v] = low[v] = i[0]
-        i[0] += 1
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
         stack.append(v)
         on.add(v)
-        for w in graph[v]:
+        for w in sorted(graph[v]):
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
@@ -161,11 +261,34 @@ def sccs(graph):
             if len(comp) > 1:
                 out.append(sorted(comp))
 
-    for v in graph:
+    for v in sorted(graph):
         if v not in index:
             visit(v)
     return out
 
 
+def main(argv):
+    verbose = "-v" in argv
+    dirs = [a for a in argv if a != "-v"] or ["src"] + sorted(glob.glob("crates/*/src"))
+    bad = 0
+    for src in dirs:
+        crate = Crate(src)
+        graph = crate.graph()
+        comps = sccs(graph)
+        print(f"{src}: {len(crate.files)} files, {sum(map(len, graph.values()))} edges, "
+              f"{len(comps)} cycle(s), {len(crate.globs)} glob import(s)")
+        for c in comps:
+            bad += 1
+            print("  cycle: " + " <-> ".join(os.path.relpath(x, src) for x in c))
+            if verbose:
+                for a in c:
+                    for b in sorted(graph[a] & set(c)):
+                        print(f"    {os.path.relpath(a, src)} -> {os.path.relpath(b, src)}")
+        for f, p in crate.globs:
+            bad += 1
+            print(f"  glob import outside tests: {os.path.relpath(f, src)}: use {p}")
+    return 1 if bad else 0
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(main(sys.argv[1:]))

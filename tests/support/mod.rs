@@ -17,6 +17,10 @@
 //! runs its futures on the test's thread, so the events are the test's own.
 #![allow(dead_code)] // each test binary uses part of this module
 
+pub mod arrow_data;
+pub mod policies;
+pub mod streams;
+
 use std::cell::RefCell;
 use std::sync::Once;
 
