@@ -175,16 +175,6 @@ impl ReattachCore {
     pub fn initial_request(&self) -> &ExecutePlanRequest {
         &self.initial
     }
-    /// The id of the last response handed to the consumer.
-    #[cfg(test)]
-    pub fn last_returned_response_id(&self) -> Option<&str> {
-        self.last_returned.as_deref()
-    }
-    /// Whether the execution is over (ResultComplete delivered, or released after an error).
-    #[cfg(test)]
-    pub fn is_complete(&self) -> bool {
-        self.result_complete
-    }
     /// The server-side session id observed on this execution.
     pub fn server_side_session_id(&self) -> Option<&str> {
         self.server_side_session_id.as_deref()
@@ -511,3 +501,8 @@ impl ReattachCore {
         }
     }
 }
+
+#[cfg(test)]
+mod props;
+#[cfg(test)]
+mod tests;

@@ -101,43 +101,16 @@ mod error;
 pub(crate) mod ids;
 pub(crate) mod integrity;
 pub(crate) mod not_found;
+mod options;
 pub(crate) mod progress;
 mod release;
 mod stats;
 mod stream;
 
-use std::time::Duration;
-
 pub use error::ReattachError;
+pub use options::{DEFAULT_IDLE_TIMEOUT, ReattachOptions};
 pub use release::{MIN_RELEASE_ATTEMPT, RELEASE_UNTIL_INTERVAL, ReleaseTracker};
 pub use integrity::IntegrityError;
 pub use progress::EmptySegment;
 pub use stats::{StreamStats, StreamStatsHandle};
 pub use stream::ReattachableExecution;
-
-use crate::deadlines::RpcDeadlines;
-
-/// The default [`ReattachOptions::idle_timeout`]: 10 s (see the module docs,
-/// "Stall detection", for how it was chosen).
-pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Options of a reattachable execution.
-#[derive(Debug, Clone)]
-pub struct ReattachOptions {
-    /// Segment deadlines (`reattachable_execute_plan`, `reattach_execute`).
-    pub deadlines: RpcDeadlines,
-    /// Stall detection: treat a stream segment that brings no message (or,
-    /// while opening, no response headers) for this long as dead, and
-    /// reattach over a fresh connection. Default [`DEFAULT_IDLE_TIMEOUT`];
-    /// `None` turns it off. Must not be zero.
-    pub idle_timeout: Option<Duration>,
-}
-
-impl Default for ReattachOptions {
-    fn default() -> Self {
-        ReattachOptions {
-            deadlines: RpcDeadlines::default(),
-            idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
-        }
-    }
-}

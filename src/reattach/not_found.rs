@@ -175,3 +175,6 @@ impl Delivery {
         recognise(status, operation_id, self.answered)
     }
 }
+
+#[cfg(test)]
+mod tests;

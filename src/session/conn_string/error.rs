@@ -4,7 +4,10 @@
 
 use std::fmt;
 
-use super::{ENV_REMOTE, MAX_QUOTED_KEY, MAX_USER_AGENT_LEN};
+use super::defaults::{ENV_REMOTE, MAX_USER_AGENT_LEN};
+
+/// Longest key quoted in an error message; longer keys are cut (keys are user text).
+const MAX_QUOTED_KEY: usize = 64;
 
 /// Which half of a `key=value` parameter an error is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -101,6 +101,7 @@ use uuid::Uuid;
 
 use super::flow_control::Http2FlowControl;
 
+mod defaults;
 mod error;
 mod values;
 
@@ -113,36 +114,10 @@ use values::{
     parse_uuid,
 };
 
-/// Default Spark Connect port.
-pub const DEFAULT_PORT: u16 = 15002;
-
-/// Default maximum gRPC message size: 128 MiB, the Spark client default.
-pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 128 * 1024 * 1024;
-
-/// Default user agent of this client (`_SPARK_CONNECT_PYTHON` and `_SPARK_CONNECT_SCALA`
-/// upstream).
-pub const DEFAULT_USER_AGENT: &str = "_SPARK_CONNECT_RUST";
-
-/// Spark Connect protocol version this crate speaks, reported in [`ConnectionString::client_type`].
-pub const SPARK_VERSION: &str = "4.3.0";
-
-/// Longest accepted user agent, counted after percent-encoding (PySpark's limit).
-pub const MAX_USER_AGENT_LEN: usize = 2048;
-
-/// Environment variable holding the default connection string (read by
-/// [`ConnectionString::from_env`]).
-pub const ENV_REMOTE: &str = "SPARK_REMOTE";
-/// Environment variable holding the fallback token.
-pub const ENV_TOKEN: &str = "SPARK_CONNECT_AUTHENTICATE_TOKEN";
-/// Environment variable holding the fallback user agent.
-pub const ENV_USER_AGENT: &str = "SPARK_CONNECT_USER_AGENT";
-/// First environment variable holding the fallback user id.
-pub const ENV_SPARK_USER: &str = "SPARK_USER";
-/// Second environment variable holding the fallback user id.
-pub const ENV_USER: &str = "USER";
-
-/// Longest key quoted in an error message; longer keys are cut (keys are user text).
-const MAX_QUOTED_KEY: usize = 64;
+pub use defaults::{
+    DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_PORT, DEFAULT_USER_AGENT, ENV_REMOTE, ENV_SPARK_USER,
+    ENV_TOKEN, ENV_USER, ENV_USER_AGENT, MAX_USER_AGENT_LEN, SPARK_VERSION,
+};
 
 /// A bearer token. `Debug` and `Display` print `<redacted>`; use
 /// [`Token::expose_secret`] to read it.
