@@ -108,9 +108,9 @@ mod stats;
 mod stream;
 
 pub use error::ReattachError;
-pub use options::{DEFAULT_IDLE_TIMEOUT, ReattachOptions};
-pub use release::{MIN_RELEASE_ATTEMPT, RELEASE_UNTIL_INTERVAL, ReleaseTracker};
 pub use integrity::IntegrityError;
+pub use options::{DEFAULT_IDLE_TIMEOUT, ReattachOptions};
 pub use progress::EmptySegment;
+pub use release::{MIN_RELEASE_ATTEMPT, RELEASE_UNTIL_INTERVAL, ReleaseTracker};
 pub use stats::{StreamStats, StreamStatsHandle};
 pub use stream::ReattachableExecution;

@@ -25,8 +25,8 @@ use tonic::codec::Streaming;
 use tracing::Instrument;
 
 use super::core::{Action, Event, Open, ReattachCore, Release};
-use super::stats::{StreamStats, StreamStatsHandle};
 use super::release::{ReleaseTracker, Releaser};
+use super::stats::{StreamStats, StreamStatsHandle};
 use super::{ReattachError, ReattachOptions};
 use crate::proto::{ExecutePlanRequest, ExecutePlanResponse};
 use crate::reconnect::FreshConnection;

@@ -328,4 +328,3 @@ impl Interceptor for AuthInterceptor {
         Ok(request)
     }
 }
-

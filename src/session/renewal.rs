@@ -55,7 +55,6 @@ use super::generation::Generation;
 use super::spark::SparkSession;
 use crate::error_classes::{SESSION_CHANGED, SESSION_CLOSED, SESSION_NOT_FOUND};
 
-
 /// What a failed call says about its session (see the [module docs](self)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Verdict {

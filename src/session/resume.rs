@@ -35,8 +35,8 @@ use arrow_array::RecordBatch;
 use super::digest::{Digest, RowDigest};
 use super::error::ResultChange;
 use super::error::SparkError;
-use crate::proto::{Plan, plan, relation};
 use crate::error_classes::{OPERATION_NOT_FOUND, SESSION_NOT_FOUND};
+use crate::proto::{Plan, plan, relation};
 use crate::reattach::StreamStats;
 use crate::retrying::Retrying;
 

@@ -358,7 +358,12 @@ impl SparkSession {
     /// [`config`](super::SparkSessionBuilder::config)s nor renews a stale session.
     pub fn execute_plan(&self, plan: Plan) -> Result<ReattachableExecution, SparkError> {
         self.check_open()?;
-        self.start_execution(&self.inner.renewal.current(), plan, None, lock(&self.inner.tags).clone())
+        self.start_execution(
+            &self.inner.renewal.current(),
+            plan,
+            None,
+            lock(&self.inner.tags).clone(),
+        )
     }
 
     /// A reattachable execution of `plan` on generation `g`.

@@ -5,23 +5,18 @@
 
 use crate::support::policies;
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arrow_array::Int64Array;
-use base64::Engine as _;
-use spark_connect_retry::proto::execute_plan_response::{ResponseType, ResultComplete};
-use spark_connect_retry::proto::{ExecutePlanRequest, ExecutePlanResponse};
-use spark_connect_retry::reattach::{ReattachError, ReattachOptions, ReattachableExecution};
+use spark_connect_retry::proto::execute_plan_response::ResponseType;
+use spark_connect_retry::reattach::{ReattachOptions, ReattachableExecution};
 use spark_connect_retry::retrying::{BoxFuture, Retrying, Sleeper};
 use spark_connect_retry::transport::spark_client;
 use spark_connect_testkit::{TestServer, plans};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio_stream::StreamExt;
-use tonic::{Code, Status};
-use tonic_types::{ErrorDetails, StatusExt};
 
 /// Sleeps not at all; on the `at`-th sleep it starts listening on the
 /// reserved port and forwards each connection to `upstream`.
@@ -73,7 +68,9 @@ async fn refused_until_listening_sends_execute_again_and_never_reattaches() {
         reserved: Arc::new(Mutex::new(Some(socket))),
         upstream: server.addr(),
     };
-    let retrying = test_retrying().with_sleeper(sleeper.clone());
+    let retrying = Retrying::new(vec![policies::test_policy()])
+        .with_seed(3)
+        .with_sleeper(sleeper.clone());
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect_lazy();
@@ -88,7 +85,7 @@ async fn refused_until_listening_sends_execute_again_and_never_reattaches() {
         ReattachOptions::default(),
     )
     .unwrap();
-    let stats = exec.stats();
+    let stats = exec.stats_handle();
     let mut ids = Vec::new();
     while let Some(item) = tokio::time::timeout(Duration::from_secs(30), exec.next())
         .await

@@ -7,13 +7,13 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use proptest::prelude::*;
 use super::{Action, Event, ReattachCore};
 use crate::policy::RetryPolicy;
 use crate::proto::execute_plan_response::{ResponseType, ResultComplete};
 use crate::proto::{ExecutePlanRequest, ExecutePlanResponse};
 use crate::reattach::ReattachError;
 use crate::retrying::{ManualClock, Retrying};
+use proptest::prelude::*;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 

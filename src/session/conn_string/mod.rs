@@ -105,13 +105,12 @@ mod defaults;
 mod error;
 mod values;
 
-pub use error::{ConnectionStringError, ParamPart};
 use error::invalid_value;
+pub use error::{ConnectionStringError, ParamPart};
 use values::{
     BDP_PROBE_KEY, CONNECTION_WINDOW_KEY, STREAM_WINDOW_KEY, WindowParams, decode, insert_metadata,
     is_printable_ascii, non_empty, parse_authority, parse_bool, parse_max_size, parse_millis,
-    parse_window,
-    parse_uuid,
+    parse_uuid, parse_window,
 };
 
 pub use defaults::{

@@ -32,7 +32,6 @@ const FORBIDDEN_METADATA_KEYS: &[&str] = &[
     "upgrade",
 ];
 
-
 pub(super) fn decode(
     raw: &str,
     index: usize,

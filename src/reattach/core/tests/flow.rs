@@ -1,6 +1,9 @@
 //! The ordinary paths: execute, reattach, NotFound, session ids, graceful ends, deadlines, release, operation ids.
 
-use super::{StatusExt, Code, Duration, ErrorDetails, Item, ReattachCore, ReattachError, Script, Status, not_found, request, run, shared, unavailable};
+use super::{
+    Code, Duration, ErrorDetails, Item, ReattachCore, ReattachError, Script, Status, StatusExt,
+    not_found, request, run, shared, unavailable,
+};
 
 /// `test_client.py::SparkConnectClientReattachTestCase::test_basic_flow`.
 #[test]

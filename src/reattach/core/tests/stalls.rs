@@ -1,6 +1,9 @@
 //! Stalls: immediate reattaches, their bound, and which failures are forgiven.
 
-use super::{Action, Code, Duration, Event, ExecutePlanResponse, ManualClock, Open, ReattachCore, ReattachError, Release, Retrying, Status, request, resp, test_retrying};
+use super::{
+    Action, Code, Duration, Event, ExecutePlanResponse, ManualClock, Open, ReattachCore,
+    ReattachError, Release, Retrying, Status, request, resp, test_retrying,
+};
 
 #[test]
 fn stall_and_segment_deadline_reattach_at_once() {
