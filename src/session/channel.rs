@@ -51,43 +51,25 @@ use super::flow_control::Http2FlowControl;
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why a channel could not be built.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ChannelError {
     /// The connection string asks for TLS (`use_ssl=true`, or a token with a host other than
     /// `localhost`), but the crate was built without the `tls` feature.
+    #[error(
+        "the connection needs TLS, but spark-connect-retry was built without the 'tls' feature"
+    )]
     TlsFeatureDisabled,
     /// tonic rejected the endpoint: an invalid URI, or a TLS setup failure such as no native
     /// root certificates being found.
-    Endpoint(tonic::transport::Error),
+    #[error("invalid Spark Connect endpoint: {0}")]
+    Endpoint(#[source] tonic::transport::Error),
     /// An eager [`ChannelBuilder::connect`] could not connect.
-    Connect(tonic::transport::Error),
+    #[error("cannot connect to Spark Connect: {0}")]
+    Connect(#[source] tonic::transport::Error),
     /// The [`Http2FlowControl`] given to [`ChannelBuilder::http2_flow_control`] is invalid.
+    #[error("invalid HTTP/2 flow control: {0}")]
     FlowControl(&'static str),
-}
-
-impl fmt::Display for ChannelError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ChannelError::TlsFeatureDisabled => f.write_str(
-                "the connection needs TLS, but spark-connect-retry was built without the 'tls' feature",
-            ),
-            ChannelError::Endpoint(e) => write!(f, "invalid Spark Connect endpoint: {e}"),
-            ChannelError::Connect(e) => write!(f, "cannot connect to Spark Connect: {e}"),
-            ChannelError::FlowControl(reason) => {
-                write!(f, "invalid HTTP/2 flow control: {reason}")
-            }
-        }
-    }
-}
-
-impl std::error::Error for ChannelError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            ChannelError::TlsFeatureDisabled | ChannelError::FlowControl(_) => None,
-            ChannelError::Endpoint(e) | ChannelError::Connect(e) => Some(e),
-        }
-    }
 }
 
 /// Builds a tonic [`Endpoint`] / [`Channel`] from a [`ConnectionString`].

@@ -32,8 +32,10 @@ use crate::session::conn_string::ConnectionStringError;
 /// history, and the last attempt's status is
 /// [`GaveUp::last_status`]. `Debug` shows the decoded fields, never the raw
 /// `grpc-status-details-bin` bytes.
-#[derive(Clone)]
+#[derive(Clone, thiserror::Error)]
+#[error("{}", self.render())]
 pub struct ServerError {
+    #[source]
     status: tonic::Status,
     error_class: Option<String>,
     sql_state: Option<String>,
@@ -171,8 +173,18 @@ impl ServerError {
     }
 }
 
-impl fmt::Display for ServerError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl ServerError {
+    /// The display: as Spark shows it, or as gRPC code and message (see
+    /// the module docs).
+    fn render(&self) -> String {
+        let mut text = String::new();
+        // Writing to a String cannot fail.
+        let _ = self.write_display(&mut text);
+        text
+    }
+
+    fn write_display(&self, f: &mut String) -> fmt::Result {
+        use std::fmt::Write as _;
         if let Some(history) = self.gave_up() {
             f.write_str("[RETRIES_EXCEEDED] ")?;
             match (self.rpc, &self.target) {
@@ -265,7 +277,8 @@ fn code_name(code: tonic::Code) -> &'static str {
 /// The transport's cause chain of a client-side failure (`: Connection
 /// refused (os error 111)`), each cause once; the retry history and nested
 /// statuses are walked through, not printed.
-fn write_causes(f: &mut fmt::Formatter<'_>, status: &tonic::Status, message: &str) -> fmt::Result {
+fn write_causes(f: &mut String, status: &tonic::Status, message: &str) -> fmt::Result {
+    use std::fmt::Write as _;
     let mut written = message.to_owned();
     let mut next = status.source();
     while let Some(err) = next {
@@ -280,12 +293,6 @@ fn write_causes(f: &mut fmt::Formatter<'_>, status: &tonic::Status, message: &st
         next = err.source();
     }
     Ok(())
-}
-
-impl std::error::Error for ServerError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.status)
-    }
 }
 
 fn sqlstate_from_message(msg: &str) -> Option<String> {
