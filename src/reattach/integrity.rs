@@ -42,7 +42,7 @@
 
 use std::collections::HashSet;
 
-/// A broken stream-integrity rule (see the [module docs](self)).
+/// A broken stream-integrity rule (see [`crate::reattach`], "stream integrity").
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum IntegrityError {
