@@ -72,9 +72,10 @@ pub mod proto {
 }
 
 pub mod deadlines;
+mod error_classes;
 pub mod layer;
 pub mod reattach;
-pub mod renew;
+pub mod reconnect;
 pub mod session;
 pub mod status;
 pub mod transport;
