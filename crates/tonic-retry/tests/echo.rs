@@ -50,7 +50,7 @@ async fn unary_retried_until_it_succeeds() {
     let addr = server.clone().spawn().await.unwrap();
     let sleeper = RecordingSleeper::new();
     let layer = RetryLayer::from_service_config(&config(RETRY_SAY), base(&sleeper));
-    let stats = layer.stats();
+    let stats = layer.stats_handle();
     let reply = client(addr, layer).say(hello(0)).await.unwrap();
     assert_eq!(reply.into_inner().message, "hello");
     assert_eq!(server.calls(), 3);
@@ -113,7 +113,7 @@ async fn a_hedge_answers_when_the_first_attempt_hangs() {
     // A clock that stands still: the hedge timer is exactly the delay.
     let retrying = base(&sleeper).with_clock(ManualClock::new());
     let layer = RetryLayer::from_service_config(&hedged, retrying);
-    let stats = layer.stats();
+    let stats = layer.stats_handle();
     let reply = client(addr, layer).say(hello(0)).await.unwrap();
     assert_eq!(reply.into_inner().message, "hello");
     assert_eq!(server.calls(), 2);
@@ -133,7 +133,7 @@ async fn throttling_stops_retries_while_the_server_keeps_failing() {
            "retryThrottling": {"maxTokens": 4, "tokenRatio": 0.1}}"#,
     );
     let layer = RetryLayer::from_service_config(&throttled, base(&sleeper));
-    let stats = layer.stats();
+    let stats = layer.stats_handle();
     let mut client = client(addr, layer);
     // 4 tokens: the first failure leaves 3 (> 4 / 2, retried), the second
     // 2 (not above half: throttled), although 5 attempts were allowed.
