@@ -1,6 +1,6 @@
 //! Cuts, black holes, a lost ExecutePlan and refused connections through FaultProxy: exact rows or a clear error.
 
-use super::*;
+use crate::*;
 
 /// 40 seeded schedules of up to 3 cuts (RST, or FIN every fourth seed) 200 kB
 /// to 20 MB into each connection. On Sail the result is larger (5M rows,
@@ -214,7 +214,10 @@ on_both!(
     refused_connections
 );
 
-#[tokio::test]
+real_test!(
+    deep_cuts_with_the_default_buffer_are_exact_or_a_clear_error,
+    needs = [SMALLBUF]
+);
 async fn deep_cuts_with_the_default_buffer_are_exact_or_a_clear_error() {
     let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE_SMALLBUF") else {
         return;

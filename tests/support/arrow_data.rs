@@ -1,6 +1,7 @@
 //! The local data the upload tests send: `id` (0..n) and `x = 2 * id`, two
 //! non-null `BIGINT`s, made lazily batch by batch, so a read-back can check
 //! every row exactly.
+#![allow(dead_code)] // each test binary uses part of this module
 
 use std::sync::Arc;
 

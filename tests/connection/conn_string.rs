@@ -13,15 +13,10 @@ use spark_connect_retry::session::conn_string::{
     Token,
 };
 
-#[path = "conn_string/env.rs"]
 mod env;
-#[path = "conn_string/fuzz.rs"]
 mod fuzz;
-#[path = "conn_string/options.rs"]
 mod options;
-#[path = "conn_string/spec.rs"]
 mod spec;
-#[path = "conn_string/syntax.rs"]
 mod syntax;
 
 const UUID: &str = "6f3b7d52-4a1e-4c7b-9a0d-2b9e5c8f1a34";

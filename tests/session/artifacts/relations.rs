@@ -10,7 +10,7 @@ use spark_connect_retry::proto::{self, relation::RelType};
 use spark_connect_retry::session::SparkSession;
 use spark_connect_testkit::{Fault, Rpc, TestServer};
 
-use crate::{SESSION, add, assert_spark, client, pyspark_requests};
+use super::{SESSION, add, assert_spark, client, pyspark_requests};
 
 fn batch(ids: std::ops::Range<i64>) -> RecordBatch {
     let schema = Arc::new(Schema::new(vec![

@@ -9,8 +9,7 @@
 //! below are built from the bytes Sail 0.7.2 sent (its
 //! `grpc-status-details-bin`, captured on the wire).
 
-#[path = "support/policies.rs"]
-mod policies;
+use crate::support::policies;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -4,7 +4,7 @@
 //! resumed upload skipping what the server holds, a CRC mismatch as a
 //! clear error, and temporary views over the data read back with SQL.
 
-mod arrow_data;
+use crate::support::arrow_data;
 
 use std::sync::Arc;
 

@@ -7,13 +7,13 @@ use spark_connect_retry::proto::{self, add_artifacts_request::Payload};
 use spark_connect_testkit::{Fault, Rpc, TestServer};
 use tonic::Code;
 
-use crate::{SESSION, add, assert_spark, chunk, client, data, pyspark_requests, summaries};
+use super::{SESSION, add, assert_spark, chunk, client, data, pyspark_requests, summaries};
 
 fn names(server: &TestServer) -> Vec<String> {
     server.artifacts(SESSION).into_keys().collect()
 }
 
-async fn status(c: &mut crate::Client, names: &[&str]) -> Vec<(String, bool)> {
+async fn status(c: &mut super::Client, names: &[&str]) -> Vec<(String, bool)> {
     let r = c
         .artifact_status(proto::ArtifactStatusesRequest {
             session_id: SESSION.into(),
@@ -73,7 +73,7 @@ async fn small_artifacts_travel_in_one_batch() {
 async fn large_artifacts_travel_in_chunks() {
     let server = TestServer::start().await.unwrap();
     let mut c = client(&server).await;
-    let big = data(3 * crate::CHUNK_SIZE + 1, 3);
+    let big = data(3 * super::CHUNK_SIZE + 1, 3);
     let (s1, s2) = (data(20_000, 4), data(20_000, 5));
     let items: [(&str, &[u8]); 3] = [("cache/s1", &s1), ("cache/big", &big), ("cache/s2", &s2)];
     let reqs = pyspark_requests(SESSION, &items);
@@ -140,7 +140,7 @@ async fn artifact_status_knows_only_cache_artifacts() {
 #[tokio::test]
 async fn cuts_before_during_and_after_the_last_chunk() {
     let server = TestServer::start().await.unwrap();
-    let big = data(3 * crate::CHUNK_SIZE + 100, 7);
+    let big = data(3 * super::CHUNK_SIZE + 100, 7);
     let items: [(&str, &[u8]); 1] = [("cache/big", &big)];
     let n = pyspark_requests(SESSION, &items).len() as u32;
     assert_eq!(n, 4);
@@ -159,7 +159,7 @@ async fn cuts_before_during_and_after_the_last_chunk() {
         let call = server.upload_calls().pop().expect("recorded");
         assert_eq!(call.messages, u64::from(k), "k = {k}");
         let sent: usize = (0..k as usize)
-            .map(|i| crate::CHUNK_SIZE.min(big.len() - i * crate::CHUNK_SIZE))
+            .map(|i| super::CHUNK_SIZE.min(big.len() - i * super::CHUNK_SIZE))
             .sum();
         assert_eq!(call.bytes, sent as u64, "k = {k}");
         assert!(call.stored.is_empty());
@@ -181,7 +181,7 @@ async fn cuts_before_during_and_after_the_last_chunk() {
 #[tokio::test]
 async fn a_cut_after_the_store_loses_only_the_response() {
     let server = TestServer::start().await.unwrap();
-    let big = data(2 * crate::CHUNK_SIZE + 1, 8);
+    let big = data(2 * super::CHUNK_SIZE + 1, 8);
     server
         .faults()
         .push(Fault::reset_connection().on(Rpc::AddArtifacts));
@@ -208,7 +208,7 @@ async fn a_cut_after_the_store_loses_only_the_response() {
 async fn statuses_stalls_and_lost_requests() {
     let server = TestServer::start().await.unwrap();
     let mut c = client(&server).await;
-    let big = data(3 * crate::CHUNK_SIZE, 9);
+    let big = data(3 * super::CHUNK_SIZE, 9);
     let items: [(&str, &[u8]); 1] = [("cache/big", &big)];
 
     // A status mid-stream: the call fails with it, nothing is stored.
@@ -283,7 +283,7 @@ async fn a_corrupted_chunk_is_reported_and_not_stored() {
     assert_eq!(names(&server), vec!["cache/b"]);
 
     // The third chunk of a chunked artifact.
-    let big = data(4 * crate::CHUNK_SIZE, 12);
+    let big = data(4 * super::CHUNK_SIZE, 12);
     server
         .faults()
         .push(Fault::corrupt_chunk().after_requests(2));
@@ -310,7 +310,7 @@ async fn a_corrupted_chunk_is_reported_and_not_stored() {
 async fn a_client_cut_discards_the_partial_upload() {
     let server = TestServer::start().await.unwrap();
     let mut c = client(&server).await;
-    let big = data(3 * crate::CHUNK_SIZE, 13);
+    let big = data(3 * super::CHUNK_SIZE, 13);
     let mut reqs = pyspark_requests(SESSION, &[("cache/big", &big)]).into_iter();
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     tx.send(reqs.next().unwrap()).await.unwrap();
@@ -321,23 +321,17 @@ async fn a_client_cut_discards_the_partial_upload() {
             .await;
     });
     // Cut once the call has reached the server (bounded wait).
-    for _ in 0..500 {
-        if server.calls().add_artifacts == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(server.calls().add_artifacts, 1);
+    crate::support::eventually("the upload reached the server", || {
+        server.calls().add_artifacts == 1
+    })
+    .await;
     call.abort();
     drop(tx);
-    let mut recorded = Vec::new();
-    for _ in 0..500 {
-        recorded = server.upload_calls();
-        if !recorded.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    crate::support::eventually("the cut upload is recorded", || {
+        !server.upload_calls().is_empty()
+    })
+    .await;
+    let recorded = server.upload_calls();
     assert_eq!(recorded.len(), 1, "the cut upload is recorded");
     assert!(recorded[0].messages <= 2);
     assert!(recorded[0].stored.is_empty());
@@ -363,7 +357,7 @@ async fn protocol_errors_fail_the_call_as_spark_does() {
 
     // The stream ends before the last chunk: nothing is stored, not even
     // the complete small artifacts before it.
-    let big = data(3 * crate::CHUNK_SIZE, 14);
+    let big = data(3 * super::CHUNK_SIZE, 14);
     let mut reqs = pyspark_requests(SESSION, &[("cache/s", b"small"), ("cache/big", &big)]);
     reqs.pop();
     assert!(add(&mut c, reqs).await.is_err());

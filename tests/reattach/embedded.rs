@@ -1,8 +1,7 @@
 //! The reattachable execution over real loopback sockets against the
 //! embedded Spark Connect server, through injected faults.
 
-#[path = "support/policies.rs"]
-mod policies;
+use crate::support::policies;
 
 use std::time::Duration;
 

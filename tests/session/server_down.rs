@@ -17,8 +17,7 @@ use spark_connect_retry::session::{SparkError, SparkSession};
 use spark_connect_testkit::TestServer;
 use spark_connect_testkit::proxy::FaultProxy;
 
-#[path = "support/streams.rs"]
-mod streams;
+use crate::support::streams;
 use streams::until_error;
 
 /// Reads the first batch of a long query through a proxy, then closes the

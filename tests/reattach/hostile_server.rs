@@ -4,8 +4,7 @@
 //! backoff (recorded sleeps against a clock that never moves, never wall
 //! time).
 
-#[path = "support/policies.rs"]
-mod policies;
+use crate::support::policies;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

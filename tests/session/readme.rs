@@ -7,8 +7,8 @@
 
 use std::process::Command;
 
-const README: &str = include_str!("../README.md");
-const EXAMPLE: &str = include_str!("../examples/quickstart.rs");
+const README: &str = include_str!("../../README.md");
+const EXAMPLE: &str = include_str!("../../examples/quickstart.rs");
 
 /// The lines of the README's quick start block.
 fn readme_block() -> Vec<&'static str> {

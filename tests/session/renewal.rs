@@ -11,8 +11,7 @@ use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
 use spark_connect_retry::session::{SparkError, SparkSession, SparkSessionBuilder};
 use spark_connect_testkit::TestServer;
 
-#[path = "support/streams.rs"]
-mod streams;
+use crate::support::streams;
 use streams::first_error;
 
 const ZONE: (&str, &str) = ("spark.sql.session.timeZone", "Asia/Kolkata");
