@@ -20,7 +20,9 @@
 //! [`Fault::after_responses`] moves a fault into a response stream
 //! (ExecutePlan / ReattachExecute): it fires after that many responses were
 //! handed to the transport, so a status arrives in the trailers, a stall
-//! pauses the stream, a reset cuts it. On unary RPCs `after_responses` (any
+//! pauses the stream, a reset cuts it. A stream whose whole result is
+//! shorter (a client's command before its query) leaves the fault, once, at
+//! the front of the script for the next matching call. On unary RPCs `after_responses` (any
 //! value) means "after the request was processed": the effect replaces the
 //! response.
 //!
@@ -317,6 +319,18 @@ impl Fault {
         tracing::info!(rpc = ?rpc, fault = %self.describe(), "fault fired {when}");
     }
 
+    /// Logs that a stream of `rpc` completed after `sent` responses, before
+    /// this fault's trigger, and the fault went back to the script.
+    pub(crate) fn log_put_back(&self, rpc: Rpc, sent: u64) {
+        tracing::info!(rpc = ?rpc, fault = %self.describe(), "fault kept for the next stream: this one completed after {sent} responses");
+    }
+
+    /// Logs that this fault was taken by a call of `rpc` that failed before
+    /// the fault could fire (it is spent).
+    pub(crate) fn log_spent(&self, rpc: Rpc) {
+        tracing::info!(rpc = ?rpc, fault = %self.describe(), "fault spent unfired: the call failed before its stream started");
+    }
+
     /// A short description of what the fault does, for the event log.
     fn describe(&self) -> String {
         let what = match &self.action {
@@ -412,6 +426,13 @@ impl FaultScript {
     /// The number of faults still pending.
     pub fn pending(&self) -> usize {
         lock(&self.inner).len()
+    }
+
+    /// Returns one firing of a fault to the front of the script, to act on
+    /// the next matching call.
+    pub(crate) fn put_back(&self, mut fault: Fault) {
+        fault.times = 1;
+        lock(&self.inner).insert(0, fault);
     }
 
     /// Takes one firing of the first fault matching `rpc`.

@@ -77,6 +77,30 @@ pub(super) async fn begin<T>(
     }
 }
 
+/// A stream fault taken from the script that has not fired yet. If the call
+/// fails before its stream starts (an unknown operation, a bad request), the
+/// fault is spent without firing; dropping this logs that.
+pub(super) struct Deferred(Option<(Rpc, Fault)>);
+
+impl Deferred {
+    pub(super) fn new(rpc: Rpc, fault: Option<Fault>) -> Self {
+        Deferred(fault.map(|f| (rpc, f)))
+    }
+
+    /// Hands the fault to the stream that fires it.
+    pub(super) fn into_stream(mut self) -> Option<(Rpc, Fault)> {
+        self.0.take()
+    }
+}
+
+impl Drop for Deferred {
+    fn drop(&mut self) {
+        if let Some((rpc, fault)) = &self.0 {
+            fault.log_spent(*rpc);
+        }
+    }
+}
+
 /// Waits `duration` (`None`: forever), or until the server stops.
 pub(super) async fn stall(shared: &Shared, duration: Option<Duration>) {
     let mut stopping = shared.stopping.subscribe();

@@ -9,7 +9,7 @@ use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 
 use super::buffer::{OpState, Operation};
-use super::call::{self, kill_switch};
+use super::call::{self, Deferred, kill_switch};
 use super::producer::produce;
 use super::sender::{ExecStream, attach_stream};
 use super::state::Shared;
@@ -27,15 +27,18 @@ pub(super) async fn execute_plan(
     let kill = kill_switch(&request);
     let session_id = request.get_ref().session_id.clone();
     let op_hint = request.get_ref().operation_id.clone().unwrap_or_default();
-    let fault = call::begin(
-        shared,
+    let fault = Deferred::new(
         Rpc::ExecutePlan,
-        &shared.counters.execute,
-        &request,
-        &session_id,
-        &op_hint,
-    )
-    .await?;
+        call::begin(
+            shared,
+            Rpc::ExecutePlan,
+            &shared.counters.execute,
+            &request,
+            &session_id,
+            &op_hint,
+        )
+        .await?,
+    );
     let req = request.into_inner();
     lock(&shared.log).execute.push(req.clone());
     shared.get_or_create_session(
@@ -69,7 +72,7 @@ pub(super) async fn execute_plan(
         shared.clone(),
         op,
         0,
-        fault.map(|f| (Rpc::ExecutePlan, f)),
+        fault.into_stream(),
         kill,
     )))
 }
@@ -127,15 +130,18 @@ pub(super) async fn reattach_execute(
     let kill = kill_switch(&request);
     let session_id = request.get_ref().session_id.clone();
     let op_id = request.get_ref().operation_id.clone();
-    let fault = call::begin(
-        shared,
+    let fault = Deferred::new(
         Rpc::ReattachExecute,
-        &shared.counters.reattach,
-        &request,
-        &session_id,
-        &op_id,
-    )
-    .await?;
+        call::begin(
+            shared,
+            Rpc::ReattachExecute,
+            &shared.counters.reattach,
+            &request,
+            &session_id,
+            &op_id,
+        )
+        .await?,
+    );
     let req = request.into_inner();
     lock(&shared.log).reattach.push(req.clone());
     shared.lookup_session(
@@ -165,7 +171,7 @@ pub(super) async fn reattach_execute(
         shared.clone(),
         op,
         start_after,
-        fault.map(|f| (Rpc::ReattachExecute, f)),
+        fault.into_stream(),
         kill,
     )))
 }

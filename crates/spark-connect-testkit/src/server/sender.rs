@@ -91,7 +91,15 @@ async fn run_sender(
         }
         sender.changed.borrow_and_update();
         let step = op.consume(sender.next, gen_, sender.retry_buffer);
+        let complete = matches!(step, Step::Finished(Ok(())));
         if let ControlFlow::Break(end) = sender.step(step).await {
+            if let (true, Some(f)) = (complete, fault) {
+                // The whole result was shorter than the fault's trigger (a
+                // client's short command stream before its query, say): the
+                // fault waits for the next matching stream instead.
+                f.fault.log_put_back(f.rpc, sender.sent);
+                shared.faults.put_back(f.fault);
+            }
             return end;
         }
     }

@@ -70,7 +70,11 @@ fn main() -> ExitCode {
                 .with_writer(std::io::stderr)
                 .with_target(false),
         )
-        .with(Targets::new().with_target("spark_connect_testkit", tracing::Level::INFO))
+        .with(
+            Targets::new()
+                .with_target("spark_connect_testkit", tracing::Level::INFO)
+                .with_target("spark_connect_chaos", tracing::Level::INFO),
+        )
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -103,9 +107,12 @@ async fn serve(listen: SocketAddr, script: script::Script) -> ExitCode {
         faults = script.faults.len(),
         "serving the embedded Spark Connect server"
     );
+    // Listen for the signals before saying ready: a SIGTERM right after the
+    // ready line must stop the server cleanly, not kill it.
+    let signals = Signals::new();
     println!("listening on {}", server.addr());
     let _ = std::io::stdout().flush();
-    wait_for_signal().await;
+    signals.recv().await;
     tracing::info!(
         faults_left = server.faults().pending(),
         "stopping on a signal"
@@ -114,28 +121,36 @@ async fn serve(listen: SocketAddr, script: script::Script) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Resolves on SIGINT or SIGTERM (Ctrl-C elsewhere).
-async fn wait_for_signal() {
+/// SIGINT and SIGTERM (Ctrl-C where there are no Unix signals).
+struct Signals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match (
-            signal(SignalKind::interrupt()),
-            signal(SignalKind::terminate()),
-        ) {
-            (Ok(mut int), Ok(mut term)) => {
-                tokio::select! {
-                    _ = int.recv() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            _ => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
+    streams: Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,
+}
+
+impl Signals {
+    fn new() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let streams = signal(SignalKind::interrupt())
+                .and_then(|i| Ok((i, signal(SignalKind::terminate())?)))
+                .ok();
+            Signals { streams }
         }
+        #[cfg(not(unix))]
+        Signals {}
     }
-    #[cfg(not(unix))]
-    {
+
+    /// Resolves on the first signal.
+    async fn recv(self) {
+        #[cfg(unix)]
+        if let Some((mut int, mut term)) = self.streams {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
         let _ = tokio::signal::ctrl_c().await;
     }
 }
