@@ -17,7 +17,9 @@ if [ ! -x "$PY" ]; then
     echo "chaos-pyspark: no PySpark venv at $VENV (run scripts/spark-install.sh)" >&2
     exit 2
 fi
-cargo build --quiet -p spark-connect-testkit --bin spark-connect-chaos
+# Built as the test kit's own tests build it (same features, so the CI's
+# test build is reused): target/debug/spark-connect-chaos.
+cargo test --quiet -p spark-connect-testkit --test chaos --no-run
 BIN="${CARGO_TARGET_DIR:-target}/debug/spark-connect-chaos"
 if [ "$#" -eq 0 ]; then
     set -- crates/spark-connect-testkit/scenarios/*.toml

@@ -58,7 +58,7 @@ impl Running {
     }
 
     /// Stops it with SIGTERM; returns its exit status and its event log.
-    fn stop(mut self) -> (std::process::ExitStatus, String) {
+    fn stop(self) -> (std::process::ExitStatus, String) {
         let pid = self.child.id().to_string();
         let killed = Command::new("kill").args(["-TERM", &pid]).status();
         assert!(killed.is_ok_and(|s| s.success()), "kill -TERM {pid}");

@@ -55,7 +55,7 @@ async fn run(name: &str) {
     let expect = toml::from_str::<Scenario>(&text).unwrap().expect;
     let server = Running::start(&[path.to_str().unwrap()]);
     let spark = SparkSession::builder()
-        .remote(&format!("sc://{}", server.addr))
+        .remote(format!("sc://{}", server.addr))
         .build()
         .unwrap();
     let start = Instant::now();
@@ -66,6 +66,13 @@ async fn run(name: &str) {
     let elapsed = start.elapsed().as_secs_f64();
     let _ = spark.close().await;
     let (status, log) = server.stop();
+    match &result {
+        Ok(b) => println!(
+            "{name}: {} rows in {elapsed:.2} s",
+            b.iter().map(|b| b.num_rows()).sum::<usize>()
+        ),
+        Err(e) => println!("{name}: error {e} in {elapsed:.2} s"),
+    }
     assert!(
         status.success(),
         "{name}: the server exited with {status}: {log}"
