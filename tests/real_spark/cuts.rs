@@ -146,7 +146,7 @@ async fn exact_through(
     srv: Srv,
     proxy: &FaultProxy,
     n: i64,
-) -> (spark_connect_retry::reattach::core::StreamStats, Duration) {
+) -> (spark_connect_retry::reattach::StreamStats, Duration) {
     let spark = session(&proxy.remote());
     let started = Instant::now();
     let (check, stats) =
@@ -209,7 +209,10 @@ on_both!(
     refused_connections
 );
 
-#[tokio::test]
+real_test!(
+    deep_cuts_with_the_default_buffer_are_exact_or_a_clear_error,
+    needs = [SMALLBUF]
+);
 async fn deep_cuts_with_the_default_buffer_are_exact_or_a_clear_error() {
     let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE_SMALLBUF") else {
         return;
