@@ -10,6 +10,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // Test servers implement only the RPCs they script; the rest answer
         // UNIMPLEMENTED (server-streaming RPCs then return a boxed stream).
         .generate_default_stubs(true)
+        // SQL parameters by name: sorted, so a plan encodes to the same
+        // bytes in every process (a replayed or resumed query resends them).
+        .btree_map(".spark.connect.SQL.args")
+        .btree_map(".spark.connect.SQL.named_arguments")
+        .btree_map(".spark.connect.SqlCommand.args")
+        .btree_map(".spark.connect.SqlCommand.named_arguments")
         .compile_fds(fds)?;
     Ok(())
 }

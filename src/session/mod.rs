@@ -47,6 +47,7 @@ mod generation;
 #[cfg(feature = "arrow")]
 mod local_data;
 mod options;
+pub mod params;
 mod renewal;
 #[cfg(feature = "arrow")]
 pub mod resume;
