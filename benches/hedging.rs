@@ -106,7 +106,7 @@ impl Arm {
         let mut layer = RetryLayer::spark_connect(Retrying::default());
         if hedged {
             let policy = HedgingPolicy::new(3, HEDGE_DELAY).expect("policy");
-            layer = layer.hedge(CONFIG, policy).expect("Config is idempotent");
+            layer = layer.hedge(CONFIG, policy);
         }
         let channel = Endpoint::from_shared(format!("http://{addr}"))
             .expect("endpoint")

@@ -383,7 +383,7 @@ async fn sequential() {
     let addr = serve().await;
     let mut raw = SparkConnectServiceClient::new(channel(addr));
     let layer = RetryLayer::spark_connect(Retrying::default());
-    let stats = layer.stats();
+    let stats = layer.stats_handle();
     let mut ours =
         SparkConnectServiceClient::new(ServiceBuilder::new().layer(layer).service(channel(addr)));
     let mut refr = SparkConnectServiceClient::new(reference(channel(addr)));

@@ -10,5 +10,5 @@ mod connection {
     mod conn_string;
     mod http2_windows;
     mod proto_compat;
-    mod renew;
+    mod reconnect;
 }

@@ -227,7 +227,7 @@ fn assert_exact(check: &Check, n: i64) {
 async fn query_rows(
     spark: &SparkSession,
     n: i64,
-) -> Result<(Check, spark_connect_retry::reattach::core::StreamStats), SparkError> {
+) -> Result<(Check, spark_connect_retry::reattach::StreamStats), SparkError> {
     query_rows_as(spark, &format!("SELECT id, id*2 AS x FROM range({n})")).await
 }
 
@@ -238,7 +238,7 @@ async fn query_rows_on(
     srv: Srv,
     spark: &SparkSession,
     n: i64,
-) -> Result<(Check, spark_connect_retry::reattach::core::StreamStats), SparkError> {
+) -> Result<(Check, spark_connect_retry::reattach::StreamStats), SparkError> {
     let order = if srv == Srv::Sail { " ORDER BY id" } else { "" };
     query_rows_as(
         spark,
@@ -250,7 +250,7 @@ async fn query_rows_on(
 async fn query_rows_as(
     spark: &SparkSession,
     query: &str,
-) -> Result<(Check, spark_connect_retry::reattach::core::StreamStats), SparkError> {
+) -> Result<(Check, spark_connect_retry::reattach::StreamStats), SparkError> {
     let mut stream = spark.sql(query).await?;
     let mut check = Check {
         in_order: true,

@@ -20,7 +20,7 @@ use super::spark::SparkSession;
 use crate::deadlines::{RpcDeadlines, check_timeout};
 use crate::policy::RetryPolicy;
 use crate::reattach::DEFAULT_IDLE_TIMEOUT;
-use crate::renew::RenewableChannel;
+use crate::reconnect::ReconnectingChannel;
 use crate::retrying::Retrying;
 use crate::transport::{GrpcChannel, SparkClient, grpc_channel};
 
@@ -316,9 +316,9 @@ impl SparkSessionBuilder {
             ),
             None => {
                 let timeout = self.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
-                // A renewable channel: a stall reattach dials a fresh
+                // A reconnecting channel: a stall reattach dials a fresh
                 // connection instead of waiting on a dead one.
-                let tonic = RenewableChannel::new(
+                let tonic = ReconnectingChannel::new(
                     ChannelBuilder::new(&config)
                         .connect_timeout(timeout)
                         .http2_flow_control(flow_control)

@@ -29,6 +29,7 @@
 //! # }
 //! ```
 
+mod arrow_stream;
 mod builder;
 pub mod channel;
 mod config;
@@ -48,19 +49,20 @@ mod generation;
 mod local_data;
 mod options;
 pub mod params;
+mod queries;
 mod renewal;
 #[cfg(feature = "arrow")]
 pub mod resume;
 #[cfg(feature = "arrow")]
 pub mod schema;
 mod spark;
-mod stream;
 mod tags;
 #[cfg(feature = "arrow")]
-pub mod upload;
+mod upload;
 #[cfg(feature = "arrow")]
 mod view;
 
+pub use arrow_stream::ArrowStream;
 pub use builder::{DEFAULT_RELEASE_WAIT, MIN_ARROW_CHUNK_SIZE, SparkSessionBuilder};
 #[cfg(feature = "arrow")]
 pub use dataframe::{DataFrame, UPLOAD_GROUP_BYTES};
@@ -69,6 +71,5 @@ pub use flow_control::{
     DEFAULT_CONNECTION_WINDOW, DEFAULT_STREAM_WINDOW, Http2FlowControl, MAX_WINDOW, MIN_WINDOW,
 };
 pub use spark::SparkSession;
-pub use stream::ArrowStream;
 #[cfg(feature = "arrow")]
 pub use upload::{UploadError, UploadStats};

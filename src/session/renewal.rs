@@ -53,9 +53,7 @@ use std::sync::atomic::Ordering;
 use super::error::SparkError;
 use super::generation::Generation;
 use super::spark::SparkSession;
-use crate::reattach::core::SESSION_NOT_FOUND;
-
-use super::error::{SESSION_CHANGED, SESSION_CLOSED};
+use crate::error_classes::{SESSION_CHANGED, SESSION_CLOSED, SESSION_NOT_FOUND};
 
 /// What a failed call says about its session (see the [module docs](self)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,7 +159,7 @@ impl SparkSession {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reattach::core::OPERATION_NOT_FOUND;
+    use crate::error_classes::OPERATION_NOT_FOUND;
     use crate::session::generation::Renewal;
 
     #[test]

@@ -154,11 +154,6 @@ impl SparkSession {
         self.inner.renewal.renewals()
     }
 
-    /// The old name of [`session_renewals`](Self::session_renewals).
-    #[deprecated(since = "0.2.0", note = "renamed to session_renewals()")]
-    pub fn renewals(&self) -> u64 {
-        self.session_renewals()
-    }
     /// The `client_type` sent on every request.
     pub fn client_type(&self) -> &str {
         &self.inner.client_type
@@ -363,7 +358,12 @@ impl SparkSession {
     /// [`config`](super::SparkSessionBuilder::config)s nor renews a stale session.
     pub fn execute_plan(&self, plan: Plan) -> Result<ReattachableExecution, SparkError> {
         self.check_open()?;
-        self.start_execution(&self.inner.renewal.current(), plan, None, self.tags())
+        self.start_execution(
+            &self.inner.renewal.current(),
+            plan,
+            None,
+            lock(&self.inner.tags).clone(),
+        )
     }
 
     /// A reattachable execution of `plan` on generation `g`.

@@ -151,7 +151,7 @@ async fn exact_through(
     srv: Srv,
     proxy: &FaultProxy,
     n: i64,
-) -> (spark_connect_retry::reattach::core::StreamStats, Duration) {
+) -> (spark_connect_retry::reattach::StreamStats, Duration) {
     let spark = session(&proxy.remote());
     let started = Instant::now();
     let (check, stats) =

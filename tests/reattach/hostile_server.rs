@@ -20,8 +20,8 @@ use spark_connect_retry::proto::{
     ExecutePlanRequest, ExecutePlanResponse, ReattachExecuteRequest, ReleaseExecuteRequest,
     ReleaseExecuteResponse,
 };
-use spark_connect_retry::reattach::integrity::IntegrityError;
-use spark_connect_retry::reattach::progress::EmptySegment;
+use spark_connect_retry::reattach::EmptySegment;
+use spark_connect_retry::reattach::IntegrityError;
 use spark_connect_retry::reattach::{ReattachError, ReattachOptions, ReattachableExecution};
 use spark_connect_retry::retrying::{ManualClock, RecordingSleeper, Retrying};
 use spark_connect_retry::session::{SparkError, SparkSession};
@@ -573,7 +573,7 @@ async fn the_test_servers_longest_stream_duration_saturates() {
         ReattachOptions::default(),
     )
     .unwrap();
-    let stats = exec.stats();
+    let stats = exec.stats_handle();
     let (ids, err) = drain(exec).await;
     assert!(err.is_none(), "{err:?}");
     assert!(!ids.is_empty());

@@ -9,7 +9,7 @@
 //! silent.
 //!
 //! [`FreshConnection`] is a request extension that says so, and
-//! [`RenewableChannel`] honours it: it holds a tonic [`Channel`] and, for a
+//! [`ReconnectingChannel`] honours it: it holds a tonic [`Channel`] and, for a
 //! request carrying the marker, replaces it with a newly dialled one before
 //! sending. Later requests use the new channel too. Streams already open on
 //! the old connection keep it alive until they end; the old connection
@@ -17,15 +17,15 @@
 //! tonic `Channel`, a user's own stack) simply ignore it.
 //!
 //! [`crate::session::SparkSession`] builds its channel as a
-//! `RenewableChannel` unless given one of its own.
+//! `ReconnectingChannel` unless given one of its own.
 //!
 //! ```
-//! use spark_connect_retry::renew::{FreshConnection, RenewableChannel};
+//! use spark_connect_retry::reconnect::{FreshConnection, ReconnectingChannel};
 //! use tonic::transport::Endpoint;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let channel = RenewableChannel::new(Endpoint::from_static("http://127.0.0.1:15002"));
+//! let channel = ReconnectingChannel::new(Endpoint::from_static("http://127.0.0.1:15002"));
 //! let mut request = tonic::Request::new(());
 //! request.extensions_mut().insert(FreshConnection);
 //! assert_eq!(channel.reconnects(), 0); // counted when such a request is sent
@@ -51,21 +51,21 @@ pub struct FreshConnection;
 /// [`FreshConnection`] (see the [module docs](self)). Cheap to clone; clones
 /// share the current channel.
 #[derive(Debug, Clone)]
-pub struct RenewableChannel {
+pub struct ReconnectingChannel {
     endpoint: Endpoint,
     current: Arc<Mutex<Channel>>,
-    renewals: Arc<AtomicU64>,
+    reconnects: Arc<AtomicU64>,
 }
 
-impl RenewableChannel {
+impl ReconnectingChannel {
     /// A channel to `endpoint` that connects lazily, on first use. Must be
     /// called inside a tokio runtime.
     pub fn new(endpoint: Endpoint) -> Self {
         let current = endpoint.connect_lazy();
-        RenewableChannel {
+        ReconnectingChannel {
             endpoint,
             current: Arc::new(Mutex::new(current)),
-            renewals: Arc::new(AtomicU64::new(0)),
+            reconnects: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -74,13 +74,7 @@ impl RenewableChannel {
     /// [`SparkSession::session_renewals`](crate::session::SparkSession::session_renewals),
     /// which counts fresh server-side sessions.
     pub fn reconnects(&self) -> u64 {
-        self.renewals.load(Ordering::SeqCst)
-    }
-
-    /// The old name of [`reconnects`](Self::reconnects).
-    #[deprecated(since = "0.2.0", note = "renamed to reconnects()")]
-    pub fn renewals(&self) -> u64 {
-        self.reconnects()
+        self.reconnects.load(Ordering::SeqCst)
     }
 
     /// The channel for `req`: a new one if it carries [`FreshConnection`].
@@ -88,8 +82,8 @@ impl RenewableChannel {
         let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
         if req.extensions().get::<FreshConnection>().is_some() {
             *current = self.endpoint.connect_lazy();
-            self.renewals.fetch_add(1, Ordering::SeqCst);
-            tracing::debug!("renewable channel: dialling a fresh connection");
+            self.reconnects.fetch_add(1, Ordering::SeqCst);
+            tracing::debug!("reconnecting channel: dialling a fresh connection");
         }
         current.clone()
     }
@@ -102,7 +96,7 @@ type ResponseFuture = Pin<
     >,
 >;
 
-impl Service<http::Request<tonic::body::Body>> for RenewableChannel {
+impl Service<http::Request<tonic::body::Body>> for ReconnectingChannel {
     type Response = http::Response<tonic::body::Body>;
     type Error = tonic::transport::Error;
     type Future = ResponseFuture;

@@ -1,48 +1,15 @@
-//! The layer against real echo servers on loopback: retries (unary and
-//! server streams), hedging, throttling and server pushback, each through a
-//! plain generated tonic client. Waits go through a recording sleeper, so
+//! The layer against the scripted echo server: retries (unary and server
+//! streams), hedging, throttling and server pushback, each through a plain
+//! generated tonic client. Waits go through a recording sleeper, so
 //! nothing here sleeps in real time and every wait is checked exactly.
-
-use std::net::SocketAddr;
 
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Code, Status};
-use tonic_retry::layer::{MethodConfig, RetryLayer, RetryService, ServiceConfig};
-use tonic_retry::retrying::{ManualClock, RecordingSleeper, Retrying};
-use tonic_retry_echo::{EchoClient, EchoRequest, Scripted};
-use tower::ServiceBuilder;
+use tonic_retry::layer::{MethodConfig, RetryLayer};
+use tonic_retry::retrying::{ManualClock, RecordingSleeper};
+use tonic_retry_echo::Scripted;
 
-type Client = EchoClient<RetryService<tonic::transport::Channel>>;
-
-fn client(addr: SocketAddr, layer: RetryLayer) -> Client {
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect_lazy();
-    EchoClient::new(ServiceBuilder::new().layer(layer).service(channel))
-}
-
-fn hello(count: u32) -> EchoRequest {
-    EchoRequest {
-        message: "hello".into(),
-        count,
-    }
-}
-
-/// The base loop: a recording sleeper, a fixed jitter sequence.
-fn base(sleeper: &RecordingSleeper) -> Retrying {
-    Retrying::default()
-        .with_sleeper(sleeper.clone())
-        .with_seed(7)
-}
-
-fn config(json: &str) -> ServiceConfig {
-    ServiceConfig::from_json(json).unwrap()
-}
-
-const RETRY_SAY: &str = r#"{"methodConfig": [{
-    "name": [{"service": "echo.Echo"}],
-    "retryPolicy": {"maxAttempts": 5, "initialBackoff": "0.1s", "maxBackoff": "1s",
-                    "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]}"#;
+use crate::support::{RETRY_ECHO as RETRY_SAY, base, client, config, hello};
 
 #[tokio::test]
 async fn unary_retried_until_it_succeeds() {
@@ -50,7 +17,7 @@ async fn unary_retried_until_it_succeeds() {
     let addr = server.clone().spawn().await.unwrap();
     let sleeper = RecordingSleeper::new();
     let layer = RetryLayer::from_service_config(&config(RETRY_SAY), base(&sleeper));
-    let stats = layer.stats();
+    let stats = layer.stats_handle();
     let reply = client(addr, layer).say(hello(0)).await.unwrap();
     assert_eq!(reply.into_inner().message, "hello");
     assert_eq!(server.calls(), 3);
@@ -113,7 +80,7 @@ async fn a_hedge_answers_when_the_first_attempt_hangs() {
     // A clock that stands still: the hedge timer is exactly the delay.
     let retrying = base(&sleeper).with_clock(ManualClock::new());
     let layer = RetryLayer::from_service_config(&hedged, retrying);
-    let stats = layer.stats();
+    let stats = layer.stats_handle();
     let reply = client(addr, layer).say(hello(0)).await.unwrap();
     assert_eq!(reply.into_inner().message, "hello");
     assert_eq!(server.calls(), 2);
@@ -133,7 +100,7 @@ async fn throttling_stops_retries_while_the_server_keeps_failing() {
            "retryThrottling": {"maxTokens": 4, "tokenRatio": 0.1}}"#,
     );
     let layer = RetryLayer::from_service_config(&throttled, base(&sleeper));
-    let stats = layer.stats();
+    let stats = layer.stats_handle();
     let mut client = client(addr, layer);
     // 4 tokens: the first failure leaves 3 (> 4 / 2, retried), the second
     // 2 (not above half: throttled), although 5 attempts were allowed.
@@ -151,7 +118,7 @@ fn with_pushback(value: &'static str) -> Status {
     Status::with_metadata(Code::Unavailable, "busy", md)
 }
 
-/// One pushback then success, through the PySpark-default policy; the wait taken.
+/// One pushback then success, through the default policy; the wait taken.
 async fn pushback_wait(value: &'static str) -> Vec<u64> {
     let pushback = with_pushback(value);
     let server = Scripted::new(move |n| {

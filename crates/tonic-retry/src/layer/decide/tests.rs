@@ -1,23 +1,36 @@
-//! The retry layer's decision function, rule by rule (the table in
-//! `layer::decide`'s module docs), with no server: each test states a call,
-//! an attempt's outcome and the time, and checks the decision.
+//! The decision function, rule by rule (the table in the module docs),
+//! with no server: each test states a call, an attempt's outcome and the
+//! time, and checks the decision.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use spark_connect_retry::layer::RetryThrottle;
-use spark_connect_retry::layer::decide::{
-    CallState, Decision, Next, Outcome, Reason, Rules, decide,
-};
-use spark_connect_retry::policy::{Pushback, RetryPolicy};
-use spark_connect_retry::retrying::Retrying;
+use http::HeaderMap;
+use http::uri::PathAndQuery;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
+use super::{CallState, Decision, Next, Outcome, Reason, Rules, decide};
+use crate::headers::GRPC_RETRY_PUSHBACK_MS;
+use crate::layer::RetryThrottle;
+use crate::policy::{DEFAULT_MAX_SERVER_RETRY_DELAY, FnClassifier, Pushback, RetryPolicy};
+use crate::retrying::Retrying;
+
 const MS: Duration = Duration::from_millis(1);
 
-/// PySpark's default policy, no jitter below 2 s: waits 50, 200, 800 ms…
-fn pyspark() -> Retrying {
-    Retrying::default().with_seed(1)
+/// A policy without jitter: waits 50, 200, 800 ms… (PySpark's numbers,
+/// which the rules below were first written against).
+fn fixed() -> Retrying {
+    let policy = RetryPolicy::builder()
+        .max_retries(Some(15))
+        .initial_backoff(50 * MS)
+        .max_backoff(Some(Duration::from_secs(60)))
+        .backoff_multiplier(4.0)
+        .proportional_jitter(0.0)
+        .build()
+        .unwrap();
+    Retrying::new(vec![policy]).with_seed(1)
 }
 
 fn call(idempotent: bool) -> CallState {
@@ -81,7 +94,7 @@ fn failed_with(d: &Decision) -> Option<(Code, String)> {
 /// Rule 1: a success is delivered and refills the bucket.
 #[test]
 fn rule_1_success_is_delivered_and_refills_the_bucket() {
-    let r = pyspark();
+    let r = fixed();
     let t = RetryThrottle::new(10, 0.5).unwrap();
     t.on_failure();
     let mut s = call(true);
@@ -101,7 +114,7 @@ fn rule_1_success_is_delivered_and_refills_the_bucket() {
 /// with DEADLINE_EXCEEDED, whether the layer's timer or the channel's fired.
 #[test]
 fn rule_2_overall_deadline_expired() {
-    let r = pyspark();
+    let r = fixed();
     // What tonic's channel reports when the grpc-timeout we set expires.
     let channel_deadline = Status::from_error(Box::new(tonic::TimeoutExpired(())));
     for outcome in [
@@ -137,7 +150,7 @@ fn rule_2_overall_deadline_expired() {
 /// idempotent method; a call that stops there fails with DEADLINE_EXCEEDED.
 #[test]
 fn rule_3_attempt_timeout() {
-    let r = pyspark();
+    let r = fixed();
     let mut s = call(true)
         .with_attempt_timeout(Some(100 * MS))
         .with_deadline(Duration::ZERO, Duration::from_secs(10));
@@ -166,7 +179,7 @@ fn rule_3_attempt_timeout() {
 /// token; others do not.
 #[test]
 fn rule_4_throttle_accounting() {
-    let r = pyspark();
+    let r = fixed();
     let t = RetryThrottle::new(100, 0.1).unwrap();
     let rules = Rules {
         retrying: &r,
@@ -185,7 +198,7 @@ fn rule_4_throttle_accounting() {
 /// Rule 5: a negative or garbled pushback stops, even for a retryable status.
 #[test]
 fn rule_5_pushback_stop() {
-    let r = pyspark();
+    let r = fixed();
     let d = fail(
         &mut call(true),
         &unavailable(),
@@ -201,7 +214,7 @@ fn rule_5_pushback_stop() {
 /// start: unprocessed, a pushback ≥ 0, or RESOURCE_EXHAUSTED + RetryInfo.
 #[test]
 fn rule_6_non_idempotent_replay() {
-    let r = pyspark();
+    let r = fixed();
     let z = Duration::ZERO;
     let cases: [(Status, Option<Pushback>, Reason); 6] = [
         (unavailable(), None, Reason::NotReplayable),
@@ -236,15 +249,19 @@ fn rule_6_non_idempotent_replay() {
 /// budget delivers the status (the latter counted as exhausted).
 #[test]
 fn rule_7_policy_decides() {
-    let r = pyspark();
+    let r = fixed();
     let z = Duration::ZERO;
     let d = fail(&mut call(true), &Status::aborted("x"), None, z, rules(&r));
     assert_eq!(d.reason, Reason::NotRetryable);
-    let one = RetryPolicy::builder().max_retries(Some(1)).build().unwrap();
+    let one = RetryPolicy::builder()
+        .max_retries(Some(1))
+        .proportional_jitter(0.0)
+        .build()
+        .unwrap();
     let r = Retrying::new(vec![one]).with_seed(1);
     let mut s = call(true);
     let d = fail(&mut s, &unavailable(), None, z, rules(&r));
-    assert_eq!(retry_after(&d), Some(50 * MS));
+    assert_eq!(retry_after(&d), Some(100 * MS));
     let d = fail(&mut s, &unavailable(), None, z, rules(&r));
     assert_eq!(d.reason, Reason::Exhausted);
     assert!(matches!(d.next, Next::Deliver));
@@ -254,7 +271,7 @@ fn rule_7_policy_decides() {
 /// Rule 8: a bucket at or below half refuses the retry.
 #[test]
 fn rule_8_throttled() {
-    let r = pyspark();
+    let r = fixed();
     let t = RetryThrottle::new(4, 0.1).unwrap();
     t.on_failure();
     let rules = Rules {
@@ -271,7 +288,7 @@ fn rule_8_throttled() {
 /// is the policy's floor.
 #[test]
 fn rule_9_waits() {
-    let r = pyspark();
+    let r = fixed();
     let z = Duration::ZERO;
     let mut s = call(true);
     let waits: Vec<_> = [None, Some(Pushback::After(1234 * MS)), None]
@@ -301,7 +318,7 @@ fn rule_9_waits() {
 /// scheduled; the attempt's status is delivered.
 #[test]
 fn rule_10_no_retry_past_the_deadline() {
-    let r = pyspark();
+    let r = fixed();
     let status = with_retry_info(Code::Unavailable, Duration::from_secs(10));
     let mut s = call(true).with_deadline(Duration::ZERO, Duration::from_secs(1));
     let d = fail(&mut s, &status, None, 10 * MS, rules(&r));
@@ -320,7 +337,7 @@ fn rule_10_no_retry_past_the_deadline() {
 /// `grpc-previous-rpc-attempts`.
 #[test]
 fn rule_11_retry_and_attempt_count() {
-    let r = pyspark();
+    let r = fixed();
     let mut s = call(true);
     for (i, want) in [50, 200, 800].into_iter().enumerate() {
         let d = fail(&mut s, &unavailable(), None, Duration::ZERO, rules(&r));
@@ -335,7 +352,7 @@ fn rule_11_retry_and_attempt_count() {
 /// the clock counts as past any deadline.
 #[test]
 fn huge_durations_do_not_overflow() {
-    let r = pyspark();
+    let r = fixed();
     let now = Duration::from_secs(1_000_000);
     let mut s = call(true)
         .with_deadline(now, Duration::MAX)
@@ -347,4 +364,98 @@ fn huge_durations_do_not_overflow() {
     let pb = Some(Pushback::After(Duration::MAX));
     let d = fail(&mut s, &unavailable(), pb, now, rules(&r));
     assert_eq!(d.reason, Reason::Deadline);
+}
+
+fn pushback_wait(retrying: &Retrying, value: &'static str) -> Duration {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        GRPC_RETRY_PUSHBACK_MS,
+        http::HeaderValue::from_static(value),
+    );
+    let pushback = Pushback::from_headers(&headers);
+    let mut call = CallState::new(PathAndQuery::from_static("/s.S/M"), true);
+    call.begin_attempt(Duration::ZERO);
+    let status = Status::unavailable("busy");
+    let rules = Rules {
+        retrying,
+        throttle: None,
+    };
+    let outcome = Outcome::Failed {
+        status: &status,
+        pushback,
+    };
+    match decide(&mut call, outcome, Duration::ZERO, rules) {
+        Decision {
+            next: Next::Retry(wait),
+            reason: Reason::Pushback,
+        } => wait,
+        other => panic!("{value}: {other:?}"),
+    }
+}
+
+#[test]
+fn pushback_is_capped_like_retry_info() {
+    let default = Retrying::default();
+    assert_eq!(
+        pushback_wait(&default, "600000"),
+        DEFAULT_MAX_SERVER_RETRY_DELAY
+    );
+    assert_eq!(
+        pushback_wait(&default, "600001"),
+        DEFAULT_MAX_SERVER_RETRY_DELAY
+    );
+    assert_eq!(
+        pushback_wait(&default, "9223372036854775807"),
+        DEFAULT_MAX_SERVER_RETRY_DELAY
+    );
+    assert_eq!(pushback_wait(&default, "1234"), Duration::from_millis(1234));
+    let short = RetryPolicy::builder()
+        .max_server_retry_delay(Some(Duration::from_secs(2)))
+        .build()
+        .unwrap();
+    let short = Retrying::new(vec![short]);
+    assert_eq!(pushback_wait(&short, "5000"), Duration::from_secs(2));
+    let uncapped = RetryPolicy::builder()
+        .max_server_retry_delay(None)
+        .build()
+        .unwrap();
+    let uncapped = Retrying::new(vec![uncapped]);
+    assert_eq!(
+        pushback_wait(&uncapped, "9223372036854775807"),
+        Duration::from_millis(i64::MAX as u64)
+    );
+}
+
+/// The policies classify a failure once per attempt, the throttle's
+/// bookkeeping included.
+#[test]
+fn one_classification_per_failure() {
+    let calls = Arc::new(AtomicU32::new(0));
+    let counted = calls.clone();
+    let policy = RetryPolicy::builder()
+        .classifier(FnClassifier::new("counting", move |_| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            true
+        }))
+        .build()
+        .unwrap();
+    let retrying = Retrying::new(vec![policy]);
+    let throttle = RetryThrottle::new(10, 0.1).unwrap();
+    let rules = Rules {
+        retrying: &retrying,
+        throttle: Some(&throttle),
+    };
+    let mut call = CallState::new(PathAndQuery::from_static("/s.S/M"), true);
+    let status = Status::unavailable("busy");
+    for attempt in 1..=3 {
+        call.begin_attempt(Duration::ZERO);
+        let outcome = Outcome::Failed {
+            status: &status,
+            pushback: None,
+        };
+        let d = decide(&mut call, outcome, Duration::ZERO, rules);
+        assert!(matches!(d.next, Next::Retry(_)));
+        assert_eq!(calls.load(Ordering::SeqCst), attempt);
+    }
+    assert_eq!(throttle.tokens(), 7.0);
 }

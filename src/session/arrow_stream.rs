@@ -18,11 +18,9 @@ use tokio_stream::Stream;
 
 use super::error::SparkError;
 use super::generation::Generation;
-use super::params::Params;
 use super::spark::SparkSession;
-use crate::proto::{self, ExecutePlanResponse, Plan, Relation};
-use crate::reattach::core::StreamStats;
-use crate::reattach::{ExecutionStats, ReattachableExecution};
+use crate::proto::{self, ExecutePlanResponse, Plan};
+use crate::reattach::{ReattachableExecution, StreamStats, StreamStatsHandle};
 
 /// A callback for ExecutionProgress messages.
 type ProgressFn = Box<dyn FnMut(&proto::execute_plan_response::ExecutionProgress) + Send>;
@@ -63,7 +61,7 @@ pub struct ArrowStream {
     resent: bool,
     exec: Option<ReattachableExecution>,
     /// The counters of the latest execution, kept after it ends or fails.
-    exec_stats: ExecutionStats,
+    exec_stats: StreamStatsHandle,
     operation_id: String,
     rows: u64,
     batches: u64,
@@ -112,7 +110,7 @@ impl ArrowStream {
             generation: None,
             resent: false,
             exec: None,
-            exec_stats: ExecutionStats::default(),
+            exec_stats: StreamStatsHandle::default(),
             operation_id: uuid::Uuid::new_v4().to_string(),
             rows: 0,
             batches: 0,
@@ -181,7 +179,7 @@ impl ArrowStream {
     }
     /// A live handle to the counters of the current execution (a resumed
     /// query's re-execution has its own).
-    pub fn stats_handle(&self) -> ExecutionStats {
+    pub fn stats_handle(&self) -> StreamStatsHandle {
         self.exec_stats.clone()
     }
     /// Call `f` for every ExecutionProgress the server sends from now on.
@@ -286,7 +284,7 @@ impl ArrowStream {
                 match ready {
                     Ok((g, exec)) => {
                         self.generation = Some(g);
-                        self.exec_stats = exec.stats();
+                        self.exec_stats = exec.stats_handle();
                         self.exec = Some(exec);
                     }
                     Err(e) => {
@@ -440,7 +438,7 @@ impl ArrowStream {
         self.held.clear();
         self.enriching = None;
         self.exec = None; // releases the lost execution, best effort
-        self.exec_stats = ExecutionStats::default();
+        self.exec_stats = StreamStatsHandle::default();
         self.resent = false;
         self.done = false;
         self.preparing = Some(self.prepare());
@@ -547,92 +545,5 @@ async fn drain(exec: &mut ReattachableExecution) {
     };
     if tokio::time::timeout(CANCEL_DRAIN, end).await.is_err() {
         tracing::debug!("interrupted execution still running; releasing it anyway");
-    }
-}
-
-/// Queries whose results are read as an [`ArrowStream`].
-impl SparkSession {
-    /// Run `query` and stream its rows as Arrow.
-    ///
-    /// Eager, as in PySpark: the ExecutePlan is sent now, and `sql()`
-    /// returns once the server has analysed the statement (its first
-    /// response other than progress: the schema), or fails with the
-    /// server's error (a syntax error, a missing table), all under the retry
-    /// policy. DDL and DML have run by then, so the stream may be dropped
-    /// unread. [`ArrowStream::schema`] is known on return.
-    ///
-    /// The query travels as `Plan.root = Relation.sql`, one ExecutePlan.
-    /// PySpark 4.3 instead sends a `SqlCommand` and then executes the
-    /// relation the server returns: two round trips.
-    pub async fn sql(&self, query: &str) -> Result<ArrowStream, SparkError> {
-        self.sql_relation(proto::Sql {
-            query: query.to_owned(),
-            ..Default::default()
-        })
-        .await
-    }
-
-    /// Run `query` with parameters bound to its `:name` or `?` markers
-    /// ([`params`](super::params)), as [`sql`](Self::sql) runs a query:
-    /// eager, one ExecutePlan, replayed, reattached and resumed alike.
-    ///
-    /// The values travel as typed literals beside the query text, never in
-    /// it. A value Spark cannot take fails with
-    /// [`SparkError::Params`], naming the parameter, before anything is
-    /// sent.
-    pub async fn sql_with(
-        &self,
-        query: &str,
-        params: impl Into<Params>,
-    ) -> Result<ArrowStream, SparkError> {
-        self.sql_relation(params.into().sql_relation(query)?).await
-    }
-
-    /// Execute the SQL relation `sql` eagerly (as [`sql`](Self::sql)).
-    async fn sql_relation(&self, sql: proto::Sql) -> Result<ArrowStream, SparkError> {
-        let mut stream = self.relation(Relation {
-            common: None,
-            rel_type: Some(proto::relation::RelType::Sql(sql)),
-        })?;
-        stream.start().await?;
-        Ok(stream)
-    }
-
-    /// `spark.range(start, end, step)`, streamed as Arrow (column `id`); lazy
-    /// like [`relation`](Self::relation).
-    pub fn range(&self, start: i64, end: i64, step: i64) -> Result<ArrowStream, SparkError> {
-        self.relation(Relation {
-            common: None,
-            rel_type: Some(proto::relation::RelType::Range(proto::Range {
-                start: Some(start),
-                end,
-                step,
-                num_partitions: None,
-            })),
-        })
-    }
-
-    /// Execute a relation and stream its rows as Arrow.
-    ///
-    /// Lazy, unlike [`sql`](Self::sql): nothing is sent until the stream is
-    /// first read, so a relation can be prepared and handed on cheaply. The
-    /// operation id is drawn now, and the session's tags taken now; the
-    /// builder's configs (on the session's first call) and a renewal of a
-    /// stale session happen when it is first read.
-    pub fn relation(&self, relation: Relation) -> Result<ArrowStream, SparkError> {
-        self.plan_stream(Plan {
-            op_type: Some(proto::plan::OpType::Root(relation)),
-        })
-    }
-
-    /// A lazy stream of `plan`, as [`relation`](Self::relation) describes.
-    pub(super) fn plan_stream(&self, plan: Plan) -> Result<ArrowStream, SparkError> {
-        self.check_open()?;
-        Ok(ArrowStream::new(
-            self.clone(),
-            plan,
-            self.tags(),
-            self.options().interrupt_on_drop,
-        ))
     }
 }

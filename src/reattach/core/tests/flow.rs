@@ -1,6 +1,9 @@
 //! The ordinary paths: execute, reattach, NotFound, session ids, graceful ends, deadlines, release, operation ids.
 
-use super::*;
+use super::{
+    Code, Duration, ErrorDetails, Item, ReattachCore, ReattachError, Script, Status, StatusExt,
+    not_found, request, run, shared, unavailable,
+};
 
 /// `test_client.py::SparkConnectClientReattachTestCase::test_basic_flow`.
 #[test]
@@ -274,7 +277,7 @@ fn custom_operation_id_everywhere() {
         r
     })
     .unwrap();
-    use spark_connect_retry::reattach::core::Release as R;
+    use crate::reattach::core::Release as R;
     assert_eq!(core.release_request(&R::All).operation_id, id);
     assert_eq!(core.release_request(&R::Until("1".into())).operation_id, id);
     assert!(

@@ -1,6 +1,10 @@
 //! The retry budget: reset on progress, exhaustion, replayed ids, empty segments, a changed server-side session.
 
-use super::*;
+use super::{
+    Action, Code, Duration, EmptySegment, Event, IntegrityError, Item, ManualClock, Open,
+    ReattachCore, ReattachError, Release, Script, request, resp, run, run_with, shared,
+    test_retrying, unavailable,
+};
 
 /// No upstream test; run against PySpark 4.3.0.
 #[test]

@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
-use spark_connect_retry::layer::{RetryLayer, ServiceConfig, ServiceConfigError};
-use spark_connect_retry::retrying::Retrying;
 use tonic::{Code, Status};
+use tonic_retry::layer::{RetryLayer, ServiceConfig, ServiceConfigError};
+use tonic_retry::retrying::Retrying;
 
 /// The shape of A6's own example: one service-wide entry, throttling, and
 /// the fields a retry layer does not use (they are accepted and ignored).
@@ -340,7 +340,7 @@ fn each_hedging_rule_broken_once() {
         ),
         (
             doc(r#"{"maxAttempts": -3}"#),
-            Kind::WrongType,
+            Kind::Invalid,
             hp(".maxAttempts"),
         ),
         (
@@ -377,35 +377,131 @@ fn each_hedging_rule_broken_once() {
     expect_errors(cases);
 }
 
-/// Hedging in code: only idempotent methods, typed errors.
+/// Hedging in code: a hedged method is idempotent; a policy below two
+/// attempts is a typed error.
 #[test]
-fn hedging_in_code_needs_an_idempotent_method() {
-    use spark_connect_retry::layer::{HedgingError, HedgingPolicy, MethodConfig};
+fn hedging_in_code_makes_the_method_idempotent() {
+    use tonic_retry::layer::{HedgingError, HedgingPolicy, MethodConfig};
     let policy = HedgingPolicy::new(3, Duration::from_millis(5)).unwrap();
     assert_eq!(
         HedgingPolicy::new(1, Duration::ZERO),
         Err(HedgingError::MaxAttempts(1))
     );
-    assert!(
-        MethodConfig::idempotent()
-            .with_hedging(policy.clone())
-            .is_ok()
-    );
     for m in [MethodConfig::non_idempotent(), MethodConfig::passthrough()] {
-        let e = m.with_hedging(policy.clone()).unwrap_err();
-        assert!(matches!(e, HedgingError::NotIdempotent(_)), "{e}");
+        let m = m.with_hedging(policy.clone());
+        assert!(m.is_idempotent() && m.is_retried(), "{m:?}");
+        assert_eq!(m.hedging(), Some(&policy));
     }
-    let layer = RetryLayer::new(Retrying::default());
-    let e = layer.hedge("/kv.Store/Put", policy.clone()).unwrap_err();
-    assert_eq!(e, HedgingError::NotIdempotent("/kv.Store/Put".into()));
-    assert!(e.to_string().contains("/kv.Store/Put"), "{e}");
     let layer = RetryLayer::new(Retrying::default())
         .service("kv.Store", MethodConfig::idempotent())
         .hedge("/kv.Store/Get", policy.clone())
-        .unwrap();
+        .max_request_buffer(1 << 10);
     assert_eq!(
         layer.method_config("/kv.Store/Get").hedging(),
         Some(&policy)
     );
     assert!(layer.method_config("/kv.Store/Put").hedging().is_none());
+}
+
+/// Unknown fields are reported, not errors (grpc-go, grpc-java and
+/// grpc-core ignore them for forward compatibility), each naming its path
+/// and the field it most resembles; the strict parser makes them errors.
+#[test]
+fn unknown_fields_are_warnings_naming_the_field() {
+    let json = r#"{
+      "methodConfig": [{
+        "name": [{"service": "kv.Store", "methd": "Get"}],
+        "retryPolcy": {"maxAttempts": 3},
+        "waitForReady": true
+      }, {
+        "name": [{"service": "kv.Other"}],
+        "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.1s", "maxBackoff": "1s",
+          "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"], "jitter": 0.2}
+      }],
+      "retryThrotling": {"maxTokens": 10, "tokenRatio": 0.1},
+      "loadBalancingConfig": [{"round_robin": {}}]
+    }"#;
+    let config = ServiceConfig::from_json(json).unwrap();
+    let got: Vec<(&str, &str)> = config
+        .warnings()
+        .iter()
+        .map(|w| (w.path.as_str(), w.message.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (
+                "retryThrotling",
+                "unknown field (did you mean `retryThrottling`?), ignored"
+            ),
+            (
+                "methodConfig[0].retryPolcy",
+                "unknown field (did you mean `retryPolicy`?), ignored"
+            ),
+            (
+                "methodConfig[0].name[0].methd",
+                "unknown field (did you mean `method`?), ignored"
+            ),
+            (
+                "methodConfig[1].retryPolicy.jitter",
+                "unknown field, ignored"
+            ),
+        ]
+    );
+    // The typo turned retries off for kv.Store: that is what the warning is for.
+    assert!(config.method_configs()[0].retry_policy().is_none());
+    let e = ServiceConfig::from_json_strict(json).unwrap_err();
+    assert!(matches!(e, ServiceConfigError::Strict(_)), "{e}");
+    assert_eq!(e.path(), "retryThrotling");
+    assert!(
+        e.to_string().contains("did you mean `retryThrottling`"),
+        "{e}"
+    );
+    // Fields other gRPC clients read are not reported.
+    let clean = r#"{"loadBalancingPolicy": "round_robin", "healthCheckConfig": {},
+      "methodConfig": [{"name": [{}], "waitForReady": true, "timeout": "1s",
+        "maxRequestMessageBytes": 1024, "maxResponseMessageBytes": 1024}]}"#;
+    assert!(
+        ServiceConfig::from_json_strict(clean)
+            .unwrap()
+            .warnings()
+            .is_empty()
+    );
+}
+
+/// Values A6 allows but that contradict each other are warnings; values
+/// A6 forbids are errors that say what is wrong.
+#[test]
+fn contradictions_warn_and_impossible_values_fail_clearly() {
+    let policy = |attempts: &str, initial: &str, max: &str| {
+        format!(
+            r#"{{"methodConfig": [{{"name": [{{}}], "retryPolicy": {{"maxAttempts": {attempts},
+              "initialBackoff": "{initial}", "maxBackoff": "{max}", "backoffMultiplier": 2,
+              "retryableStatusCodes": ["UNAVAILABLE"]}}}}]}}"#
+        )
+    };
+    let config = ServiceConfig::from_json(&policy("3", "2s", "1s")).unwrap();
+    let w = &config.warnings()[0];
+    assert_eq!(w.path, "methodConfig[0].retryPolicy.maxBackoff");
+    assert!(w.message.contains("below initialBackoff"), "{w}");
+    let p = config.method_configs()[0].retry_policy().unwrap();
+    assert_eq!(
+        p.initial_backoff(),
+        Duration::from_secs(1),
+        "A6: min(initial, max)"
+    );
+    assert!(ServiceConfig::from_json_strict(&policy("3", "2s", "1s")).is_err());
+    for attempts in ["-1", "0", "1"] {
+        let e = ServiceConfig::from_json(&policy(attempts, "1s", "2s")).unwrap_err();
+        assert_eq!(e.path(), "methodConfig[0].retryPolicy.maxAttempts");
+        assert_eq!(
+            e.to_string(),
+            format!("methodConfig[0].retryPolicy.maxAttempts: {attempts} must be at least 2")
+        );
+    }
+    let e = ServiceConfig::from_json(&policy("1.5", "1s", "2s")).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "methodConfig[0].retryPolicy.maxAttempts: expected an integer"
+    );
 }

@@ -2,7 +2,7 @@
 //! apart, and which answers let the others go on.
 //!
 //! A setting, checked where it is built; the rules that act on it are
-//! [`hedge`](super::hedge)'s.
+//! `hedging_machine`'s.
 
 use std::time::Duration;
 
@@ -18,9 +18,6 @@ pub enum HedgingError {
     /// `max_attempts` below 2: there would be no hedge.
     #[error("hedging max_attempts = {0} must be at least 2")]
     MaxAttempts(u32),
-    /// Hedging runs the call more than once: only idempotent methods may hedge.
-    #[error("hedging is only for idempotent methods; {0} is not idempotent")]
-    NotIdempotent(String),
 }
 
 /// A gRFC A6 `hedgingPolicy`: up to `max_attempts` copies of a call,
@@ -71,6 +68,12 @@ impl HedgingPolicy {
     /// The delay between attempts.
     pub fn delay(&self) -> Duration {
         self.delay
+    }
+    /// The policy with at most `n` attempts (a call's own cap).
+    pub(crate) fn capped(&self, n: u32) -> Self {
+        let mut capped = self.clone();
+        capped.max_attempts = capped.max_attempts.min(n.max(1));
+        capped
     }
     /// Whether `code` lets the other attempts go on.
     pub fn is_non_fatal(&self, code: Code) -> bool {

@@ -4,9 +4,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use spark_connect_retry::policy::{FnClassifier, RetryPolicy};
-use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
 use tonic::Status;
+use tonic_retry::policy::{FnClassifier, RetryPolicy};
+use tonic_retry::retrying::{RecordingSleeper, Retrying};
 use tonic_types::{ErrorDetails, StatusExt};
 
 fn arb_policy() -> impl Strategy<Value = RetryPolicy> {
@@ -21,8 +21,9 @@ fn arb_policy() -> impl Strategy<Value = RetryPolicy> {
         proptest::option::of(0.0f64..1_000_000.0),
     )
         .prop_map(|(max, init, maxb, mult, jit, thr, rec, cap)| {
-            RetryPolicy::base_builder()
+            RetryPolicy::builder()
                 .classifier(FnClassifier::new("any", |_| true))
+                .proportional_jitter(0.0)
                 .max_retries(max)
                 .initial_backoff_ms(init)
                 .max_backoff_ms(maxb)

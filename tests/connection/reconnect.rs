@@ -1,4 +1,4 @@
-//! `RenewableChannel` over real loopback sockets: a request marked
+//! `ReconnectingChannel` over real loopback sockets: a request marked
 //! `FreshConnection` goes over a newly dialled connection, streams already
 //! open on the old one run to their end, and later requests stay on the new one.
 
@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use spark_connect_retry::proto::execute_plan_response::ResponseType;
 use spark_connect_retry::proto::{ReleaseExecuteRequest, release_execute_request};
-use spark_connect_retry::renew::{FreshConnection, RenewableChannel};
+use spark_connect_retry::reconnect::{FreshConnection, ReconnectingChannel};
 use spark_connect_retry::transport::spark_client;
 use spark_connect_testkit::proxy::FaultProxy;
 use spark_connect_testkit::{TestServer, plans};
@@ -37,7 +37,7 @@ async fn fresh_connection_on_request_while_old_streams_finish() {
     let proxy = FaultProxy::builder(server.addr()).start().await.unwrap();
     let endpoint =
         tonic::transport::Endpoint::from_shared(format!("http://{}", proxy.local_addr())).unwrap();
-    let channel = RenewableChannel::new(endpoint);
+    let channel = ReconnectingChannel::new(endpoint);
     let mut client = spark_client(channel.clone());
 
     // A stream on the first connection; read its first response.

@@ -1,4 +1,4 @@
-//! PySpark 4.3.0's reattach tests, ported against the sans-I/O core with a
+//! PySpark 4.3.0's reattach tests, ported against this sans-I/O core with a
 //! scripted stub as PySpark's own tests use: exact execute / attach /
 //! release_until / release_all / sleep counts.
 //!
@@ -13,22 +13,19 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use spark_connect_retry::policy::RetryPolicy;
-use spark_connect_retry::proto::execute_plan_response::{ResponseType, ResultComplete};
-use spark_connect_retry::proto::{ExecutePlanRequest, ExecutePlanResponse, ReattachExecuteRequest};
-use spark_connect_retry::reattach::ReattachError;
-use spark_connect_retry::reattach::core::{Action, Event, Open, ReattachCore, Release};
-use spark_connect_retry::reattach::integrity::IntegrityError;
-use spark_connect_retry::reattach::progress::EmptySegment;
-use spark_connect_retry::retrying::{ManualClock, Retrying};
+use super::{Action, Event, Open, ReattachCore, Release};
+use crate::policy::RetryPolicy;
+use crate::proto::execute_plan_response::{ResponseType, ResultComplete};
+use crate::proto::{ExecutePlanRequest, ExecutePlanResponse, ReattachExecuteRequest};
+use crate::reattach::ReattachError;
+use crate::reattach::integrity::IntegrityError;
+use crate::reattach::progress::EmptySegment;
+use crate::retrying::{ManualClock, Retrying};
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
-#[path = "reattach_core/budget.rs"]
 mod budget;
-#[path = "reattach_core/flow.rs"]
 mod flow;
-#[path = "reattach_core/stalls.rs"]
 mod stalls;
 
 #[derive(Clone, Debug)]
@@ -181,7 +178,6 @@ fn run_with(
                     };
                     core.on_event(event, &retrying)
                 }
-                other => panic!("an action this stub does not know: {other:?}"),
             };
         }
         panic!("no progress");

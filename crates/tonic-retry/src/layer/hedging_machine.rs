@@ -31,8 +31,8 @@ use std::time::Duration;
 
 use tonic::Code;
 
-use super::decide::{CallState, Next, Outcome, Reason, attempt_event};
-use super::hedging::HedgingPolicy;
+use super::decide::{AttemptEvent, CallState, Next, Outcome, Reason};
+use super::hedging_policy::HedgingPolicy;
 use super::throttle::{RetryThrottle, record};
 use crate::policy::{DEFAULT_MAX_SERVER_RETRY_DELAY, Failure, Pushback};
 
@@ -93,6 +93,7 @@ impl Hedge {
     }
 
     /// Attempts started so far.
+    #[cfg(test)]
     pub fn started(&self) -> u32 {
         self.call.attempts()
     }
@@ -213,9 +214,20 @@ impl Hedge {
         }
     }
 
+    /// The event of attempt `attempt` (numbered from 0 here, from 1 in
+    /// events, as the retry loop's).
     fn event(&self, attempt: u32, code: Option<Code>, reason: Reason, end: Option<Code>) {
-        let won = end.map(|_| attempt);
-        attempt_event(self.call.path(), attempt, code, None, reason, won, end);
+        let attempt = attempt + 1;
+        AttemptEvent {
+            path: self.call.path(),
+            attempt,
+            code,
+            wait: None,
+            reason,
+            won: end.map(|_| attempt),
+            end,
+        }
+        .emit();
     }
 }
 

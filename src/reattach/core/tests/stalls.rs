@@ -1,6 +1,9 @@
 //! Stalls: immediate reattaches, their bound, and which failures are forgiven.
 
-use super::*;
+use super::{
+    Action, Code, Duration, Event, ExecutePlanResponse, ManualClock, Open, ReattachCore,
+    ReattachError, Release, Retrying, Status, request, resp, test_retrying,
+};
 
 #[test]
 fn stall_and_segment_deadline_reattach_at_once() {
@@ -59,7 +62,7 @@ fn answered_stalls_never_use_up_the_immediate_retry_bound() {
         ));
         assert!(!core.opening_after_stall());
     }
-    let c = core.counters();
+    let c = core.stats();
     assert_eq!((c.stalls, c.stalls_answered, c.re_executes), (100, 100, 0));
     // The silence ends: the response is delivered.
     match core.on_event(Event::Response(Box::new(resp("2", true))), &retrying) {
@@ -89,7 +92,7 @@ fn unanswered_stalls_give_up_at_the_bound_with_the_stall_as_cause() {
         }
         other => panic!("{other:?}"),
     }
-    let c = core.counters();
+    let c = core.stats();
     assert_eq!((c.stalls, c.stalls_answered, c.re_executes), (7, 0, 0));
 }
 
@@ -110,7 +113,7 @@ fn a_message_after_a_stall_is_an_answer() {
         core.on_event(Event::Response(Box::new(progress)), &retrying),
         Action::Emit(..)
     ));
-    assert_eq!(core.counters().stalls_answered, 1);
+    assert_eq!(core.stats().stalls_answered, 1);
     assert!(!core.opening_after_stall());
 }
 
@@ -138,7 +141,7 @@ fn only_stalls_are_forgiven_and_only_they_ask_for_a_fresh_connection() {
         }
     }
     assert!(gave_up, "deadlines must stay bounded");
-    assert_eq!(core.counters().stalls_answered, 0);
+    assert_eq!(core.stats().stalls_answered, 0);
 
     // An error after a stall clears the fresh-connection request.
     let (mut core, retrying, _) = waiting_core();
@@ -149,5 +152,5 @@ fn only_stalls_are_forgiven_and_only_they_ask_for_a_fresh_connection() {
         Action::SleepThenOpen(..)
     ));
     assert!(!core.opening_after_stall());
-    assert_eq!(core.counters().stalls_answered, 0);
+    assert_eq!(core.stats().stalls_answered, 0);
 }
