@@ -357,6 +357,7 @@ impl Parser<'_> {
 /// `SELECT id, id*2 AS x FROM range(..)`, where `range(..)` is `range(end)`,
 /// `range(start, end)` or `range(start, end, step)`, and `SELECT * FROM v`
 /// for a temporary view `v` found by `views`.
+#[cfg(test)]
 pub(crate) fn parse_sql(
     q: &str,
     views: &dyn Fn(&str) -> Option<Source>,
