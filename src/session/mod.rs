@@ -49,6 +49,7 @@ mod generation;
 #[cfg(feature = "arrow")]
 mod local_data;
 mod options;
+pub mod params;
 mod queries;
 mod renewal;
 #[cfg(feature = "arrow")]
