@@ -43,6 +43,8 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Status};
 
 #[cfg(feature = "tls")]
+use super::tls::{RedactedTls, TlsSettings};
+#[cfg(feature = "tls")]
 use tonic::transport::ClientTlsConfig;
 
 use super::conn_string::ConnectionString;
@@ -66,6 +68,9 @@ pub enum ChannelError {
     Connect(tonic::transport::Error),
     /// The [`Http2FlowControl`] given to [`ChannelBuilder::http2_flow_control`] is invalid.
     FlowControl(&'static str),
+    /// A private CA or client identity cannot be used (a file missing, not PEM).
+    #[cfg(feature = "tls")]
+    Tls(super::tls::TlsConfigError),
 }
 
 impl fmt::Display for ChannelError {
@@ -79,6 +84,8 @@ impl fmt::Display for ChannelError {
             ChannelError::FlowControl(reason) => {
                 write!(f, "invalid HTTP/2 flow control: {reason}")
             }
+            #[cfg(feature = "tls")]
+            ChannelError::Tls(e) => write!(f, "invalid TLS configuration: {e}"),
         }
     }
 }
@@ -88,6 +95,8 @@ impl std::error::Error for ChannelError {
         match self {
             ChannelError::TlsFeatureDisabled | ChannelError::FlowControl(_) => None,
             ChannelError::Endpoint(e) | ChannelError::Connect(e) => Some(e),
+            #[cfg(feature = "tls")]
+            ChannelError::Tls(e) => Some(e),
         }
     }
 }
@@ -113,7 +122,9 @@ pub struct ChannelBuilder {
     connect_timeout: Duration,
     flow_control: Option<Http2FlowControl>,
     #[cfg(feature = "tls")]
-    tls: Option<ClientTlsConfig>,
+    tls: Option<RedactedTls>,
+    #[cfg(feature = "tls")]
+    tls_settings: TlsSettings,
 }
 
 impl ChannelBuilder {
@@ -125,6 +136,8 @@ impl ChannelBuilder {
             flow_control: None,
             #[cfg(feature = "tls")]
             tls: None,
+            #[cfg(feature = "tls")]
+            tls_settings: TlsSettings::default(),
         }
     }
 
@@ -159,14 +172,26 @@ impl ChannelBuilder {
     /// private CA. Only used when the connection string asks for TLS.
     #[cfg(feature = "tls")]
     pub fn tls_config(mut self, tls: ClientTlsConfig) -> Self {
-        self.tls = Some(tls);
+        self.tls = Some(RedactedTls(tls));
+        self
+    }
+
+    /// Private CAs and a client identity besides the connection string's
+    /// `tls_*` files (the session builder's).
+    #[cfg(feature = "tls")]
+    pub(crate) fn tls_settings(mut self, settings: TlsSettings) -> Self {
+        self.tls_settings = settings;
         self
     }
 
     /// Builds the endpoint without connecting.
     pub fn endpoint(&self) -> Result<Endpoint, ChannelError> {
         let cs = &self.config;
-        let scheme = if cs.use_tls() { "https" } else { "http" };
+        let scheme = if cs.use_tls() || self.tls_requested() {
+            "https"
+        } else {
+            "http"
+        };
         let mut endpoint = Endpoint::from_shared(format!("{scheme}://{}", cs.authority()))
             .map_err(ChannelError::Endpoint)?
             .connect_timeout(self.connect_timeout)
@@ -192,18 +217,37 @@ impl ChannelBuilder {
                 .keep_alive_while_idle(keepalive.without_calls);
         }
 
-        if cs.use_tls() {
+        if cs.use_tls() || self.tls_requested() {
             endpoint = self.apply_tls(endpoint)?;
         }
         Ok(endpoint)
     }
 
+    /// TLS asked for besides the connection string: a CA or identity given
+    /// to the session builder.
+    fn tls_requested(&self) -> bool {
+        #[cfg(feature = "tls")]
+        return self.tls_settings.is_set();
+        #[cfg(not(feature = "tls"))]
+        false
+    }
+
     #[cfg(feature = "tls")]
     fn apply_tls(&self, endpoint: Endpoint) -> Result<Endpoint, ChannelError> {
-        let tls = self
-            .tls
-            .clone()
-            .unwrap_or_else(|| ClientTlsConfig::new().with_native_roots());
+        let tls = match &self.tls {
+            Some(RedactedTls(tls)) => tls.clone(),
+            None => {
+                let files = self.config.tls_files();
+                TlsSettings::from_files(
+                    files.ca.as_deref(),
+                    files.cert.as_deref(),
+                    files.key.as_deref(),
+                )
+                .map(|s| s.merged(&self.tls_settings))
+                .and_then(|s| s.client_config())
+                .map_err(ChannelError::Tls)?
+            }
+        };
         endpoint.tls_config(tls).map_err(ChannelError::Endpoint)
     }
 

@@ -55,6 +55,8 @@ pub mod schema;
 mod spark;
 mod stream;
 mod tags;
+#[cfg(feature = "tls")]
+pub mod tls;
 #[cfg(feature = "arrow")]
 pub mod upload;
 #[cfg(feature = "arrow")]
