@@ -163,6 +163,14 @@ fn failure_in(err: &(dyn StdError + 'static)) -> Option<TlsFailure> {
             if let Some(found) = failure_in(inner) {
                 return Some(found);
             }
+            // h2 keeps only the kind and text of an I/O error (so that it
+            // can clone it): a fatal alert after the handshake (TLS 1.3
+            // refuses a client certificate there) is known by rustls' text.
+            if io.kind() == std::io::ErrorKind::InvalidData
+                && let Some(found) = alert_text(&inner.to_string())
+            {
+                return Some(found);
+            }
         }
         // tonic's own (private) error when the server's ALPN is not h2.
         if e.to_string() == "HTTP/2 was not negotiated." {
@@ -171,6 +179,32 @@ fn failure_in(err: &(dyn StdError + 'static)) -> Option<TlsFailure> {
         next = e.source();
     }
     None
+}
+
+/// rustls' `received fatal alert: <Alert>` text, for the alerts
+/// [`from_rustls`] maps.
+fn alert_text(text: &str) -> Option<TlsFailure> {
+    use rustls::AlertDescription as A;
+    let name = text.strip_prefix("received fatal alert: ")?.trim();
+    [
+        A::CertificateRequired,
+        A::BadCertificate,
+        A::UnsupportedCertificate,
+        A::CertificateRevoked,
+        A::CertificateExpired,
+        A::CertificateUnknown,
+        A::UnknownCA,
+        A::AccessDenied,
+        A::HandshakeFailure,
+        A::DecryptError,
+        A::IllegalParameter,
+        A::ProtocolVersion,
+        A::InsufficientSecurity,
+        A::NoApplicationProtocol,
+    ]
+    .into_iter()
+    .find(|a| format!("{a:?}") == name)
+    .and_then(|a| from_rustls(&rustls::Error::AlertReceived(a)))
 }
 
 fn from_rustls(e: &rustls::Error) -> Option<TlsFailure> {
@@ -469,6 +503,17 @@ mod tests {
             TlsHandshakeError::from_status(&s).unwrap().failure(),
             &TlsFailure::PeerNotTls
         );
+        // As h2 passes an alert on: kind and text only.
+        let text = rustls::Error::AlertReceived(A::CertificateRequired).to_string();
+        let io = std::io::Error::new(std::io::ErrorKind::InvalidData, text);
+        let s = rewrite_handshake_failure(Status::from_error(Box::new(io)), "h:1");
+        assert_eq!(
+            TlsHandshakeError::from_status(&s).unwrap().failure(),
+            &TlsFailure::ClientCertificateRequired
+        );
+        let io = std::io::Error::new(std::io::ErrorKind::InvalidData, "received fatal alert: Nonsense");
+        let s = rewrite_handshake_failure(Status::from_error(Box::new(io)), "h:1");
+        assert!(TlsHandshakeError::from_status(&s).is_none());
     }
 
     #[test]
