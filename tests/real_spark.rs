@@ -71,6 +71,7 @@ mod real_spark {
     mod restart;
     mod resume;
     mod rpcs;
+    mod proxies;
     mod sail_gaps;
     mod session_api;
     mod silence;
