@@ -6,9 +6,9 @@
 #   RUNS  how many runs of the suite (default 20)
 #   LOAD  spinning processes (default: one per core, `nproc`; 0 for none)
 #   env FLAKE_HUNT_TEST_CMD   the command run each time (default: the README's
-#         test command, `cargo test --all-features`); export the
+#         test command, `cargo test --workspace --all-features`); export the
 #         SPARK_CONNECT_TEST_REMOTE* variables of .ci/run to include the
-#         real-server tests, which are skipped without them.
+#         real-server tests, which are reported ignored without them.
 #   env FLAKE_HUNT_RUN_TIMEOUT  seconds one run may take before it counts as
 #         hung and is killed (default 1200)
 # Logs go to target/flake-hunt/run-N.log; the summary names every failed test.
@@ -17,7 +17,7 @@ set -euo pipefail
 
 RUNS="${1:-20}"
 LOAD="${2:-$(nproc)}"
-TEST_CMD="${FLAKE_HUNT_TEST_CMD:-cargo test --all-features}"
+TEST_CMD="${FLAKE_HUNT_TEST_CMD:-cargo test --workspace --all-features}"
 RUN_TIMEOUT="${FLAKE_HUNT_RUN_TIMEOUT:-1200}"
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

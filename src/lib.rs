@@ -58,9 +58,9 @@ pub mod proto {
     //! `proto/` at build time.
     #![allow(missing_docs, clippy::all, clippy::pedantic)]
 
-    /// `spark.*` packages.
-    pub mod spark {
-        /// `spark.connect`: messages and the `SparkConnectService` client and server.
+    // The generated package `spark.connect`, private so that each message has
+    // one public path: `proto::X`.
+    mod spark {
         pub mod connect {
             tonic::include_proto!("spark.connect");
         }

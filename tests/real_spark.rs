@@ -16,10 +16,14 @@
 //! Spark and Sail, named `spark_…` and `sail_…` ([`on_both!`]); where Sail
 //! differs (docs/servers.md), the Sail test asserts Sail's answer.
 //!
-//! Without them each test prints that it is skipped, unless
-//! `SPARK_CONNECT_REQUIRE_REAL=1` (set in CI), where a missing server fails.
+//! This binary has its own harness (`harness = false`, libtest-mimic): each
+//! test names the variables it needs ([`real_test!`]), and a test whose
+//! server is not configured is reported as *ignored*, never as passed. With
+//! `SPARK_CONNECT_REQUIRE_REAL=1` (set in CI) a missing server fails instead.
 
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 use arrow_array::{Array, Int64Array, RecordBatch};
@@ -50,18 +54,102 @@ impl Srv {
     }
 }
 
-/// Two `#[tokio::test]`s calling `$body(Srv::Spark)` and `$body(Srv::Sail)`.
+/// The variables that name the real servers (`.ci/run` sets them all).
+mod needs {
+    pub const SPARK: &str = "SPARK_CONNECT_TEST_REMOTE";
+    pub const SAIL: &str = "SPARK_CONNECT_TEST_REMOTE_SAIL";
+    pub const GRACEFUL: &str = "SPARK_CONNECT_TEST_REMOTE_GRACEFUL";
+    pub const SMALLBUF: &str = "SPARK_CONNECT_TEST_REMOTE_SMALLBUF";
+    pub const TOKEN: &str = "SPARK_CONNECT_TEST_REMOTE_TOKEN";
+    pub const TOKEN_VALUE: &str = "SPARK_CONNECT_TEST_TOKEN";
+    pub const VICTIM: &str = "SPARK_CONNECT_TEST_REMOTE_VICTIM";
+    pub const VICTIM_NAME: &str = "SPARK_CONNECT_TEST_VICTIM";
+    pub const RESTART: &str = "SPARK_CONNECT_TEST_REMOTE_RESTART";
+    pub const RESTART_NAME: &str = "SPARK_CONNECT_TEST_RESTART";
+}
+
+/// One test of this binary: its name, the variables it needs, its body.
+struct RealTest {
+    /// `module::test`, as libtest names a test.
+    path: &'static str,
+    needs: &'static [&'static str],
+    /// Why it is ignored even with its servers (run it with `--ignored`).
+    ignore: Option<&'static str>,
+    body: fn() -> Pin<Box<dyn Future<Output = ()>>>,
+}
+
+inventory::collect!(RealTest);
+
+/// Registers `async fn $name()` as a test that needs the servers `needs`
+/// (constants of [`needs`]); `ignore = "why"` as `#[ignore]` does.
+macro_rules! real_test {
+    ($name:ident, needs = [$($var:ident),*] $(, ignore = $why:literal)?) => {
+        inventory::submit! {
+            crate::RealTest {
+                path: concat!(module_path!(), "::", stringify!($name)),
+                needs: &[$(crate::needs::$var),*],
+                ignore: crate::first(&[$($why)?]),
+                body: || Box::pin($name()),
+            }
+        }
+    };
+}
+
+const fn first(reasons: &[&'static str]) -> Option<&'static str> {
+    match reasons {
+        [why, ..] => Some(why),
+        [] => None,
+    }
+}
+
+/// Two tests, `$spark` against Spark and `$sail` against Sail, calling
+/// `$body(Srv::Spark)` and `$body(Srv::Sail)`.
 macro_rules! on_both {
     ($spark:ident, $sail:ident, $body:ident) => {
-        #[tokio::test]
+        real_test!($spark, needs = [SPARK]);
         async fn $spark() {
             $body(Srv::Spark).await
         }
-        #[tokio::test]
+        real_test!($sail, needs = [SAIL]);
         async fn $sail() {
             $body(Srv::Sail).await
         }
     };
+}
+
+/// Runs every registered test, each on its own current-thread runtime (as
+/// `#[tokio::test]` does), ignoring those whose servers are not configured.
+fn main() {
+    let args = libtest_mimic::Arguments::from_args();
+    let require = std::env::var("SPARK_CONNECT_REQUIRE_REAL").as_deref() == Ok("1");
+    let mut tests: Vec<&RealTest> = inventory::iter::<RealTest>().collect();
+    tests.sort_by_key(|t| t.path);
+    let trials = tests
+        .into_iter()
+        .map(|t| {
+            let missing: Vec<&str> = t.needs.iter().copied().filter(|v| !is_set(v)).collect();
+            let name = t.path.split_once("::").map_or(t.path, |(_, rest)| rest);
+            let body = t.body;
+            let trial = libtest_mimic::Trial::test(name, move || {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a tokio runtime")
+                    .block_on(body());
+                Ok(())
+            });
+            match (t.ignore, missing.is_empty() || require) {
+                (Some(why), _) => trial.with_ignored_flag(true).with_kind(why),
+                (None, true) => trial,
+                (None, false) => trial.with_ignored_flag(true).with_kind(missing.join("+")),
+            }
+        })
+        .collect();
+    libtest_mimic::run(&args, trials).exit();
+}
+
+fn is_set(var: &str) -> bool {
+    std::env::var(var).is_ok_and(|v| !v.is_empty())
 }
 
 // The tests, one file a topic: tests/real_spark/*.rs. They follow `on_both!`
@@ -78,16 +166,13 @@ mod real_spark {
     mod upload;
 }
 
+/// The value of `var`. The harness runs a test only when the variables it
+/// declares are set (or CI requires them), so a missing one is a failure:
+/// either the server is not configured in CI or the test's `needs` is short.
 fn remote(var: &str) -> Option<String> {
     match std::env::var(var) {
         Ok(v) if !v.is_empty() => Some(v),
-        _ => {
-            if std::env::var("SPARK_CONNECT_REQUIRE_REAL").as_deref() == Ok("1") {
-                panic!("{var} is not set but SPARK_CONNECT_REQUIRE_REAL=1");
-            }
-            eprintln!("skipped: {var} is not set (no real Spark Connect server)");
-            None
-        }
+        _ => panic!("{var} is not set: no real Spark Connect server for this test"),
     }
 }
 
@@ -234,7 +319,7 @@ fn session(url: &str) -> SparkSession {
         .unwrap()
 }
 
-#[tokio::test]
+real_test!(graceful_stream_ends_10m_rows, needs = [GRACEFUL]);
 async fn graceful_stream_ends_10m_rows() {
     let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE_GRACEFUL") else {
         return;

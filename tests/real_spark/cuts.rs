@@ -214,7 +214,10 @@ on_both!(
     refused_connections
 );
 
-#[tokio::test]
+real_test!(
+    deep_cuts_with_the_default_buffer_are_exact_or_a_clear_error,
+    needs = [SMALLBUF]
+);
 async fn deep_cuts_with_the_default_buffer_are_exact_or_a_clear_error() {
     let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE_SMALLBUF") else {
         return;

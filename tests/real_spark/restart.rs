@@ -39,7 +39,10 @@ fn kill(name: &str) {
     assert!(status.success(), "kill {name}");
 }
 
-#[tokio::test]
+real_test!(
+    server_killed_mid_query_fails_clearly_in_bounded_time,
+    needs = [VICTIM, VICTIM_NAME]
+);
 async fn server_killed_mid_query_fails_clearly_in_bounded_time() {
     let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE_VICTIM") else {
         return;
@@ -64,14 +67,17 @@ async fn server_killed_mid_query_fails_clearly_in_bounded_time() {
     assert_transport_error(&err);
 }
 
+real_test!(
+    server_killed_and_kept_down_with_the_default_policy,
+    needs = [VICTIM, VICTIM_NAME],
+    ignore = "takes over 10 minutes: the default policy's waits"
+);
 /// The same crash with the default policy (PySpark's: 15 retries, about
 /// 608 s of waits), measured once for the README; ignored because it takes
 /// over ten minutes. `tests/server_down.rs` proves the figure with
 /// paused time against a closed port. Run it with
 /// `SPARK_CONNECT_TEST_REMOTE_VICTIM=sc://127.0.0.1:PORT SPARK_CONNECT_TEST_VICTIM=NAME
 /// cargo test --all-features --test real_spark -- --ignored server_killed_and_kept_down`.
-#[tokio::test]
-#[ignore = "takes over 10 minutes: the default policy's waits"]
 async fn server_killed_and_kept_down_with_the_default_policy() {
     let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE_VICTIM") else {
         return;
@@ -134,13 +140,16 @@ async fn time_zone_of(spark: &SparkSession) -> Result<String, SparkError> {
     Ok(tz.value(0).to_owned())
 }
 
+real_test!(
+    server_restarted_mid_query_fails_clearly_then_renews_when_asked,
+    needs = [RESTART, RESTART_NAME]
+);
 /// Kill the server mid-query and start it again on the same port. The
 /// running query gets a clear error in bounded time. The session is stale
 /// afterwards (the server knows neither it nor its server-side id): without
 /// the opt-in, its next call fails with SESSION_CHANGED; with
 /// `renew_stale_session(true)`, the next query runs on a fresh server-side
 /// session with the builder's configs applied again.
-#[tokio::test]
 async fn server_restarted_mid_query_fails_clearly_then_renews_when_asked() {
     let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE_RESTART") else {
         return;

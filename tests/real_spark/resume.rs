@@ -58,7 +58,10 @@ async fn read_at_least(stream: &mut ArrowStream, rows: usize, mut each: impl FnM
     }
 }
 
-#[tokio::test]
+real_test!(
+    a_range_query_resumes_across_a_restart_with_an_exact_result,
+    needs = [RESTART, RESTART_NAME]
+);
 async fn a_range_query_resumes_across_a_restart_with_an_exact_result() {
     let Some((url, name)) = restart_server() else {
         return;
@@ -96,7 +99,10 @@ async fn a_range_query_resumes_across_a_restart_with_an_exact_result() {
     spark.close().await.expect("close");
 }
 
-#[tokio::test]
+real_test!(
+    a_rand_query_fails_with_result_changed_after_a_restart,
+    needs = [RESTART, RESTART_NAME]
+);
 async fn a_rand_query_fails_with_result_changed_after_a_restart() {
     let Some((url, name)) = restart_server() else {
         return;

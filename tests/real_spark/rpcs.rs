@@ -2,7 +2,7 @@
 
 use crate::*;
 
-#[tokio::test]
+real_test!(token_auth, needs = [TOKEN, TOKEN_VALUE]);
 async fn token_auth() {
     let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE_TOKEN") else {
         return;
@@ -33,7 +33,7 @@ async fn token_auth() {
     assert_exact(&check, 1000);
 }
 
-#[tokio::test]
+real_test!(spark_bad_sql_has_class_and_sqlstate, needs = [SPARK]);
 async fn spark_bad_sql_has_class_and_sqlstate() {
     let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE") else {
         return;
@@ -61,9 +61,9 @@ async fn spark_bad_sql_has_class_and_sqlstate() {
     );
 }
 
+real_test!(sail_bad_sql_has_no_class, needs = [SAIL]);
 /// Sail's errors carry no Spark error class or SQLSTATE: an INTERNAL status
 /// with the message and an ErrorInfo naming a Java exception (docs/servers.md).
-#[tokio::test]
 async fn sail_bad_sql_has_no_class() {
     let Some(url) = Srv::Sail.remote() else {
         return;
@@ -91,7 +91,7 @@ async fn sail_bad_sql_has_no_class() {
     spark.close().await.expect("close");
 }
 
-#[tokio::test]
+real_test!(session_rpcs, needs = [SPARK]);
 async fn session_rpcs() {
     let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE") else {
         return;

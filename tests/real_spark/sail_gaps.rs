@@ -40,12 +40,15 @@ fn reason(status: &tonic::Status) -> String {
         .unwrap_or_default()
 }
 
+real_test!(
+    sail_upload_above_the_inline_threshold_fails_naming_the_rpc,
+    needs = [SAIL]
+);
 /// Gap "artifacts" (docs/servers.md): Sail has no artifacts, so data above
 /// the inline threshold cannot be uploaded. Sail reports a 2 GiB threshold
 /// (the client caps inlining at 64 MiB); a session-level threshold of 1 KiB
 /// sends 16 kB down the artifact path, and the first artifact RPC fails with
 /// a typed server error naming the RPC, never a partial DataFrame.
-#[tokio::test]
 async fn sail_upload_above_the_inline_threshold_fails_naming_the_rpc() {
     let Some(url) = Srv::Sail.remote() else {
         return;
@@ -92,9 +95,9 @@ async fn sail_upload_above_the_inline_threshold_fails_naming_the_rpc() {
     spark.close().await.unwrap();
 }
 
+real_test!(sail_artifact_rpcs_are_unsupported, needs = [SAIL]);
 /// Gap "artifacts" (docs/servers.md): ArtifactStatus and AddArtifacts, sent
 /// raw, are `INTERNAL` with ErrorInfo reason `UnsupportedOperationException`.
-#[tokio::test]
 async fn sail_artifact_rpcs_are_unsupported() {
     let Some(url) = Srv::Sail.remote() else {
         return;
@@ -141,9 +144,9 @@ async fn sail_artifact_rpcs_are_unsupported() {
     assert_eq!(reason(&status), UNSUPPORTED, "{status:?}");
 }
 
+real_test!(sail_fetch_error_details_is_unimplemented, needs = [SAIL]);
 /// Gap "FetchErrorDetails" (docs/servers.md): `UNIMPLEMENTED`. The crate
 /// never calls it on Sail, whose errors carry no errorId.
-#[tokio::test]
 async fn sail_fetch_error_details_is_unimplemented() {
     let Some(url) = Srv::Sail.remote() else {
         return;
@@ -210,11 +213,14 @@ async fn assert_interrupted_stream_ends_with_not_found(
     assert!(stream.next_batch().await.is_none(), "the stream has ended");
 }
 
+real_test!(
+    sail_interrupt_tag_ends_the_stream_without_operation_canceled,
+    needs = [SAIL]
+);
 /// Gap "tags, interrupt" (docs/servers.md): `interrupt_tag` returns the
 /// tagged operation's id, only that one, and the stream ends cleanly on
 /// Sail's side (no `OPERATION_CANCELED`); the reader gets Sail's "operation
 /// not found" from the reattach that follows.
-#[tokio::test]
 async fn sail_interrupt_tag_ends_the_stream_without_operation_canceled() {
     let Some(url) = Srv::Sail.remote() else {
         return;
@@ -235,8 +241,11 @@ async fn sail_interrupt_tag_ends_the_stream_without_operation_canceled() {
     spark.close().await.unwrap();
 }
 
+real_test!(
+    sail_interrupt_all_ends_the_stream_without_operation_canceled,
+    needs = [SAIL]
+);
 /// Gap "tags, interrupt" (docs/servers.md): the same for `interrupt_all`.
-#[tokio::test]
 async fn sail_interrupt_all_ends_the_stream_without_operation_canceled() {
     let Some(url) = Srv::Sail.remote() else {
         return;
@@ -250,10 +259,13 @@ async fn sail_interrupt_all_ends_the_stream_without_operation_canceled() {
     spark.close().await.unwrap();
 }
 
+real_test!(
+    sail_server_side_session_id_is_the_client_session_id,
+    needs = [SAIL]
+);
 /// Gap "`server_side_session_id`" (docs/servers.md): Sail answers with the
 /// client's own session id, so a restarted Sail looks like the same session
 /// and stale-session renewal never triggers.
-#[tokio::test]
 async fn sail_server_side_session_id_is_the_client_session_id() {
     let Some(url) = Srv::Sail.remote() else {
         return;
@@ -272,10 +284,10 @@ async fn sail_server_side_session_id_is_the_client_session_id() {
     other.close().await.unwrap();
 }
 
+real_test!(sail_has_no_graceful_stream_ends, needs = [SAIL]);
 /// Gap "graceful stream end" (docs/servers.md): Sail never ends a stream on
 /// its own before ResultComplete (no senderMaxStreamDuration/Size), so the
 /// graceful-end path is not exercised on Sail: 2M rows (32 MB) in one segment.
-#[tokio::test]
 async fn sail_has_no_graceful_stream_ends() {
     let Some(url) = Srv::Sail.remote() else {
         return;

@@ -26,7 +26,10 @@ fn unique_table(spark: &SparkSession) -> String {
     format!("t_{}", &spark.session_id().replace('-', "")[..12])
 }
 
-#[tokio::test]
+real_test!(
+    ddl_runs_even_if_the_stream_is_dropped_unread,
+    needs = [SPARK]
+);
 async fn ddl_runs_even_if_the_stream_is_dropped_unread() {
     let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE") else {
         return;
@@ -57,7 +60,7 @@ async fn ddl_runs_even_if_the_stream_is_dropped_unread() {
     spark.close().await.unwrap();
 }
 
-#[tokio::test]
+real_test!(empty_result_keeps_its_schema, needs = [SPARK]);
 async fn empty_result_keeps_its_schema() {
     let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE") else {
         return;
@@ -130,7 +133,7 @@ async fn still_running(spark: &SparkSession, op: &str) -> bool {
     true
 }
 
-#[tokio::test]
+real_test!(cancel_stops_a_long_query, needs = [SPARK]);
 async fn cancel_stops_a_long_query() {
     let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE") else {
         return;
@@ -156,7 +159,7 @@ async fn first_item(mut stream: ArrowStream) -> Option<Result<usize, SparkError>
     item.map(|r| r.map(|b| b.num_rows()))
 }
 
-#[tokio::test]
+real_test!(interrupt_tag_stops_only_the_tagged_query, needs = [SPARK]);
 async fn interrupt_tag_stops_only_the_tagged_query() {
     let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE") else {
         return;
@@ -192,7 +195,10 @@ async fn interrupt_tag_stops_only_the_tagged_query() {
     spark.close().await.unwrap();
 }
 
-#[tokio::test]
+real_test!(
+    a_row_larger_than_a_message_arrives_in_chunks,
+    needs = [SPARK]
+);
 async fn a_row_larger_than_a_message_arrives_in_chunks() {
     let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE") else {
         return;

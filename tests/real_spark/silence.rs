@@ -36,7 +36,10 @@ async fn silent_query(spark: &SparkSession) -> spark_connect_retry::reattach::co
     stats
 }
 
-#[tokio::test]
+real_test!(
+    long_silent_query_completes_with_default_settings,
+    needs = [SPARK]
+);
 async fn long_silent_query_completes_with_default_settings() {
     let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE") else {
         return;
@@ -50,7 +53,10 @@ async fn long_silent_query_completes_with_default_settings() {
     spark.close().await.expect("close");
 }
 
-#[tokio::test]
+real_test!(
+    long_silent_query_without_progress_reports_completes,
+    needs = [SPARK]
+);
 async fn long_silent_query_without_progress_reports_completes() {
     let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE") else {
         return;
@@ -72,10 +78,13 @@ async fn long_silent_query_without_progress_reports_completes() {
     spark.close().await.expect("close");
 }
 
+real_test!(
+    silent_query_through_one_second_segments_completes,
+    needs = [GRACEFUL]
+);
 /// The progress rule must not mistake a real server's graceful segment ends
 /// for a hot loop: against `senderMaxStreamDuration=1s` with progress
 /// reports off, the silent query's stream ends empty every second for 35 s.
-#[tokio::test]
 async fn silent_query_through_one_second_segments_completes() {
     let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE_GRACEFUL") else {
         return;

@@ -34,7 +34,10 @@ async fn read_back(df: &DataFrame, n: i64) {
     assert_exact(&check, n);
 }
 
-#[tokio::test]
+real_test!(
+    one_million_rows_inline_are_read_back_exactly,
+    needs = [SPARK]
+);
 async fn one_million_rows_inline_are_read_back_exactly() {
     let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE") else {
         return;
@@ -59,7 +62,7 @@ async fn one_million_rows_inline_are_read_back_exactly() {
     spark.close().await.unwrap();
 }
 
-#[tokio::test]
+real_test!(empty_data_keeps_its_schema, needs = [SPARK]);
 async fn empty_data_keeps_its_schema() {
     let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE") else {
         return;
@@ -75,7 +78,10 @@ async fn empty_data_keeps_its_schema() {
     spark.close().await.unwrap();
 }
 
-#[tokio::test]
+real_test!(
+    hundred_mib_through_cached_artifacts_are_read_back_exactly,
+    needs = [SPARK]
+);
 async fn hundred_mib_through_cached_artifacts_are_read_back_exactly() {
     let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE") else {
         return;
@@ -116,7 +122,10 @@ async fn hundred_mib_through_cached_artifacts_are_read_back_exactly() {
     spark.close().await.unwrap();
 }
 
-#[tokio::test]
+real_test!(
+    hundred_mib_through_resets_mid_upload_are_read_back_exactly_once,
+    needs = [SPARK]
+);
 async fn hundred_mib_through_resets_mid_upload_are_read_back_exactly_once() {
     let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE") else {
         return;
@@ -175,7 +184,10 @@ async fn one_row(spark: &SparkSession, query: &str) -> Vec<i64> {
         .collect()
 }
 
-#[tokio::test]
+real_test!(
+    uploaded_data_as_a_temp_view_is_queried_exactly_with_sql,
+    needs = [SPARK]
+);
 async fn uploaded_data_as_a_temp_view_is_queried_exactly_with_sql() {
     let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE") else {
         return;

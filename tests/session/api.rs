@@ -33,16 +33,7 @@ async fn slow_server() -> TestServer {
         .unwrap()
 }
 
-/// Wait (bounded) until `cond` holds.
-async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    for _ in 0..500 {
-        if cond() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("never happened: {what}");
-}
+use crate::support::eventually;
 
 #[tokio::test]
 async fn sql_is_eager_and_bad_sql_fails_there() {

@@ -21,6 +21,18 @@ pub mod arrow_data;
 pub mod policies;
 pub mod streams;
 
+/// Waits until `cond` holds, polling every 10 ms, 500 times at most, for a
+/// state another task or a server changes; panics naming `what` after that.
+pub async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    for _ in 0..500 {
+        if cond() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("never happened: {what}");
+}
+
 use std::cell::RefCell;
 use std::sync::Once;
 

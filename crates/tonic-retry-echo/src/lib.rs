@@ -16,9 +16,10 @@ use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::{Request, Response, Status};
 
-/// The code generated from `proto/echo.proto`.
+// The code generated from `proto/echo.proto`, private so that each item has
+// one public path (re-exported below).
 #[allow(missing_docs, clippy::all)]
-pub mod pb {
+mod pb {
     tonic::include_proto!("echo");
 }
 

@@ -321,23 +321,17 @@ async fn a_client_cut_discards_the_partial_upload() {
             .await;
     });
     // Cut once the call has reached the server (bounded wait).
-    for _ in 0..500 {
-        if server.calls().add_artifacts == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(server.calls().add_artifacts, 1);
+    crate::support::eventually("the upload reached the server", || {
+        server.calls().add_artifacts == 1
+    })
+    .await;
     call.abort();
     drop(tx);
-    let mut recorded = Vec::new();
-    for _ in 0..500 {
-        recorded = server.upload_calls();
-        if !recorded.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    crate::support::eventually("the cut upload is recorded", || {
+        !server.upload_calls().is_empty()
+    })
+    .await;
+    let recorded = server.upload_calls();
     assert_eq!(recorded.len(), 1, "the cut upload is recorded");
     assert!(recorded[0].messages <= 2);
     assert!(recorded[0].stored.is_empty());
