@@ -123,7 +123,7 @@ fn report(what: &str, stats: &StreamStats, sleeper: &RecordingSleeper) {
     );
 }
 
-#[tokio::test]
+real_test!(nginx_reload_mid_query_3m_rows_exact, needs = [PROXIES, PROXY_CA, TOKEN_VALUE]);
 async fn nginx_reload_mid_query_3m_rows_exact() {
     let Some(lb) = lb() else { return };
     let _turn = TURN.lock().await;
@@ -145,7 +145,7 @@ async fn nginx_reload_mid_query_3m_rows_exact() {
     spark.close().await.expect("close");
 }
 
-#[tokio::test]
+real_test!(nginx_keepalive_requests_1_goaway_after_every_request, needs = [PROXIES, PROXY_CA, TOKEN_VALUE]);
 async fn nginx_keepalive_requests_1_goaway_after_every_request() {
     let Some(lb) = lb() else { return };
     let _turn = TURN.lock().await;
@@ -183,7 +183,7 @@ fn silent_midway(n: i64, silent_ms: u64) -> String {
     )
 }
 
-#[tokio::test]
+real_test!(nginx_read_timeout_cuts_a_silent_stream_and_it_resumes, needs = [PROXIES, PROXY_CA, TOKEN_VALUE]);
 async fn nginx_read_timeout_cuts_a_silent_stream_and_it_resumes() {
     let Some(lb) = lb() else { return };
     let _turn = TURN.lock().await;
@@ -206,7 +206,7 @@ async fn nginx_read_timeout_cuts_a_silent_stream_and_it_resumes() {
     spark.close().await.expect("close");
 }
 
-#[tokio::test]
+real_test!(haproxy_reload_mid_query_3m_rows_exact, needs = [PROXIES, PROXY_CA, TOKEN_VALUE]);
 async fn haproxy_reload_mid_query_3m_rows_exact() {
     let Some(lb) = lb() else { return };
     let _turn = TURN.lock().await;
@@ -226,7 +226,7 @@ async fn haproxy_reload_mid_query_3m_rows_exact() {
     spark.close().await.expect("close");
 }
 
-#[tokio::test]
+real_test!(haproxy_timeout_server_cuts_a_silent_stream_and_it_resumes, needs = [PROXIES, PROXY_CA, TOKEN_VALUE]);
 async fn haproxy_timeout_server_cuts_a_silent_stream_and_it_resumes() {
     let Some(lb) = lb() else { return };
     let _turn = TURN.lock().await;
@@ -242,7 +242,7 @@ async fn haproxy_timeout_server_cuts_a_silent_stream_and_it_resumes() {
     spark.close().await.expect("close");
 }
 
-#[tokio::test]
+real_test!(haproxy_backend_down_then_up_mid_query_3m_rows_exact, needs = [PROXIES, PROXY_CA, TOKEN_VALUE]);
 async fn haproxy_backend_down_then_up_mid_query_3m_rows_exact() {
     let Some(lb) = lb() else { return };
     let _turn = TURN.lock().await;
@@ -298,7 +298,7 @@ async fn insert_once(spark: &SparkSession, table: &str) -> i64 {
         .value(0)
 }
 
-#[tokio::test]
+real_test!(create_table_and_insert_under_nginx_reloads_run_exactly_once, needs = [PROXIES, PROXY_CA, TOKEN_VALUE]);
 async fn create_table_and_insert_under_nginx_reloads_run_exactly_once() {
     let Some(lb) = lb() else { return };
     let _turn = TURN.lock().await;
@@ -321,7 +321,7 @@ async fn create_table_and_insert_under_nginx_reloads_run_exactly_once() {
     spark.close().await.expect("close");
 }
 
-#[tokio::test]
+real_test!(http_errors_from_the_proxy_map_to_unavailable_and_a_command_runs_once, needs = [PROXIES, PROXY_CA, TOKEN_VALUE]);
 async fn http_errors_from_the_proxy_map_to_unavailable_and_a_command_runs_once() {
     let Some(lb) = lb() else { return };
     let _turn = TURN.lock().await;
