@@ -12,6 +12,7 @@
 //! | first match in `source()` chain | [`FailureKind`] | PySpark sees | retried by [`DefaultClassifier`] |
 //! |---|---|---|---|
 //! | no source, `Unknown` "protocol error: missing grpc-status trailer…" | `Ambiguous` (truncated stream) | — | no |
+//! | no source, `Internal` "Unexpected EOF decoding stream." | `Ambiguous` (ended inside a message) | — | no |
 //! | no source | `Server` | the code | PySpark's rules |
 //! | `tonic::TimeoutExpired` | `Deadline` | DEADLINE_EXCEEDED | no (the reattachable stream reattaches at once) |
 //! | `tonic::ConnectError` | `Unprocessed` | UNAVAILABLE | yes |
