@@ -80,7 +80,12 @@ write_nginx_conf() {
     for code in 429 502 503 504; do
         refuse+="if (-f $D/refuse-$code) { return $code; } "
     done
+    # Workers must see the refuse-* files in the run dir (under $HOME): they
+    # run as the user who started nginx.
+    local user=""
+    [ "$(id -u)" -eq 0 ] && user="user root;"
     cat >"$D/nginx.conf" <<EOF
+$user
 worker_processes 1;
 pid $D/nginx.pid;
 error_log $D/nginx-error.log warn;
