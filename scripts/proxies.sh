@@ -17,8 +17,8 @@
 # Ports (all 127.0.0.1; the certificate is for `localhost` and 127.0.0.1):
 #   BASE+0  nginx: TLS, grpc_pass; `refuse` makes it answer an HTTP error
 #   BASE+1  nginx: keepalive_requests 1 (GOAWAY after every request)
-#   BASE+2  nginx: grpc_read_timeout 2s and keepalive_timeout 2s (cuts a silent stream, an idle connection)
-#   BASE+3  haproxy: TLS, HTTP/2 end to end, timeout server/client 3s
+#   BASE+2  nginx: grpc_read_timeout 1s and keepalive_timeout 2s (cuts a silent stream, an idle connection)
+#   BASE+3  haproxy: TLS, HTTP/2 end to end, timeout server/client 1s
 #
 # State: ${SPARK_CONNECT_RUN:-~/.cache/spark-connect-retry/run}/proxies-BASE
 # (configs, certs, pids, logs). The CA and keys are made at run time, never committed.
@@ -104,7 +104,7 @@ http {
     upstream spark { server 127.0.0.1:$backend; keepalive 8; }
 $(nginx_server $((base + 0)) "$refuse")
 $(nginx_server $((base + 1)) "keepalive_requests 1;")
-$(nginx_server $((base + 2)) "grpc_read_timeout 2s; keepalive_timeout 2s;")
+$(nginx_server $((base + 2)) "grpc_read_timeout 1s; keepalive_timeout 2s;")
 }
 EOF
 }
@@ -120,8 +120,8 @@ global
 defaults
     mode http
     timeout connect 2s
-    timeout client 3s
-    timeout server 3s
+    timeout client 1s
+    timeout server 1s
 frontend fe
     bind 127.0.0.1:$((base + 3)) ssl crt $D/server.pem alpn h2
     default_backend spark
