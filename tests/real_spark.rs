@@ -160,10 +160,10 @@ fn is_set(var: &str) -> bool {
 // so that they can use it.
 mod real_spark {
     mod cuts;
+    mod proxies;
     mod restart;
     mod resume;
     mod rpcs;
-    mod proxies;
     mod sail_gaps;
     mod session_api;
     mod silence;

@@ -81,7 +81,11 @@ mod tests {
         ] {
             let err = check(response(http, None)).unwrap_err();
             assert_eq!(err.code(), code, "HTTP {http}");
-            assert!(err.message().contains(&http.to_string()), "{}", err.message());
+            assert!(
+                err.message().contains(&http.to_string()),
+                "{}",
+                err.message()
+            );
             assert!(std::error::Error::source(&err).is_none());
         }
     }

@@ -174,7 +174,9 @@ fn failure_in(err: &(dyn StdError + 'static)) -> Option<TlsFailure> {
         }
         // tonic's own (private) error when the server's ALPN is not h2.
         if e.to_string() == "HTTP/2 was not negotiated." {
-            return Some(TlsFailure::Incompatible("HTTP/2 (ALPN h2) not negotiated".into()));
+            return Some(TlsFailure::Incompatible(
+                "HTTP/2 (ALPN h2) not negotiated".into(),
+            ));
         }
         next = e.source();
     }
@@ -231,13 +233,15 @@ fn from_rustls(e: &rustls::Error) -> Option<TlsFailure> {
             | A::DecryptError
             | A::IllegalParameter),
         ) => TlsFailure::RejectedByServer(format!("{a:?}")),
-        E::AlertReceived(a @ (A::ProtocolVersion | A::InsufficientSecurity | A::NoApplicationProtocol)) => {
-            TlsFailure::Incompatible(format!("alert {a:?}"))
+        E::AlertReceived(
+            a @ (A::ProtocolVersion | A::InsufficientSecurity | A::NoApplicationProtocol),
+        ) => TlsFailure::Incompatible(format!("alert {a:?}")),
+        E::NoCertificatesPresented => {
+            TlsFailure::InvalidCertificate("no certificate presented".into())
         }
-        E::NoCertificatesPresented => TlsFailure::InvalidCertificate("no certificate presented".into()),
-        E::InvalidMessage(_) | E::InappropriateMessage { .. } | E::InappropriateHandshakeMessage { .. } => {
-            TlsFailure::PeerNotTls
-        }
+        E::InvalidMessage(_)
+        | E::InappropriateMessage { .. }
+        | E::InappropriateHandshakeMessage { .. } => TlsFailure::PeerNotTls,
         E::PeerIncompatible(p) => TlsFailure::Incompatible(format!("{p:?}")),
         E::NoApplicationProtocol => TlsFailure::Incompatible("no application protocol".into()),
         _ => return None,
@@ -304,7 +308,10 @@ impl fmt::Debug for TlsSettings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TlsSettings")
             .field("cas", &self.cas)
-            .field("client_certificate", &self.identity.as_ref().map(|(c, _)| c))
+            .field(
+                "client_certificate",
+                &self.identity.as_ref().map(|(c, _)| c),
+            )
             .field("client_key", &self.identity.as_ref().map(|_| "<redacted>"))
             .finish()
     }
@@ -334,7 +341,9 @@ pub enum TlsConfigError {
         expected: &'static str,
     },
     /// A client certificate without its key, or a key without its certificate.
-    #[error("a TLS client certificate needs its key and the reverse (tls_cert_file with tls_key_file)")]
+    #[error(
+        "a TLS client certificate needs its key and the reverse (tls_cert_file with tls_key_file)"
+    )]
     IncompleteIdentity,
 }
 
@@ -406,7 +415,10 @@ impl TlsSettings {
         if let Some((cert, key)) = &self.identity {
             let cert = cert.read("client certificate")?;
             let key = key.read("client key")?;
-            if CertificateDer::pem_slice_iter(&cert).next().is_none_or(|c| c.is_err()) {
+            if CertificateDer::pem_slice_iter(&cert)
+                .next()
+                .is_none_or(|c| c.is_err())
+            {
                 return Err(TlsConfigError::NotPem {
                     role: "client certificate",
                     expected: "a certificate",
@@ -511,7 +523,10 @@ mod tests {
             TlsHandshakeError::from_status(&s).unwrap().failure(),
             &TlsFailure::ClientCertificateRequired
         );
-        let io = std::io::Error::new(std::io::ErrorKind::InvalidData, "received fatal alert: Nonsense");
+        let io = std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "received fatal alert: Nonsense",
+        );
         let s = rewrite_handshake_failure(Status::from_error(Box::new(io)), "h:1");
         assert!(TlsHandshakeError::from_status(&s).is_none());
     }
@@ -525,9 +540,15 @@ mod tests {
             Err(TlsConfigError::NotPem { role: "CA", .. })
         ));
         let mut s = TlsSettings::default();
-        s.identity_pem(b"cert".to_vec(), b"-----BEGIN PRIVATE KEY-----\nc2VjcmV0\n-----END PRIVATE KEY-----\n".to_vec());
+        s.identity_pem(
+            b"cert".to_vec(),
+            b"-----BEGIN PRIVATE KEY-----\nc2VjcmV0\n-----END PRIVATE KEY-----\n".to_vec(),
+        );
         let debug = format!("{s:?}");
-        assert!(!debug.contains("c2VjcmV0") && debug.contains("<redacted>"), "{debug}");
+        assert!(
+            !debug.contains("c2VjcmV0") && debug.contains("<redacted>"),
+            "{debug}"
+        );
         assert!(matches!(
             TlsSettings::from_files(None, Some(Path::new("c")), None),
             Err(TlsConfigError::IncompleteIdentity)
@@ -535,6 +556,9 @@ mod tests {
         let missing = TlsSettings::from_files(Some(Path::new("/nonexistent/ca.pem")), None, None)
             .unwrap()
             .client_config();
-        assert!(matches!(missing, Err(TlsConfigError::Read { role: "CA", .. })));
+        assert!(matches!(
+            missing,
+            Err(TlsConfigError::Read { role: "CA", .. })
+        ));
     }
 }

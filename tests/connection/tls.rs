@@ -141,7 +141,10 @@ async fn query(spark: &SparkSession) -> Result<usize, SparkError> {
     Ok(batches.iter().map(|b| b.num_rows()).sum())
 }
 
-fn session(port: u16, sleeper: &RecordingSleeper) -> spark_connect_retry::session::SparkSessionBuilder {
+fn session(
+    port: u16,
+    sleeper: &RecordingSleeper,
+) -> spark_connect_retry::session::SparkSessionBuilder {
     SparkSession::builder()
         .remote(format!("sc://localhost:{port}/;use_ssl=true"))
         .retrying(recorded(sleeper, 7))
@@ -153,9 +156,20 @@ fn handshake_failure(err: &SparkError, front: &TlsFront, sleeper: &RecordingSlee
     let SparkError::Tls(tls) = err else {
         panic!("expected a TLS handshake error, got {err:?}: {err}");
     };
-    assert_eq!(front.accepted.load(Ordering::SeqCst), 1, "one connection, no retry");
-    assert!(sleeper.sleeps().is_empty(), "no retry wait: {:?}", sleeper.sleeps());
-    assert!(err.to_string().contains("TLS handshake with localhost:"), "{err}");
+    assert_eq!(
+        front.accepted.load(Ordering::SeqCst),
+        1,
+        "one connection, no retry"
+    );
+    assert!(
+        sleeper.sleeps().is_empty(),
+        "no retry wait: {:?}",
+        sleeper.sleeps()
+    );
+    assert!(
+        err.to_string().contains("TLS handshake with localhost:"),
+        "{err}"
+    );
     tls.failure().clone()
 }
 
@@ -177,7 +191,11 @@ async fn a_private_ca_from_the_builder_or_the_connection_string_works() {
     let file = dir.join("ca.pem");
     std::fs::write(&file, &ca.pem).unwrap();
     // `tls_ca_file` alone turns TLS on.
-    let url = format!("sc://localhost:{}/;tls_ca_file={}", front.addr.port(), file.display());
+    let url = format!(
+        "sc://localhost:{}/;tls_ca_file={}",
+        front.addr.port(),
+        file.display()
+    );
     let spark = SparkSession::builder().remote(url).build().unwrap();
     let rows = tokio::time::timeout(BOUND, query(&spark)).await.unwrap();
     assert_eq!(rows.unwrap(), 1000);
@@ -195,24 +213,47 @@ async fn a_wrong_ca_fails_at_once_naming_the_unknown_issuer() {
         .tls_ca_pem(other.pem.clone())
         .build()
         .unwrap();
-    let err = tokio::time::timeout(BOUND, query(&spark)).await.unwrap().unwrap_err();
-    assert_eq!(handshake_failure(&err, &front, &sleeper), TlsFailure::UnknownIssuer);
-    assert!(err.to_string().contains("not signed by a trusted CA"), "{err}");
+    let err = tokio::time::timeout(BOUND, query(&spark))
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(
+        handshake_failure(&err, &front, &sleeper),
+        TlsFailure::UnknownIssuer
+    );
+    assert!(
+        err.to_string().contains("not signed by a trusted CA"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
 async fn a_certificate_for_another_host_fails_at_once() {
     let server = TestServer::start().await.unwrap();
     let ca = Ca::new("test CA");
-    let front = front(server.addr(), ca.leaf(&["spark.other.example"], false), None).await;
+    let front = front(
+        server.addr(),
+        ca.leaf(&["spark.other.example"], false),
+        None,
+    )
+    .await;
     let sleeper = RecordingSleeper::new();
     let spark = session(front.addr.port(), &sleeper)
         .tls_ca_pem(ca.pem.clone())
         .build()
         .unwrap();
-    let err = tokio::time::timeout(BOUND, query(&spark)).await.unwrap().unwrap_err();
-    assert_eq!(handshake_failure(&err, &front, &sleeper), TlsFailure::WrongHostName);
-    assert!(err.to_string().contains("not valid for this host name"), "{err}");
+    let err = tokio::time::timeout(BOUND, query(&spark))
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(
+        handshake_failure(&err, &front, &sleeper),
+        TlsFailure::WrongHostName
+    );
+    assert!(
+        err.to_string().contains("not valid for this host name"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -225,8 +266,14 @@ async fn an_expired_certificate_fails_at_once() {
         .tls_ca_pem(ca.pem.clone())
         .build()
         .unwrap();
-    let err = tokio::time::timeout(BOUND, query(&spark)).await.unwrap().unwrap_err();
-    assert_eq!(handshake_failure(&err, &front, &sleeper), TlsFailure::Expired);
+    let err = tokio::time::timeout(BOUND, query(&spark))
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(
+        handshake_failure(&err, &front, &sleeper),
+        TlsFailure::Expired
+    );
     assert!(err.to_string().contains("expired"), "{err}");
 }
 
@@ -235,7 +282,12 @@ async fn mutual_tls_works_with_the_client_certificate_and_fails_clearly_without(
     let server = TestServer::start().await.unwrap();
     let ca = Ca::new("test CA");
     let clients = Ca::new("client CA");
-    let front = front(server.addr(), ca.leaf(&["localhost"], false), Some(&clients)).await;
+    let front = front(
+        server.addr(),
+        ca.leaf(&["localhost"], false),
+        Some(&clients),
+    )
+    .await;
     let (cert, key) = clients.leaf(&["client"], false);
     let sleeper = RecordingSleeper::new();
     let spark = session(front.addr.port(), &sleeper)
@@ -247,13 +299,21 @@ async fn mutual_tls_works_with_the_client_certificate_and_fails_clearly_without(
     let rows = tokio::time::timeout(BOUND, query(&spark)).await.unwrap();
     assert_eq!(rows.unwrap(), 1000);
 
-    let front2 = self::front(server.addr(), ca.leaf(&["localhost"], false), Some(&clients)).await;
+    let front2 = self::front(
+        server.addr(),
+        ca.leaf(&["localhost"], false),
+        Some(&clients),
+    )
+    .await;
     let sleeper = RecordingSleeper::new();
     let spark = session(front2.addr.port(), &sleeper)
         .tls_ca_pem(ca.pem.clone())
         .build()
         .unwrap();
-    let err = tokio::time::timeout(BOUND, query(&spark)).await.unwrap().unwrap_err();
+    let err = tokio::time::timeout(BOUND, query(&spark))
+        .await
+        .unwrap()
+        .unwrap_err();
     assert_eq!(
         handshake_failure(&err, &front2, &sleeper),
         TlsFailure::ClientCertificateRequired
@@ -280,5 +340,8 @@ async fn a_plaintext_client_against_the_tls_port_fails_cleanly() {
     // ClientHello: a transport failure, retried within the policy's budget.
     assert!(matches!(err, SparkError::Server(_)), "{err:?}");
     assert!(server.calls().execute == 0, "nothing reached the server");
-    eprintln!("plaintext against TLS: {err} ({} connections)", front.accepted.load(Ordering::SeqCst));
+    eprintln!(
+        "plaintext against TLS: {err} ({} connections)",
+        front.accepted.load(Ordering::SeqCst)
+    );
 }

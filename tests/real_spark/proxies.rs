@@ -64,7 +64,11 @@ impl Lb {
     fn session(&self, offset: u16, sleeper: &RecordingSleeper) -> SparkSession {
         SparkSession::builder()
             .remote(self.url(offset))
-            .retrying(Retrying::default().with_seed(5).with_sleeper(sleeper.clone()))
+            .retrying(
+                Retrying::default()
+                    .with_seed(5)
+                    .with_sleeper(sleeper.clone()),
+            )
             .build()
             .unwrap()
     }
@@ -126,7 +130,10 @@ fn report(what: &str, stats: &StreamStats, sleeper: &RecordingSleeper) {
     );
 }
 
-real_test!(nginx_reload_mid_query_3m_rows_exact, needs = [PROXIES, PROXY_CA, TOKEN_VALUE]);
+real_test!(
+    nginx_reload_mid_query_3m_rows_exact,
+    needs = [PROXIES, PROXY_CA, TOKEN_VALUE]
+);
 async fn nginx_reload_mid_query_3m_rows_exact() {
     let Some(lb) = lb() else { return };
     let _turn = TURN.lock().await;
@@ -148,7 +155,10 @@ async fn nginx_reload_mid_query_3m_rows_exact() {
     spark.close().await.expect("close");
 }
 
-real_test!(nginx_keepalive_requests_1_goaway_after_every_request, needs = [PROXIES, PROXY_CA, TOKEN_VALUE]);
+real_test!(
+    nginx_keepalive_requests_1_goaway_after_every_request,
+    needs = [PROXIES, PROXY_CA, TOKEN_VALUE]
+);
 async fn nginx_keepalive_requests_1_goaway_after_every_request() {
     let Some(lb) = lb() else { return };
     let _turn = TURN.lock().await;
@@ -189,16 +199,20 @@ fn silent_midway(n: i64, silent_ms: u64) -> String {
     )
 }
 
-real_test!(nginx_read_timeout_cuts_a_silent_stream_and_it_resumes, needs = [PROXIES, PROXY_CA, TOKEN_VALUE]);
+real_test!(
+    nginx_read_timeout_cuts_a_silent_stream_and_it_resumes,
+    needs = [PROXIES, PROXY_CA, TOKEN_VALUE]
+);
 async fn nginx_read_timeout_cuts_a_silent_stream_and_it_resumes() {
     let Some(lb) = lb() else { return };
     let _turn = TURN.lock().await;
     let sleeper = RecordingSleeper::new();
     let spark = lb.session(NGINX_SHORT_TIMEOUTS, &sleeper);
-    let (check, stats) = tokio::time::timeout(BOUND, query_rows_as(&spark, &silent_midway(THREE_M, 3_500)))
-        .await
-        .expect("hung")
-        .unwrap();
+    let (check, stats) =
+        tokio::time::timeout(BOUND, query_rows_as(&spark, &silent_midway(THREE_M, 3_500)))
+            .await
+            .expect("hung")
+            .unwrap();
     assert_exact(&check, THREE_M);
     report("nginx grpc_read_timeout 1s", &stats, &sleeper);
     // Spark reports progress every 2 s: the silence is cut at least once.
@@ -214,7 +228,10 @@ async fn nginx_read_timeout_cuts_a_silent_stream_and_it_resumes() {
     spark.close().await.expect("close");
 }
 
-real_test!(haproxy_reload_mid_query_3m_rows_exact, needs = [PROXIES, PROXY_CA, TOKEN_VALUE]);
+real_test!(
+    haproxy_reload_mid_query_3m_rows_exact,
+    needs = [PROXIES, PROXY_CA, TOKEN_VALUE]
+);
 async fn haproxy_reload_mid_query_3m_rows_exact() {
     let Some(lb) = lb() else { return };
     let _turn = TURN.lock().await;
@@ -229,21 +246,28 @@ async fn haproxy_reload_mid_query_3m_rows_exact() {
     .unwrap();
     assert_exact(&check, THREE_M);
     report("haproxy reload", &stats, &sleeper);
-    assert!(stats.reattaches >= 1, "hard-stop-after 2s cuts the old process: {stats:?}");
+    assert!(
+        stats.reattaches >= 1,
+        "hard-stop-after 2s cuts the old process: {stats:?}"
+    );
     assert_eq!(stats.re_executes, 0, "{stats:?}");
     spark.close().await.expect("close");
 }
 
-real_test!(haproxy_timeout_server_cuts_a_silent_stream_and_it_resumes, needs = [PROXIES, PROXY_CA, TOKEN_VALUE]);
+real_test!(
+    haproxy_timeout_server_cuts_a_silent_stream_and_it_resumes,
+    needs = [PROXIES, PROXY_CA, TOKEN_VALUE]
+);
 async fn haproxy_timeout_server_cuts_a_silent_stream_and_it_resumes() {
     let Some(lb) = lb() else { return };
     let _turn = TURN.lock().await;
     let sleeper = RecordingSleeper::new();
     let spark = lb.session(HAPROXY, &sleeper);
-    let (check, stats) = tokio::time::timeout(BOUND, query_rows_as(&spark, &silent_midway(THREE_M, 3_500)))
-        .await
-        .expect("hung")
-        .unwrap();
+    let (check, stats) =
+        tokio::time::timeout(BOUND, query_rows_as(&spark, &silent_midway(THREE_M, 3_500)))
+            .await
+            .expect("hung")
+            .unwrap();
     assert_exact(&check, THREE_M);
     report("haproxy timeout server 1s", &stats, &sleeper);
     assert!(stats.reattaches >= 1, "{stats:?}");
@@ -251,7 +275,10 @@ async fn haproxy_timeout_server_cuts_a_silent_stream_and_it_resumes() {
     spark.close().await.expect("close");
 }
 
-real_test!(haproxy_backend_down_then_up_mid_query_3m_rows_exact, needs = [PROXIES, PROXY_CA, TOKEN_VALUE]);
+real_test!(
+    haproxy_backend_down_then_up_mid_query_3m_rows_exact,
+    needs = [PROXIES, PROXY_CA, TOKEN_VALUE]
+);
 async fn haproxy_backend_down_then_up_mid_query_3m_rows_exact() {
     let Some(lb) = lb() else { return };
     let _turn = TURN.lock().await;
@@ -307,14 +334,22 @@ async fn insert_once(spark: &SparkSession, table: &str) -> i64 {
         .value(0)
 }
 
-real_test!(create_table_and_insert_under_nginx_reloads_run_exactly_once, needs = [PROXIES, PROXY_CA, TOKEN_VALUE]);
+real_test!(
+    create_table_and_insert_under_nginx_reloads_run_exactly_once,
+    needs = [PROXIES, PROXY_CA, TOKEN_VALUE]
+);
 async fn create_table_and_insert_under_nginx_reloads_run_exactly_once() {
     let Some(lb) = lb() else { return };
     let _turn = TURN.lock().await;
     let sleeper = RecordingSleeper::new();
     let spark = lb.session(NGINX, &sleeper);
     let table = format!("lb_reload_{}", std::process::id());
-    drop(spark.sql(&format!("DROP TABLE IF EXISTS {table}")).await.unwrap());
+    drop(
+        spark
+            .sql(&format!("DROP TABLE IF EXISTS {table}"))
+            .await
+            .unwrap(),
+    );
     // The reload races the CREATE TABLE: no IF NOT EXISTS, so a second run fails.
     let create_sql = format!("CREATE TABLE {table} (id INT) USING parquet");
     let create = spark.sql(&create_sql);
@@ -330,7 +365,10 @@ async fn create_table_and_insert_under_nginx_reloads_run_exactly_once() {
     spark.close().await.expect("close");
 }
 
-real_test!(http_errors_from_the_proxy_map_to_unavailable_and_a_command_runs_once, needs = [PROXIES, PROXY_CA, TOKEN_VALUE]);
+real_test!(
+    http_errors_from_the_proxy_map_to_unavailable_and_a_command_runs_once,
+    needs = [PROXIES, PROXY_CA, TOKEN_VALUE]
+);
 async fn http_errors_from_the_proxy_map_to_unavailable_and_a_command_runs_once() {
     let Some(lb) = lb() else { return };
     let _turn = TURN.lock().await;
@@ -353,7 +391,11 @@ async fn http_errors_from_the_proxy_map_to_unavailable_and_a_command_runs_once()
         .expect_err("the proxy refuses");
         lb.script(&["pass"]);
         let status = err.server_error().expect("a status").status().clone();
-        assert_eq!(status.code(), tonic::Code::Unavailable, "HTTP {code}: {err}");
+        assert_eq!(
+            status.code(),
+            tonic::Code::Unavailable,
+            "HTTP {code}: {err}"
+        );
         assert!(status.message().contains(code), "HTTP {code}: {err}");
     }
     // A command sent while nginx answers 503, let through 1.5 s later: retried, run once.
@@ -363,8 +405,18 @@ async fn http_errors_from_the_proxy_map_to_unavailable_and_a_command_runs_once()
         .build()
         .unwrap();
     let table = format!("lb_refused_{}", std::process::id());
-    drop(spark.sql(&format!("DROP TABLE IF EXISTS {table}")).await.unwrap());
-    drop(spark.sql(&format!("CREATE TABLE {table} (id INT) USING parquet")).await.unwrap());
+    drop(
+        spark
+            .sql(&format!("DROP TABLE IF EXISTS {table}"))
+            .await
+            .unwrap(),
+    );
+    drop(
+        spark
+            .sql(&format!("CREATE TABLE {table} (id INT) USING parquet"))
+            .await
+            .unwrap(),
+    );
     lb.script(&["refuse", "503"]);
     let lb = Arc::new(lb);
     let pass = lb.clone();
@@ -372,9 +424,10 @@ async fn http_errors_from_the_proxy_map_to_unavailable_and_a_command_runs_once()
         std::thread::sleep(Duration::from_millis(1500));
         pass.script(&["pass"]);
     });
-    let inserted = tokio::time::timeout(BOUND, spark.sql(&format!("INSERT INTO {table} VALUES (1)")))
-        .await
-        .expect("hung");
+    let inserted =
+        tokio::time::timeout(BOUND, spark.sql(&format!("INSERT INTO {table} VALUES (1)")))
+            .await
+            .expect("hung");
     opener.join().unwrap();
     drop(inserted.expect("the INSERT once the proxy passes"));
     let batches = spark

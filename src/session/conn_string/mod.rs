@@ -444,7 +444,9 @@ impl ConnectionString {
                         windows.connection = Some(parse_window(CONNECTION_WINDOW_KEY, &value)?);
                     }
                     BDP_PROBE_KEY => windows.bdp_probe = parse_bool(BDP_PROBE_KEY, &value)?,
-                    "tls_ca_file" => cs.tls_files.ca = Some(non_empty("tls_ca_file", value)?.into()),
+                    "tls_ca_file" => {
+                        cs.tls_files.ca = Some(non_empty("tls_ca_file", value)?.into())
+                    }
                     "tls_cert_file" => {
                         cs.tls_files.cert = Some(non_empty("tls_cert_file", value)?.into());
                     }
@@ -550,9 +552,7 @@ impl ConnectionString {
     /// Whether the channel uses TLS: `use_ssl=true`, a `tls_*` file parameter, or a token
     /// with a host other than exactly `localhost`.
     pub fn use_tls(&self) -> bool {
-        self.use_ssl
-            || self.tls_files.any()
-            || (self.token.is_some() && self.host != "localhost")
+        self.use_ssl || self.tls_files.any() || (self.token.is_some() && self.host != "localhost")
     }
 
     /// User id for `UserContext`, from the string, `SPARK_USER` or `USER`.

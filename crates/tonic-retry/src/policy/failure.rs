@@ -286,7 +286,9 @@ mod tests {
     async fn a_refused_stream_is_unsent_and_retried_transparently_within_a_bound() {
         use crate::policy::{MAX_TRANSPARENT_RETRIES, RetryDecision, RetryPolicy, RetryReason};
         // A raw HTTP/2 peer that refuses every stream (RST_STREAM(REFUSED_STREAM)).
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move {
             let (tcp, _) = listener.accept().await.unwrap();
@@ -327,7 +329,9 @@ mod tests {
     #[tokio::test]
     async fn a_refused_connection_is_not_unsent() {
         // The server may be down: backed off by the policy, never re-sent at once.
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .unwrap();
         let addr = listener.local_addr().unwrap();
         drop(listener);
         let status = call(addr).await;
