@@ -21,11 +21,9 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use spark_connect_retry::layer::{HedgingPolicy, RetryLayer, RetryService, SparkConnectLayer};
 use spark_connect_retry::proto::spark_connect_service_client::SparkConnectServiceClient;
-use spark_connect_retry::proto::spark_connect_service_server::{
-    SparkConnectService, SparkConnectServiceServer,
-};
 use spark_connect_retry::proto::*;
 use spark_connect_retry::retrying::Retrying;
+use spark_connect_testkit::{SparkConnectService, SparkConnectServiceServer};
 use tonic::transport::{Channel, Endpoint, Server};
 use tonic::{Request, Response, Status};
 use tower::ServiceBuilder;
@@ -106,7 +104,7 @@ impl Arm {
         let mut layer = RetryLayer::spark_connect(Retrying::default());
         if hedged {
             let policy = HedgingPolicy::new(3, HEDGE_DELAY).expect("policy");
-            layer = layer.hedge(CONFIG, policy).expect("Config is idempotent");
+            layer = layer.hedge(CONFIG, policy);
         }
         let channel = Endpoint::from_shared(format!("http://{addr}"))
             .expect("endpoint")

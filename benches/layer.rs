@@ -34,11 +34,9 @@ use http::HeaderMap;
 use http_body::Frame;
 use spark_connect_retry::layer::{RetryLayer, SparkConnectLayer};
 use spark_connect_retry::proto::spark_connect_service_client::SparkConnectServiceClient;
-use spark_connect_retry::proto::spark_connect_service_server::{
-    SparkConnectService, SparkConnectServiceServer,
-};
 use spark_connect_retry::proto::*;
 use spark_connect_retry::retrying::{BoxFuture, Retrying};
+use spark_connect_testkit::{SparkConnectService, SparkConnectServiceServer};
 use tonic::client::GrpcService;
 use tonic::transport::{Channel, Endpoint, Server};
 use tonic::{Request, Response, Status};
@@ -383,7 +381,7 @@ async fn sequential() {
     let addr = serve().await;
     let mut raw = SparkConnectServiceClient::new(channel(addr));
     let layer = RetryLayer::spark_connect(Retrying::default());
-    let stats = layer.stats();
+    let stats = layer.stats_handle();
     let mut ours =
         SparkConnectServiceClient::new(ServiceBuilder::new().layer(layer).service(channel(addr)));
     let mut refr = SparkConnectServiceClient::new(reference(channel(addr)));

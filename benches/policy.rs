@@ -7,7 +7,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
-use spark_connect_retry::policy::{Classifier, DefaultClassifier, RetryPolicy, classify_failure};
+use spark_connect_retry::policy::{Classifier, DefaultClassifier, classify_failure};
 use spark_connect_retry::retrying::{AttemptError, Retrying};
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
@@ -41,7 +41,8 @@ fn statuses() -> Vec<(&'static str, Status)> {
 
 fn bench(c: &mut Criterion) {
     let retrying = Retrying::default().with_seed(1);
-    let policies: std::sync::Arc<[RetryPolicy]> = retrying.policies().into();
+    let policies: std::sync::Arc<[spark_connect_retry::deps::tonic_retry::policy::RetryPolicy]> =
+        retrying.policies().into();
 
     let mut g = c.benchmark_group("on_status_fresh_state");
     for (name, status) in statuses() {

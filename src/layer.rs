@@ -35,10 +35,14 @@
 //! # Ok(()) }
 //! ```
 
-pub use tonic_retry::layer::*;
+pub use tonic_retry::layer::{
+    CallOptions, CallStats, CallStatsHandle, ConfigWarning, DEFAULT_MAX_REQUEST_BUFFER,
+    DEFAULT_MAX_RESPONSE_BUFFER, HedgingError, HedgingPolicy, InvalidThrottle, MAX_HEDGED_ATTEMPTS,
+    MAX_TOKENS_LIMIT, MethodConfig, MethodEntry, MethodName, ResponseKind, RetryLayer,
+    RetryService, RetryStats, RetryStatsHandle, RetryThrottle, ServiceConfig, ServiceConfigError,
+};
 
-/// The Spark Connect service's gRPC path prefix.
-pub const SPARK_CONNECT_SERVICE: &str = "/spark.connect.SparkConnectService/";
+use crate::proto::SERVICE_NAME;
 
 /// The Spark Connect method table for a [`RetryLayer`].
 ///
@@ -68,11 +72,11 @@ impl SparkConnectLayer for RetryLayer {
         let unary = MethodConfig::idempotent().with_kind(ResponseKind::Unary);
         let mut layer = RetryLayer::new(retrying)
             .method(
-                format!("{SPARK_CONNECT_SERVICE}ExecutePlan"),
+                format!("/{SERVICE_NAME}/ExecutePlan"),
                 MethodConfig::non_idempotent().with_kind(ResponseKind::ServerStreaming),
             )
             .method(
-                format!("{SPARK_CONNECT_SERVICE}ReattachExecute"),
+                format!("/{SERVICE_NAME}/ReattachExecute"),
                 MethodConfig::idempotent().with_kind(ResponseKind::ServerStreaming),
             );
         for m in [
@@ -87,7 +91,7 @@ impl SparkConnectLayer for RetryLayer {
             "CloneSession",
             "GetStatus",
         ] {
-            layer = layer.method(format!("{SPARK_CONNECT_SERVICE}{m}"), unary.clone());
+            layer = layer.method(format!("/{SERVICE_NAME}/{m}"), unary.clone());
         }
         layer
     }

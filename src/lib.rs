@@ -15,8 +15,8 @@
 //!
 //! | module | what |
 //! |---|---|
-//! | [`policy`] | [`RetryPolicy`](policy::RetryPolicy), classification of `tonic::Status` (transport failures included), the pure decision core |
-//! | [`retrying`] | the async retry loop, injectable sleeper, clock and jitter |
+//! | [`policy`] | [`RetryPolicy`](policy::RetryPolicy) with PySpark's `DefaultPolicy` as its default, classification of `tonic::Status` (transport failures included), the pure decision core |
+//! | [`retrying`] | the async retry loop (PySpark's defaults and wording), injectable sleeper, clock and jitter |
 //! | [`reattach`] | [`ReattachableExecution`](reattach::ReattachableExecution) and its sans-I/O core |
 //! | [`layer`] | [`RetryLayer`](layer::RetryLayer) for any tonic client |
 //! | [`session`] | [`SparkSession`](session::SparkSession), `sc://` connection strings |
@@ -72,14 +72,17 @@ pub mod proto {
 }
 
 pub mod deadlines;
+mod error_classes;
 pub mod layer;
+pub mod policy;
 pub mod reattach;
-pub mod renew;
+pub mod reconnect;
+pub mod retrying;
 pub mod session;
 pub mod status;
 pub mod transport;
 
-pub use tonic_retry::{policy, retrying, sanitize};
+pub use tonic_retry::sanitize;
 
 /// The crates whose types appear in this crate's API, re-exported so that a
 /// program's versions cannot drift from the ones this crate was built with.

@@ -10,6 +10,6 @@ mod connection {
     mod conn_string;
     mod http2_windows;
     mod proto_compat;
-    mod renew;
+    mod reconnect;
     mod tls;
 }

@@ -11,15 +11,13 @@ use std::time::Duration;
 
 use futures_util::{Stream, StreamExt};
 use spark_connect_retry::layer::{
-    HedgingError, HedgingPolicy, RetryLayer, RetryService, RetryStats, RetryStatsSnapshot,
-    RetryThrottle, SparkConnectLayer,
+    HedgingPolicy, RetryLayer, RetryService, RetryStats, RetryStatsHandle, RetryThrottle,
+    SparkConnectLayer,
 };
 use spark_connect_retry::proto::spark_connect_service_client::SparkConnectServiceClient;
-use spark_connect_retry::proto::spark_connect_service_server::{
-    SparkConnectService, SparkConnectServiceServer,
-};
 use spark_connect_retry::proto::*;
 use spark_connect_retry::retrying::{BoxFuture, ManualClock, Retrying, Sleeper};
+use spark_connect_testkit::{SparkConnectService, SparkConnectServiceServer};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_stream::wrappers::TcpListenerStream;
@@ -222,9 +220,7 @@ fn policy(max: u32, delay: Duration) -> HedgingPolicy {
 fn layer(sleeper: &VirtualSleeper, policy: HedgingPolicy) -> RetryLayer {
     RetryLayer::spark_connect(sleeper.retrying())
         .hedge(CONFIG, policy.clone())
-        .unwrap()
         .hedge(REATTACH, policy)
-        .unwrap()
 }
 
 async fn config(client: &mut Client) -> Result<String, Status> {
@@ -240,7 +236,7 @@ async fn config(client: &mut Client) -> Result<String, Status> {
 struct Setup {
     server: Server_,
     sleeper: VirtualSleeper,
-    stats: RetryStats,
+    stats: RetryStatsHandle,
     client: Client,
 }
 
@@ -252,7 +248,7 @@ async fn setup(
     let addr = serve(server.clone()).await;
     let sleeper = VirtualSleeper::default();
     let layer = layer(&sleeper, policy);
-    let stats = layer.stats();
+    let stats = layer.stats_handle();
     Setup {
         server,
         stats,
@@ -261,7 +257,7 @@ async fn setup(
     }
 }
 
-fn hedges(s: RetryStatsSnapshot) -> (u64, u64, u64, u64) {
+fn hedges(s: RetryStats) -> (u64, u64, u64, u64) {
     (s.attempts, s.hedges_sent, s.hedges_won, s.hedges_cancelled)
 }
 
@@ -381,7 +377,7 @@ async fn throttling_under_a_burst() {
     let addr = serve(server.clone()).await;
     let sleeper = VirtualSleeper::default();
     let layer = layer(&sleeper, policy(3, NEVER)).throttle(RetryThrottle::new(4, 0.1).unwrap());
-    let stats = layer.stats();
+    let stats = layer.stats_handle();
     let client = client(addr, layer);
     let calls = (0..6).map(|_| {
         let mut c = client.clone();
@@ -415,9 +411,8 @@ async fn the_deadline_bounds_the_hedges() {
     let addr = serve(server.clone()).await;
     let layer = RetryLayer::spark_connect(Retrying::default())
         .hedge(CONFIG, policy(5, Duration::from_secs(1)))
-        .unwrap()
         .default_deadline(Duration::from_millis(2500));
-    let stats = layer.stats();
+    let stats = layer.stats_handle();
     let mut client = client(addr, layer);
     let start = tokio::time::Instant::now();
     let err = config(&mut client).await.unwrap_err();
@@ -452,10 +447,10 @@ async fn a_stream_is_committed_by_its_first_message() {
 }
 
 #[test]
-fn a_non_idempotent_method_is_rejected_at_configuration() {
-    let layer = RetryLayer::spark_connect(Retrying::default());
-    let err = layer.hedge(EXECUTE, policy(2, NEVER)).unwrap_err();
-    assert_eq!(err, HedgingError::NotIdempotent(EXECUTE.to_owned()));
+fn hedging_a_method_declares_it_idempotent() {
+    let layer = RetryLayer::spark_connect(Retrying::default()).hedge(EXECUTE, policy(2, NEVER));
+    let method = layer.method_config(EXECUTE);
+    assert!(method.is_idempotent() && method.hedging().is_some());
 }
 
 /// The events of calls made inside an `observed` span, whatever other

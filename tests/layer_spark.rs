@@ -41,7 +41,7 @@ async fn generated_client_through_the_layer_retries_unary_rpcs() {
         .push(Fault::reset_connection().on(Rpc::Config));
     let sleeper = RecordingSleeper::new();
     let layer = layer(&sleeper);
-    let stats = layer.stats();
+    let stats = layer.stats_handle();
     let channel = tonic::transport::Endpoint::from_shared(server.endpoint())
         .unwrap()
         .connect_lazy();

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use arrow_array::{Array, Int64Array, RecordBatch};
 use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
 use spark_connect_retry::session::{SparkError, SparkSession};
-use spark_connect_testkit::proxy::{CutMode, CutSchedule, Direction, FaultProxy};
+use spark_connect_testkit::{CutMode, CutSchedule, Direction, FaultProxy};
 
 mod support;
 use support::{arrow_data, streams};
@@ -232,7 +232,7 @@ fn assert_exact(check: &Check, n: i64) {
 async fn query_rows(
     spark: &SparkSession,
     n: i64,
-) -> Result<(Check, spark_connect_retry::reattach::core::StreamStats), SparkError> {
+) -> Result<(Check, spark_connect_retry::reattach::StreamStats), SparkError> {
     query_rows_as(spark, &format!("SELECT id, id*2 AS x FROM range({n})")).await
 }
 
@@ -243,7 +243,7 @@ async fn query_rows_on(
     srv: Srv,
     spark: &SparkSession,
     n: i64,
-) -> Result<(Check, spark_connect_retry::reattach::core::StreamStats), SparkError> {
+) -> Result<(Check, spark_connect_retry::reattach::StreamStats), SparkError> {
     let order = if srv == Srv::Sail { " ORDER BY id" } else { "" };
     query_rows_as(
         spark,
@@ -255,7 +255,7 @@ async fn query_rows_on(
 async fn query_rows_as(
     spark: &SparkSession,
     query: &str,
-) -> Result<(Check, spark_connect_retry::reattach::core::StreamStats), SparkError> {
+) -> Result<(Check, spark_connect_retry::reattach::StreamStats), SparkError> {
     let mut stream = spark.sql(query).await?;
     let mut check = Check {
         in_order: true,

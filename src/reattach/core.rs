@@ -38,8 +38,7 @@ use super::ids::{check_session_ids, is_canonical_uuid};
 use super::integrity::{IntegrityError, ResponseIds};
 use super::not_found::Delivery;
 use super::progress::{EmptyRun, EmptySegment, Verdict};
-
-pub use super::classes::{OPERATION_NOT_FOUND, SESSION_NOT_FOUND};
+use super::stats::StreamStats;
 
 /// What the driver observed.
 #[derive(Debug)]
@@ -95,45 +94,6 @@ pub enum Action {
     /// The result is complete; end the stream.
     Finish,
 }
-
-/// What one execution's stream did: responses, reattaches, re-executes,
-/// retries, stalls. What [`ArrowStream::stats`](crate::session::ArrowStream::stats)
-/// and [`ExecutionStats::snapshot`](crate::reattach::ExecutionStats::snapshot) return.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct StreamStats {
-    /// Responses handed to the consumer.
-    pub responses: u64,
-    /// ReattachExecute streams opened.
-    pub reattaches: u64,
-    /// ExecutePlan re-sent after NOT_FOUND.
-    pub re_executes: u64,
-    /// Policy retries (each after a sleep).
-    pub policy_retries: u64,
-    /// Immediate retries (NOT_FOUND, deadline, stall, a cut stream).
-    pub immediate_retries: u64,
-    /// Transparent re-sends of requests that never reached the server
-    /// (gRFC A6: a GOAWAY, a refused stream, a request dropped unsent by a
-    /// closing connection), without a wait or the retry budget.
-    pub transparent_retries: u64,
-    /// Streams that ended cleanly without ResultComplete.
-    pub graceful_ends: u64,
-    /// Streams given up as silent ([`Event::Stalled`]), each followed by a reattach.
-    pub stalls: u64,
-    /// Stall reattaches the server answered (headers or a message), which
-    /// therefore did not count toward the immediate-retry bound.
-    pub stalls_answered: u64,
-    /// Reopens delayed because the segment before them was short and empty
-    /// ([`super::progress`]).
-    pub empty_backoffs: u64,
-    /// Times a query was re-executed after the server lost it, and resumed
-    /// after the rows already delivered (counted by the session's stream,
-    /// `SparkSessionBuilder::resume_queries`; always 0 in the core).
-    pub resumptions: u64,
-}
-
-/// The old name of [`StreamStats`].
-#[deprecated(since = "0.2.0", note = "renamed to StreamStats")]
-pub type CoreCounters = StreamStats;
 
 /// The reattach state machine for one execution.
 #[derive(Debug)]
@@ -215,26 +175,18 @@ impl ReattachCore {
     pub fn initial_request(&self) -> &ExecutePlanRequest {
         &self.initial
     }
-    /// The id of the last response handed to the consumer.
-    pub fn last_returned_response_id(&self) -> Option<&str> {
-        self.last_returned.as_deref()
-    }
-    /// Whether the execution is over (ResultComplete delivered, or released after an error).
-    pub fn is_complete(&self) -> bool {
-        self.result_complete
-    }
     /// The server-side session id observed on this execution.
     pub fn server_side_session_id(&self) -> Option<&str> {
         self.server_side_session_id.as_deref()
     }
     /// Counters so far.
-    pub fn counters(&self) -> StreamStats {
+    pub fn stats(&self) -> StreamStats {
         self.counters
     }
     /// Whether the stream being opened replaces one given up as silent. Its
     /// connection may be a black hole (silent both ways, no FIN, no RST), so
     /// the driver sends it over a fresh connection
-    /// ([`crate::renew::FreshConnection`]).
+    /// ([`crate::reconnect::FreshConnection`]).
     pub fn opening_after_stall(&self) -> bool {
         self.after_stall
     }
@@ -565,3 +517,8 @@ impl ReattachCore {
         }
     }
 }
+
+#[cfg(test)]
+mod props;
+#[cfg(test)]
+mod tests;

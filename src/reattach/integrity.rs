@@ -36,19 +36,27 @@
 //! 7. **Corrupt Arrow data is an error, never a panic** (the session's
 //!    decoder; see `docs/arrow-ipc-panic.md`).
 
-use std::collections::HashSet;
-use std::fmt;
+// The batch rules are the Arrow decoder's; without the `arrow` feature only
+// the response-id rules are used.
+#![cfg_attr(not(feature = "arrow"), allow(dead_code))]
 
-/// A broken stream-integrity rule (see the [module docs](self)).
-#[derive(Debug, Clone, PartialEq, Eq)]
+use std::collections::HashSet;
+
+/// A broken stream-integrity rule (see [`crate::reattach`], "stream integrity").
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum IntegrityError {
     /// The same response id arrived twice in one execution.
+    #[error("response id {0:?} received twice: the server replayed a response")]
     DuplicateResponseId(String),
     /// The stream had to be reopened after a response without an id: the
     /// server would replay the result from its start.
+    #[error(
+        "the stream must be resumed, but the last response had no response id: resuming would replay the result"
+    )]
     NoResumePosition,
     /// A chunk arrived out of order (or was lost or repeated).
+    #[error("expected chunk {expected} of an Arrow batch, got chunk {got}")]
     ChunkOrder {
         /// The chunk index expected.
         expected: i64,
@@ -56,8 +64,10 @@ pub enum IntegrityError {
         got: i64,
     },
     /// `num_chunks_in_batch` is zero or negative.
+    #[error("num_chunks_in_batch is {0}; it must be positive")]
     BadChunkCount(i64),
     /// A later chunk of a batch disagrees with its first chunk.
+    #[error("a chunk of an Arrow batch has {field} {got:?}, its first chunk {first:?}")]
     ChunkMismatch {
         /// The field that differs: `num_chunks_in_batch`, `row_count` or `start_offset`.
         field: &'static str,
@@ -67,6 +77,7 @@ pub enum IntegrityError {
         got: Option<i64>,
     },
     /// A batch's declared `row_count` is not the rows its data decodes to.
+    #[error("ArrowBatch says {declared} rows but carries {decoded}")]
     RowCount {
         /// The declared count.
         declared: i64,
@@ -74,6 +85,9 @@ pub enum IntegrityError {
         decoded: i64,
     },
     /// A batch did not start where the previous one ended.
+    #[error(
+        "Arrow batch starts at row {got}, expected {expected}: a batch was dropped or replayed"
+    )]
     BatchOffset {
         /// The row offset expected.
         expected: i64,
@@ -81,6 +95,9 @@ pub enum IntegrityError {
         got: i64,
     },
     /// The stream ended while a chunked batch was incomplete.
+    #[error(
+        "the result ended in the middle of a chunked Arrow batch ({received} of {total} chunks): its rows are missing"
+    )]
     TornBatch {
         /// Chunks received.
         received: i64,
@@ -88,42 +105,6 @@ pub enum IntegrityError {
         total: i64,
     },
 }
-
-impl fmt::Display for IntegrityError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            IntegrityError::DuplicateResponseId(id) => {
-                write!(f, "response id {id:?} received twice: the server replayed a response")
-            }
-            IntegrityError::NoResumePosition => f.write_str(
-                "the stream must be resumed, but the last response had no response id: resuming would replay the result",
-            ),
-            IntegrityError::ChunkOrder { expected, got } => {
-                write!(f, "expected chunk {expected} of an Arrow batch, got chunk {got}")
-            }
-            IntegrityError::BadChunkCount(n) => {
-                write!(f, "num_chunks_in_batch is {n}; it must be positive")
-            }
-            IntegrityError::ChunkMismatch { field, first, got } => write!(
-                f,
-                "a chunk of an Arrow batch has {field} {got:?}, its first chunk {first:?}"
-            ),
-            IntegrityError::RowCount { declared, decoded } => {
-                write!(f, "ArrowBatch says {declared} rows but carries {decoded}")
-            }
-            IntegrityError::BatchOffset { expected, got } => write!(
-                f,
-                "Arrow batch starts at row {got}, expected {expected}: a batch was dropped or replayed"
-            ),
-            IntegrityError::TornBatch { received, total } => write!(
-                f,
-                "the result ended in the middle of a chunked Arrow batch ({received} of {total} chunks): its rows are missing"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for IntegrityError {}
 
 /// The response ids seen in one execution (invariant 2).
 #[derive(Debug, Default, Clone)]

@@ -24,15 +24,15 @@
 //! * **OPERATION_NOT_FOUND / SESSION_NOT_FOUND**: before any yielded response
 //!   the ExecutePlan never reached the server, so it is re-sent at once; after
 //!   one, [`ReattachError::ResponseAlreadyReceived`]. Each server's wording of
-//!   "not found" is one row of [`not_found::WORDINGS`] (Spark's classes;
+//!   "not found" is one row of the `not_found` table (Spark's classes;
 //!   Sail's `INTERNAL` message only before any answer).
 //! * **ExecutePlan that provably never left**: while every ExecutePlan failed
 //!   `Unprocessed` (e.g. connection refused) and nothing was answered, the
 //!   retry after the backoff re-sends the ExecutePlan instead of reattaching
-//!   ([`not_found`]): no server wording is needed for the commonest case.
+//!   (`not_found`): no server wording is needed for the commonest case.
 //! * **Deadlines and stalls**: DEADLINE_EXCEEDED, tonic's client timeout
 //!   (`Cancelled` with a `TimeoutExpired` source), the client-enforced
-//!   segment deadline ([`RpcDeadlines`]) and
+//!   segment deadline ([`RpcDeadlines`](crate::deadlines::RpcDeadlines)) and
 //!   the idle timeout (stall detection, below) all reattach at once, bounded
 //!   by the immediate-retry elapsed-time bound.
 //! * **Session**: the server-side session id must not change within the
@@ -41,12 +41,12 @@
 //!   `release_all` on completion, terminal error and drop; background, best effort.
 //!
 //! Two rules on top of PySpark's keep a misbehaving server from making the
-//! client spin or lose rows: **progress-aware reopening** ([`progress`]: the
+//! client spin or lose rows: **progress-aware reopening** (`progress`: the
 //! immediate reopens above are immediate only for segments that delivered
 //! something, lived at least their owed backoff, or are the first short
 //! empty one of a run; later ones wait the policy's backoff, and the run
 //! ends in [`ReattachError::NoProgress`]), and **stream integrity**
-//! ([`integrity`]: replayed response ids, resuming without a position, torn
+//! (`integrity`: replayed response ids, resuming without a position, torn
 //! or miscounted batches are errors; nothing is delivered after an error).
 //!
 //!
@@ -63,7 +63,7 @@
 //! or a segment being opened gets no response headers for that long, the
 //! execution reattaches at once from the last response it yielded, and sends
 //! that ReattachExecute over a **fresh connection**
-//! ([`crate::renew::FreshConnection`]; honoured by the channel a
+//! ([`crate::reconnect::FreshConnection`]; honoured by the channel a
 //! [`crate::session::SparkSession`] builds, ignored by other channels).
 //!
 //! *The default:* Spark 4 servers send an `ExecutionProgress` response every
@@ -92,166 +92,25 @@
 //! `SparkSessionBuilder::idle_timeout(None)`. Zero is rejected
 //! ([`ReattachError::ZeroIdleTimeout`]); a huge value is effectively off.
 //!
-//! The decision logic is [`core::ReattachCore`], a pure state machine; the
-//! driver [`ReattachableExecution`] only performs its actions.
+//! The decision logic is `core::ReattachCore`, a pure state machine
+//! unit-tested beside its code; the driver [`ReattachableExecution`] only
+//! performs its actions.
 
-mod classes;
-pub mod core;
+pub(crate) mod core;
+mod error;
 pub(crate) mod ids;
-pub mod integrity;
-pub mod not_found;
-pub mod progress;
+pub(crate) mod integrity;
+pub(crate) mod not_found;
+mod options;
+pub(crate) mod progress;
 mod release;
+mod stats;
 mod stream;
 
-use std::fmt;
-use std::time::Duration;
-
+pub use error::ReattachError;
+pub use integrity::IntegrityError;
+pub use options::{DEFAULT_IDLE_TIMEOUT, ReattachOptions};
+pub use progress::EmptySegment;
 pub use release::{MIN_RELEASE_ATTEMPT, RELEASE_UNTIL_INTERVAL, ReleaseTracker};
-pub use stream::{ExecutionStats, ReattachableExecution};
-
-use crate::deadlines::RpcDeadlines;
-
-/// The default [`ReattachOptions::idle_timeout`]: 10 s (see the module docs,
-/// "Stall detection", for how it was chosen).
-pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Options of a reattachable execution.
-#[derive(Debug, Clone)]
-pub struct ReattachOptions {
-    /// Segment deadlines (`reattachable_execute_plan`, `reattach_execute`).
-    pub deadlines: RpcDeadlines,
-    /// Stall detection: treat a stream segment that brings no message (or,
-    /// while opening, no response headers) for this long as dead, and
-    /// reattach over a fresh connection. Default [`DEFAULT_IDLE_TIMEOUT`];
-    /// `None` turns it off. Must not be zero.
-    pub idle_timeout: Option<Duration>,
-}
-
-impl Default for ReattachOptions {
-    fn default() -> Self {
-        ReattachOptions {
-            deadlines: RpcDeadlines::default(),
-            idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
-        }
-    }
-}
-
-/// Why a reattachable execution failed.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum ReattachError {
-    /// A terminal gRPC error (not retryable, or retries exhausted).
-    Status(tonic::Status),
-    /// The server lost the operation or session after responses were already
-    /// received from it, so the result cannot be completed.
-    ResponseAlreadyReceived {
-        /// `INVALID_HANDLE.OPERATION_NOT_FOUND` or `INVALID_HANDLE.SESSION_NOT_FOUND`.
-        marker: &'static str,
-        /// The server's status.
-        status: tonic::Status,
-    },
-    /// The server-side session id changed within the stream (a server restart).
-    ServerSideSessionChanged {
-        /// The id seen first.
-        expected: String,
-        /// The id received.
-        got: String,
-    },
-    /// A response carried another session id than the request.
-    SessionMismatch {
-        /// The request's session id.
-        expected: String,
-        /// The response's session id.
-        got: String,
-    },
-    /// The caller's operation id is not a UUID.
-    InvalidOperationId(String),
-    /// [`ReattachOptions::idle_timeout`] is zero (use `None` to turn stall
-    /// detection off).
-    ZeroIdleTimeout,
-    /// A deadline in [`ReattachOptions::deadlines`] cannot be used (zero, or
-    /// above [`crate::deadlines::MAX_TIMEOUT`]; `None` means no deadline).
-    InvalidDeadline(crate::deadlines::InvalidDeadline),
-    /// The stream broke a stream-integrity rule ([`integrity`]).
-    Integrity(integrity::IntegrityError),
-    /// The server kept reopened streams empty until the progress rule's
-    /// budget ran out ([`progress`]).
-    NoProgress {
-        /// The execution's operation id.
-        operation_id: String,
-        /// Short empty segments in the run.
-        segments: u32,
-        /// The backoff waited between them.
-        waited: std::time::Duration,
-        /// What the server did last.
-        what: progress::EmptySegment,
-    },
-}
-
-impl From<integrity::IntegrityError> for ReattachError {
-    fn from(e: integrity::IntegrityError) -> Self {
-        ReattachError::Integrity(e)
-    }
-}
-
-impl fmt::Display for ReattachError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ReattachError::Status(s) => write!(f, "{}: {}", s.code(), s.message()),
-            ReattachError::ResponseAlreadyReceived { marker, .. } => write!(
-                f,
-                "[RESPONSE_ALREADY_RECEIVED] {marker} on the server but responses were already received from it"
-            ),
-            ReattachError::ServerSideSessionChanged { expected, got } => write!(
-                f,
-                "server-side session id changed from {expected} to {got} (server restarted?); create a new session"
-            ),
-            ReattachError::SessionMismatch { expected, got } => {
-                write!(f, "received session id {got}, expected {expected}")
-            }
-            ReattachError::InvalidOperationId(id) => {
-                write!(f, "operation id {id:?} is not a UUID")
-            }
-            ReattachError::ZeroIdleTimeout => {
-                f.write_str("idle_timeout must be positive (None turns stall detection off)")
-            }
-            ReattachError::InvalidDeadline(e) => e.fmt(f),
-            ReattachError::Integrity(e) => write!(f, "[RESULT_INTEGRITY] {e}"),
-            ReattachError::NoProgress {
-                operation_id,
-                segments,
-                waited,
-                what,
-            } => write!(
-                f,
-                "[NO_PROGRESS] operation {operation_id}: the server {what}, {segments} times in a row without a response ({waited:?} of backoff); giving up"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for ReattachError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            ReattachError::Status(s) | ReattachError::ResponseAlreadyReceived { status: s, .. } => {
-                Some(s)
-            }
-            ReattachError::InvalidDeadline(e) => Some(e),
-            ReattachError::Integrity(e) => Some(e),
-            _ => None,
-        }
-    }
-}
-
-impl ReattachError {
-    /// The gRPC status behind this error, if any.
-    pub fn status(&self) -> Option<&tonic::Status> {
-        match self {
-            ReattachError::Status(s) | ReattachError::ResponseAlreadyReceived { status: s, .. } => {
-                Some(s)
-            }
-            _ => None,
-        }
-    }
-}
+pub use stats::{StreamStats, StreamStatsHandle};
+pub use stream::ReattachableExecution;

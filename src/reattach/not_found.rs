@@ -34,7 +34,7 @@ use tonic::{Code, Status};
 
 use crate::policy::{FailureKind, classify_failure};
 
-use super::classes::{OPERATION_NOT_FOUND, SESSION_NOT_FOUND};
+use crate::error_classes::{OPERATION_NOT_FOUND, SESSION_NOT_FOUND};
 
 /// The server a recognised "not found" wording belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,7 +51,8 @@ pub enum Server {
 /// One way a server says it does not know an operation (or its session).
 #[derive(Debug)]
 pub struct Wording {
-    /// The server that answers this way.
+    /// The server that answers this way (what the table's tests check).
+    #[cfg_attr(not(test), allow(dead_code))]
     pub server: Server,
     /// Spark's error class this wording means; reported in
     /// [`super::ReattachError::ResponseAlreadyReceived`].
@@ -174,3 +175,6 @@ impl Delivery {
         recognise(status, operation_id, self.answered)
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -106,7 +106,7 @@ pub(crate) enum Verdict {
 /// The current run of empty segments (the [module docs](self)' rule).
 #[derive(Debug, Clone)]
 pub(crate) struct EmptyRun {
-    policy: RetryPolicy,
+    policy: tonic_retry::policy::RetryPolicy,
     state: PolicyState,
     /// Segments counted in this run (short and empty).
     pub(crate) counted: u32,
@@ -123,7 +123,7 @@ impl EmptyRun {
             .iter()
             .find(|p| p.can_retry(&probe))
             .cloned()
-            .unwrap_or_default();
+            .unwrap_or_else(|| RetryPolicy::default().into_inner());
         EmptyRun {
             state: policy.new_state(),
             policy,

@@ -31,7 +31,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::proto::ReleaseExecuteRequest;
-use crate::renew::FreshConnection;
+use crate::reconnect::FreshConnection;
 use crate::retrying::Retrying;
 use crate::transport::SparkClient;
 

@@ -16,7 +16,6 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use tokio::time::Instant;
@@ -25,26 +24,14 @@ use tonic::Status;
 use tonic::codec::Streaming;
 use tracing::Instrument;
 
-use super::core::{Action, Event, Open, ReattachCore, Release, StreamStats};
+use super::core::{Action, Event, Open, ReattachCore, Release};
 use super::release::{ReleaseTracker, Releaser};
+use super::stats::{StreamStats, StreamStatsHandle};
 use super::{ReattachError, ReattachOptions};
 use crate::proto::{ExecutePlanRequest, ExecutePlanResponse};
-use crate::renew::FreshConnection;
+use crate::reconnect::FreshConnection;
 use crate::retrying::Retrying;
 use crate::transport::SparkClient;
-
-/// Live counters of one execution.
-#[derive(Debug, Clone, Default)]
-pub struct ExecutionStats {
-    inner: Arc<Mutex<StreamStats>>,
-}
-
-impl ExecutionStats {
-    /// A snapshot of the counters.
-    pub fn snapshot(&self) -> StreamStats {
-        *self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
 
 struct Driver {
     core: ReattachCore,
@@ -54,7 +41,7 @@ struct Driver {
     options: ReattachOptions,
     current: Option<Streaming<ExecutePlanResponse>>,
     segment_deadline: Option<Instant>,
-    stats: ExecutionStats,
+    stats: StreamStatsHandle,
 }
 
 impl Driver {
@@ -87,7 +74,7 @@ impl Driver {
                 Action::Read => self.read().await,
             };
         };
-        *self.stats.inner.lock().unwrap_or_else(|e| e.into_inner()) = self.core.counters();
+        self.stats.set(self.core.stats());
         item
     }
 
@@ -269,7 +256,7 @@ pub struct ReattachableExecution {
     driver: Option<Box<Driver>>,
     pending: Option<NextFuture>,
     operation_id: String,
-    stats: ExecutionStats,
+    stats: StreamStatsHandle,
     /// The execution's `spark_connect` span: every read runs in it.
     span: tracing::Span,
 }
@@ -333,7 +320,7 @@ impl ReattachableExecution {
             tracker,
             options.idle_timeout,
         );
-        let stats = ExecutionStats::default();
+        let stats = StreamStatsHandle::default();
         Ok(ReattachableExecution {
             driver: Some(Box::new(Driver {
                 core,
@@ -357,8 +344,15 @@ impl ReattachableExecution {
         &self.operation_id
     }
 
-    /// Live counters (responses, reattaches, re-executes, retries).
-    pub fn stats(&self) -> ExecutionStats {
+    /// What the stream did so far (responses, reattaches, re-executes,
+    /// retries): a snapshot.
+    pub fn stats(&self) -> StreamStats {
+        self.stats.snapshot()
+    }
+
+    /// A live handle on the same counters, readable while the stream is
+    /// consumed elsewhere.
+    pub fn stats_handle(&self) -> StreamStatsHandle {
         self.stats.clone()
     }
 

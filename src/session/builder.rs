@@ -20,7 +20,7 @@ use super::spark::SparkSession;
 use crate::deadlines::{RpcDeadlines, check_timeout};
 use crate::policy::RetryPolicy;
 use crate::reattach::DEFAULT_IDLE_TIMEOUT;
-use crate::renew::RenewableChannel;
+use crate::reconnect::ReconnectingChannel;
 use crate::retrying::Retrying;
 use crate::transport::{GrpcChannel, SparkClient, grpc_channel};
 
@@ -196,7 +196,7 @@ impl SparkSessionBuilder {
     /// builder's [`config`](Self::config)s, and runs; a call the server
     /// refused as stale before running anything is sent again once. Racing
     /// calls renew once; each renewal is logged (`warn`, ids only) and
-    /// counted ([`SparkSession::renewals`]).
+    /// counted ([`SparkSession::session_renewals`]).
     ///
     /// Never in the middle of an execution: a running
     /// [`ArrowStream`](super::ArrowStream) keeps its error
@@ -368,14 +368,14 @@ impl SparkSessionBuilder {
             ),
             None => {
                 let timeout = self.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
-                // A renewable channel: a stall reattach dials a fresh
+                // A reconnecting channel: a stall reattach dials a fresh
                 // connection instead of waiting on a dead one.
                 let builder = ChannelBuilder::new(&config)
                     .connect_timeout(timeout)
                     .http2_flow_control(flow_control);
                 #[cfg(feature = "tls")]
                 let builder = builder.tls_settings(self.tls.clone());
-                let tonic = RenewableChannel::new(builder.endpoint()?);
+                let tonic = ReconnectingChannel::new(builder.endpoint()?);
                 let channel = grpc_channel(InterceptedService::new(tonic, auth));
                 // A TLS handshake that fails on a certificate fails every
                 // attempt alike: made a non-retryable error naming the cause.

@@ -1,4 +1,4 @@
-//! Building a tonic [`Channel`] and a Spark Connect client from a [`ConnectionString`].
+//! Building a tonic [`Channel`] from a [`ConnectionString`].
 //!
 //! * [`ChannelBuilder`] turns the configuration into an [`Endpoint`]: `http://` or `https://`
 //!   (TLS with the platform's native roots, behind the `tls` feature), HTTP/2 keepalive,
@@ -6,8 +6,8 @@
 //!   `client_type` as HTTP `user-agent`.
 //! * [`AuthInterceptor`] adds `authorization: Bearer <token>` and the connection string's
 //!   extra metadata to every request.
-//! * [`client`] wires both into the generated `SparkConnectServiceClient`, with the
-//!   configured maximum message size in both directions.
+//! * [`crate::transport::spark_client`] turns such a channel (or any service stack) into
+//!   the generated client.
 //!
 //! # Choices
 //!
@@ -38,7 +38,6 @@ use std::time::Duration;
 
 use tonic::metadata::{AsciiMetadataValue, KeyAndValueRef, MetadataMap};
 use tonic::service::Interceptor;
-use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Status};
 
@@ -49,56 +48,34 @@ use tonic::transport::ClientTlsConfig;
 
 use super::conn_string::ConnectionString;
 use super::flow_control::Http2FlowControl;
-use crate::proto::spark_connect_service_client::SparkConnectServiceClient;
 
 /// Default timeout for establishing a TCP (and TLS) connection.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why a channel could not be built.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ChannelError {
     /// The connection string asks for TLS (`use_ssl=true`, or a token with a host other than
     /// `localhost`), but the crate was built without the `tls` feature.
+    #[error(
+        "the connection needs TLS, but spark-connect-retry was built without the 'tls' feature"
+    )]
     TlsFeatureDisabled,
     /// tonic rejected the endpoint: an invalid URI, or a TLS setup failure such as no native
     /// root certificates being found.
-    Endpoint(tonic::transport::Error),
+    #[error("invalid Spark Connect endpoint: {0}")]
+    Endpoint(#[source] tonic::transport::Error),
     /// An eager [`ChannelBuilder::connect`] could not connect.
-    Connect(tonic::transport::Error),
+    #[error("cannot connect to Spark Connect: {0}")]
+    Connect(#[source] tonic::transport::Error),
     /// The [`Http2FlowControl`] given to [`ChannelBuilder::http2_flow_control`] is invalid.
+    #[error("invalid HTTP/2 flow control: {0}")]
     FlowControl(&'static str),
     /// A private CA or client identity cannot be used (a file missing, not PEM).
     #[cfg(feature = "tls")]
-    Tls(super::tls::TlsConfigError),
-}
-
-impl fmt::Display for ChannelError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ChannelError::TlsFeatureDisabled => f.write_str(
-                "the connection needs TLS, but spark-connect-retry was built without the 'tls' feature",
-            ),
-            ChannelError::Endpoint(e) => write!(f, "invalid Spark Connect endpoint: {e}"),
-            ChannelError::Connect(e) => write!(f, "cannot connect to Spark Connect: {e}"),
-            ChannelError::FlowControl(reason) => {
-                write!(f, "invalid HTTP/2 flow control: {reason}")
-            }
-            #[cfg(feature = "tls")]
-            ChannelError::Tls(e) => write!(f, "invalid TLS configuration: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for ChannelError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            ChannelError::TlsFeatureDisabled | ChannelError::FlowControl(_) => None,
-            ChannelError::Endpoint(e) | ChannelError::Connect(e) => Some(e),
-            #[cfg(feature = "tls")]
-            ChannelError::Tls(e) => Some(e),
-        }
-    }
+    #[error("invalid TLS configuration: {0}")]
+    Tls(#[source] super::tls::TlsConfigError),
 }
 
 /// Builds a tonic [`Endpoint`] / [`Channel`] from a [`ConnectionString`].
@@ -373,38 +350,4 @@ impl Interceptor for AuthInterceptor {
         }
         Ok(request)
     }
-}
-
-/// The generated Spark Connect client over a channel with [`AuthInterceptor`].
-#[deprecated(
-    since = "0.2.0",
-    note = "unused by the crate; build a client with `transport::spark_client` over `ChannelBuilder`'s channel"
-)]
-pub type SparkConnectClient =
-    SparkConnectServiceClient<InterceptedService<Channel, AuthInterceptor>>;
-
-/// Wraps `channel` into a Spark Connect client that sends the token and metadata of `config`
-/// and accepts and sends messages up to [`ConnectionString::max_message_size`].
-///
-/// ```
-/// # #![allow(deprecated)]
-/// use spark_connect_retry::session::channel::{client, ChannelBuilder};
-/// use spark_connect_retry::session::conn_string::ConnectionString;
-///
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let cs = ConnectionString::parse_with_env("sc://localhost/;grpc_max_message_size=1048576", |_| None)?;
-/// let _client = client(&cs, ChannelBuilder::new(&cs).connect_lazy()?);
-/// # Ok(())
-/// # }
-/// ```
-#[deprecated(
-    since = "0.2.0",
-    note = "unused by the crate; build a client with `transport::spark_client` over `ChannelBuilder`'s channel"
-)]
-#[allow(deprecated)]
-pub fn client(config: &ConnectionString, channel: Channel) -> SparkConnectClient {
-    SparkConnectServiceClient::with_interceptor(channel, AuthInterceptor::new(config))
-        .max_decoding_message_size(config.max_message_size())
-        .max_encoding_message_size(config.max_message_size())
 }

@@ -28,11 +28,11 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use bytes::Bytes;
 
+use super::arrow_stream::ArrowStream;
 use super::error::SparkError;
 use super::generation::Generation;
 use super::local_data::{CONF_KEYS, Chunker, LocalRelationConf, ipc_stream, nbytes};
 use super::spark::SparkSession;
-use super::stream::ArrowStream;
 use super::upload::{UploadError, UploadStats};
 use crate::proto::{self, Relation, relation::RelType};
 

@@ -18,17 +18,12 @@ use std::collections::HashMap;
 use std::error::Error as _;
 use std::fmt;
 
+use crate::error_classes::{SESSION_CHANGED, SESSION_CLOSED};
 use crate::policy::Failure;
 use crate::reattach::ReattachError;
 use crate::retrying::GaveUp;
 use crate::session::channel::ChannelError;
 use crate::session::conn_string::ConnectionStringError;
-
-/// `INVALID_HANDLE.SESSION_CHANGED`: the server-side session is not the one
-/// the client saw (the server restarted).
-pub(super) const SESSION_CHANGED: &str = "INVALID_HANDLE.SESSION_CHANGED";
-/// `INVALID_HANDLE.SESSION_CLOSED`: the session was released.
-pub(super) const SESSION_CLOSED: &str = "INVALID_HANDLE.SESSION_CLOSED";
 
 /// An error the server reported, with Spark's details.
 ///
@@ -37,8 +32,10 @@ pub(super) const SESSION_CLOSED: &str = "INVALID_HANDLE.SESSION_CLOSED";
 /// history, and the last attempt's status is
 /// [`GaveUp::last_status`]. `Debug` shows the decoded fields, never the raw
 /// `grpc-status-details-bin` bytes.
-#[derive(Clone)]
+#[derive(Clone, thiserror::Error)]
+#[error("{}", self.render())]
 pub struct ServerError {
+    #[source]
     status: tonic::Status,
     error_class: Option<String>,
     sql_state: Option<String>,
@@ -176,8 +173,18 @@ impl ServerError {
     }
 }
 
-impl fmt::Display for ServerError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl ServerError {
+    /// The display: as Spark shows it, or as gRPC code and message (see
+    /// the module docs).
+    fn render(&self) -> String {
+        let mut text = String::new();
+        // Writing to a String cannot fail.
+        let _ = self.write_display(&mut text);
+        text
+    }
+
+    fn write_display(&self, f: &mut String) -> fmt::Result {
+        use std::fmt::Write as _;
         if let Some(history) = self.gave_up() {
             f.write_str("[RETRIES_EXCEEDED] ")?;
             match (self.rpc, &self.target) {
@@ -270,7 +277,8 @@ fn code_name(code: tonic::Code) -> &'static str {
 /// The transport's cause chain of a client-side failure (`: Connection
 /// refused (os error 111)`), each cause once; the retry history and nested
 /// statuses are walked through, not printed.
-fn write_causes(f: &mut fmt::Formatter<'_>, status: &tonic::Status, message: &str) -> fmt::Result {
+fn write_causes(f: &mut String, status: &tonic::Status, message: &str) -> fmt::Result {
+    use std::fmt::Write as _;
     let mut written = message.to_owned();
     let mut next = status.source();
     while let Some(err) = next {
@@ -285,12 +293,6 @@ fn write_causes(f: &mut fmt::Formatter<'_>, status: &tonic::Status, message: &st
         next = err.source();
     }
     Ok(())
-}
-
-impl std::error::Error for ServerError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.status)
-    }
 }
 
 fn sqlstate_from_message(msg: &str) -> Option<String> {
@@ -335,6 +337,15 @@ pub enum SparkError {
         /// The id seen first.
         expected: String,
         /// The id received.
+        got: String,
+    },
+    /// A response named another session than the request: the server (or
+    /// something between) mixed up sessions; nothing of it is used.
+    #[error("protocol error: response for session {got}, expected {expected}")]
+    SessionMismatch {
+        /// The request's session id.
+        expected: String,
+        /// The response's session id.
         got: String,
     },
     /// The session was closed ([`close`](super::SparkSession::close) or
@@ -394,9 +405,9 @@ pub enum SparkError {
         got: i64,
     },
     /// The result broke a stream-integrity rule (a replayed response, a
-    /// torn or miscounted batch; see [`crate::reattach::integrity`]).
+    /// torn or miscounted batch; see [`crate::reattach`], "stream integrity").
     #[error("[RESULT_INTEGRITY] {0}")]
-    Integrity(#[source] crate::reattach::integrity::IntegrityError),
+    Integrity(#[source] crate::reattach::IntegrityError),
     /// The server kept answering without making progress, or the execution
     /// could not be set up; see [`ReattachError`].
     #[error(transparent)]
@@ -495,10 +506,14 @@ impl From<ReattachError> for SparkError {
                 SparkError::SessionChanged { expected, got }
             }
             ReattachError::SessionMismatch { expected, got } => {
-                SparkError::Protocol(format!("response for session {got}, expected {expected}"))
+                SparkError::SessionMismatch { expected, got }
             }
             ReattachError::InvalidOperationId(id) => SparkError::InvalidOperationId(id),
-            e @ ReattachError::ZeroIdleTimeout => SparkError::Protocol(e.to_string()),
+            ReattachError::ZeroIdleTimeout => SparkError::InvalidOption {
+                field: "idle_timeout",
+                reason: "must be greater than zero",
+            },
+            ReattachError::InvalidDeadline(e) => SparkError::Deadline(e),
             ReattachError::Integrity(e) => SparkError::Integrity(e),
             e => SparkError::Execution(e),
         }

@@ -29,7 +29,9 @@
 //! # }
 //! ```
 
+mod arrow_stream;
 mod builder;
+mod builder_configs;
 pub mod channel;
 mod config;
 pub mod conn_string;
@@ -48,21 +50,24 @@ mod http_status;
 #[cfg(feature = "arrow")]
 mod local_data;
 mod options;
+mod queries;
 mod renewal;
 #[cfg(feature = "arrow")]
 pub mod resume;
+mod rpcs;
 #[cfg(feature = "arrow")]
 pub mod schema;
 mod spark;
-mod stream;
+mod stale;
 mod tags;
 #[cfg(feature = "tls")]
 pub mod tls;
 #[cfg(feature = "arrow")]
-pub mod upload;
+mod upload;
 #[cfg(feature = "arrow")]
 mod view;
 
+pub use arrow_stream::ArrowStream;
 pub use builder::{DEFAULT_RELEASE_WAIT, MIN_ARROW_CHUNK_SIZE, SparkSessionBuilder};
 #[cfg(feature = "arrow")]
 pub use dataframe::{DataFrame, UPLOAD_GROUP_BYTES};
@@ -71,6 +76,5 @@ pub use flow_control::{
     DEFAULT_CONNECTION_WINDOW, DEFAULT_STREAM_WINDOW, Http2FlowControl, MAX_WINDOW, MIN_WINDOW,
 };
 pub use spark::SparkSession;
-pub use stream::ArrowStream;
 #[cfg(feature = "arrow")]
 pub use upload::{UploadError, UploadStats};

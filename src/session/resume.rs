@@ -35,8 +35,9 @@ use arrow_array::RecordBatch;
 use super::digest::{Digest, RowDigest};
 use super::error::ResultChange;
 use super::error::SparkError;
+use crate::error_classes::{OPERATION_NOT_FOUND, SESSION_NOT_FOUND};
 use crate::proto::{Plan, plan, relation};
-use crate::reattach::core::{OPERATION_NOT_FOUND, SESSION_NOT_FOUND, StreamStats};
+use crate::reattach::StreamStats;
 use crate::retrying::Retrying;
 
 /// Resumptions allowed per query when a retry policy sets no limit
@@ -108,8 +109,8 @@ fn execution_lost(err: &SparkError) -> bool {
             Some(
                 OPERATION_NOT_FOUND
                     | SESSION_NOT_FOUND
-                    | super::error::SESSION_CHANGED
-                    | super::error::SESSION_CLOSED
+                    | crate::error_classes::SESSION_CHANGED
+                    | crate::error_classes::SESSION_CLOSED
             )
         ),
         _ => false,

@@ -1,23 +1,33 @@
 //! Tests for `session::channel` against a real tonic server on loopback.
-// `channel::client` is deprecated; its tests stay for its last release.
-#![allow(deprecated)]
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use spark_connect_retry::proto::spark_connect_service_server::{
-    SparkConnectService, SparkConnectServiceServer,
-};
+use spark_connect_retry::proto::spark_connect_service_client::SparkConnectServiceClient;
 use spark_connect_retry::proto::*;
 use spark_connect_retry::session::channel::{
-    AuthInterceptor, ChannelBuilder, ChannelError, DEFAULT_CONNECT_TIMEOUT, client,
+    AuthInterceptor, ChannelBuilder, ChannelError, DEFAULT_CONNECT_TIMEOUT,
 };
 use spark_connect_retry::session::conn_string::ConnectionString;
+use spark_connect_testkit::{SparkConnectService, SparkConnectServiceServer};
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::metadata::KeyAndValueRef;
 use tonic::service::Interceptor;
 use tonic::{Code, Request, Response, Status};
+
+/// The generated client over `channel` with the connection string's
+/// interceptor and message size, as a user wires `ChannelBuilder`'s channel.
+fn client(
+    config: &ConnectionString,
+    channel: tonic::transport::Channel,
+) -> SparkConnectServiceClient<
+    tonic::service::interceptor::InterceptedService<tonic::transport::Channel, AuthInterceptor>,
+> {
+    SparkConnectServiceClient::with_interceptor(channel, AuthInterceptor::new(config))
+        .max_decoding_message_size(config.max_message_size())
+        .max_encoding_message_size(config.max_message_size())
+}
 
 /// Answers `Config` with every received header as a pair (binary values as hex), plus the
 /// request's `client_type` under the key `client_type`. Other RPCs are unimplemented.

@@ -8,7 +8,7 @@ async fn unavailable_n_times_then_ok_with_attempt_headers() {
     let addr = serve(server.clone()).await;
     let sleeper = RecordingSleeper::new();
     let layer = RetryLayer::spark_connect(retrying(&sleeper));
-    let stats = layer.stats();
+    let stats = layer.stats_handle();
     let mut c = client(addr, layer);
     let res = c.config(config_req("s1")).await.unwrap().into_inner();
     assert_eq!(res.session_id, "s1");
@@ -56,7 +56,7 @@ async fn request_body_not_ready_at_call_is_buffered_and_replayed() {
     let addr = serve(server.clone()).await;
     let sleeper = RecordingSleeper::new();
     let layer = RetryLayer::spark_connect(retrying(&sleeper));
-    let stats = layer.stats();
+    let stats = layer.stats_handle();
     let mut c = client(addr, layer);
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     let msg = |id: &str| AddArtifactsRequest {
@@ -147,7 +147,7 @@ async fn budget_exhausted_returns_last_status() {
     let policy = RetryPolicy::builder().max_retries(Some(2)).build().unwrap();
     let layer =
         RetryLayer::spark_connect(Retrying::new(vec![policy]).with_sleeper(sleeper.clone()));
-    let stats = layer.stats();
+    let stats = layer.stats_handle();
     let err = client(addr, layer)
         .config(config_req("s"))
         .await

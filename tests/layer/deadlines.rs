@@ -116,7 +116,7 @@ async fn throttling_under_a_burst() {
         if throttle {
             layer = layer.throttle(RetryThrottle::new(10, 0.1).unwrap());
         }
-        let stats = layer.stats();
+        let stats = layer.stats_handle();
         let c = client(addr, layer);
         let calls: Vec<_> = (0..40)
             .map(|i| {
@@ -142,7 +142,7 @@ async fn body_over_the_cap_passes_through() {
     let addr = serve(server.clone()).await;
     let sleeper = RecordingSleeper::new();
     let layer = RetryLayer::spark_connect(retrying(&sleeper)).max_request_buffer(1024);
-    let stats = layer.stats();
+    let stats = layer.stats_handle();
     let mut c = client(addr, layer);
     let big: String = (0..200_000)
         .map(|i| char::from(b'a' + (i % 26) as u8))

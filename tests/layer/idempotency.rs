@@ -36,7 +36,7 @@ async fn connection_reset_is_retried() {
     let proxy = rst_proxy(upstream, 1).await;
     let sleeper = RecordingSleeper::new();
     let layer = RetryLayer::spark_connect(retrying(&sleeper));
-    let stats = layer.stats();
+    let stats = layer.stats_handle();
     let mut c = client(proxy, layer);
     let res = c
         .config(config_req("after-rst"))

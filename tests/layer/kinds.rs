@@ -76,7 +76,7 @@ async fn unimplemented_is_not_retried_and_tracing_runs() {
     let addr = serve(server).await;
     let sleeper = RecordingSleeper::new();
     let layer = RetryLayer::spark_connect(retrying(&sleeper));
-    let stats = layer.stats();
+    let stats = layer.stats_handle();
     let mut c = client(addr, layer);
     let err = c
         .analyze_plan(AnalyzePlanRequest::default())

@@ -14,7 +14,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use spark_connect_retry::policy::RetryPolicy;
-use spark_connect_retry::reattach::core::StreamStats;
+use spark_connect_retry::reattach::StreamStats;
 use tokio::sync::Mutex;
 
 use crate::*;

@@ -7,7 +7,7 @@ const SILENCE: Duration = Duration::from_secs(35);
 
 /// `SELECT reflect('java.lang.Thread', 'sleep', …)`: one row after
 /// [`SILENCE`] of computing, with default settings. Returns the counters.
-async fn silent_query(spark: &SparkSession) -> spark_connect_retry::reattach::core::StreamStats {
+async fn silent_query(spark: &SparkSession) -> spark_connect_retry::reattach::StreamStats {
     assert!(SILENCE >= 3 * spark_connect_retry::reattach::DEFAULT_IDLE_TIMEOUT);
     let started = Instant::now();
     let mut stream = tokio::time::timeout(

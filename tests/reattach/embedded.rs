@@ -42,11 +42,11 @@ struct Outcome {
     responses: usize,
     complete: bool,
     error: Option<ReattachError>,
-    stats: spark_connect_retry::reattach::core::StreamStats,
+    stats: spark_connect_retry::reattach::StreamStats,
 }
 
 async fn drain(mut exec: ReattachableExecution) -> Outcome {
-    let stats = exec.stats();
+    let stats = exec.stats_handle();
     let mut out = Outcome {
         ids: vec![],
         responses: 0,

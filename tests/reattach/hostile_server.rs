@@ -13,19 +13,17 @@ use std::time::Duration;
 use arrow_array::{Int64Array, RecordBatch};
 use spark_connect_retry::deadlines::RpcDeadlines;
 use spark_connect_retry::proto::execute_plan_response::{ArrowBatch, ResponseType, ResultComplete};
-use spark_connect_retry::proto::spark_connect_service_server::{
-    SparkConnectService, SparkConnectServiceServer,
-};
 use spark_connect_retry::proto::{
     ExecutePlanRequest, ExecutePlanResponse, ReattachExecuteRequest, ReleaseExecuteRequest,
     ReleaseExecuteResponse,
 };
-use spark_connect_retry::reattach::integrity::IntegrityError;
-use spark_connect_retry::reattach::progress::EmptySegment;
+use spark_connect_retry::reattach::EmptySegment;
+use spark_connect_retry::reattach::IntegrityError;
 use spark_connect_retry::reattach::{ReattachError, ReattachOptions, ReattachableExecution};
 use spark_connect_retry::retrying::{ManualClock, RecordingSleeper, Retrying};
 use spark_connect_retry::session::{SparkError, SparkSession};
 use spark_connect_retry::transport::spark_client;
+use spark_connect_testkit::{SparkConnectService, SparkConnectServiceServer};
 use tokio_stream::StreamExt;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
@@ -573,7 +571,7 @@ async fn the_test_servers_longest_stream_duration_saturates() {
         ReattachOptions::default(),
     )
     .unwrap();
-    let stats = exec.stats();
+    let stats = exec.stats_handle();
     let (ids, err) = drain(exec).await;
     assert!(err.is_none(), "{err:?}");
     assert!(!ids.is_empty());

@@ -1,12 +1,12 @@
-//! The async retry loop (PySpark 4.3's `Retrying`).
+//! The async retry loop.
 //!
 //! A policy says whether to retry and how long to wait; something still has to
 //! run the attempts, sleep between them, keep one budget per policy, let an
 //! attempt ask for an immediate retry, and return the right error when it
-//! gives up. Written inline at every call site, that loop drifts from
-//! PySpark's in small ways (which policy decides, which error is returned,
-//! how many warnings are logged), and a loop that sleeps on the real clock
-//! cannot be tested without waiting minutes.
+//! gives up. Written inline at every call site, that loop drifts in small
+//! ways (which policy decides, which error is returned, how many warnings
+//! are logged), and a loop that sleeps on the real clock cannot be tested
+//! without waiting minutes.
 //!
 //! [`Retrying`] is that loop, written once: it runs an async operation until
 //! it succeeds, an error is not retryable, or the budget runs out:
@@ -16,12 +16,20 @@
 //!   accepts the error decides; there is no fallback to later policies, and
 //!   every policy keeps its own budget within one loop;
 //! * an attempt may instead ask for an immediate retry
-//!   ([`AttemptError::RetryNow`], PySpark's `RetryException`): no sleep, no
-//!   policy, no budget, but bounded by elapsed time (1 h by default) from the
-//!   first such request in the loop; on give-up its cause is returned;
-//! * on give-up the last error is returned, after one `[RETRIES_EXCEEDED]`
-//!   warning; a status that ran out of retries carries the loop's history
-//!   ([`GaveUp`]: attempts, time waited) in its source chain.
+//!   ([`AttemptError::RetryNow`]): no sleep, no policy, no budget, but
+//!   bounded by elapsed time (1 h by default) from the first such request
+//!   in the loop; on give-up its cause is returned;
+//! * on give-up the last error is returned, after one warning
+//!   ([`DEFAULT_GIVE_UP_MESSAGE`] unless [`Retrying::with_give_up_message`]
+//!   says otherwise); a status that ran out of retries carries the loop's
+//!   history ([`GaveUp`]: attempts, time waited) in its source chain.
+//!
+//! # Events
+//!
+//! One event per failed attempt: a `retrying` debug event when a retry
+//! follows, the give-up warning when the budget is spent. `attempt` is the
+//! attempt that failed, counted from 1 (the tower layer counts the same
+//! way), and `wait_ms` the wait actually slept before the next one.
 //!
 //! Sleeping, the clock and the jitter RNG are injectable, so tests are exact
 //! and never wait in real time.
@@ -45,7 +53,9 @@
 //!     })
 //!     .await;
 //! assert_eq!(answer.unwrap(), 42);
-//! assert_eq!(sleeper.sleeps_ms(), vec![50, 200]);
+//! // The default policy: 100 ms, then 200 ms, each times U(0.8, 1.2).
+//! let waits = sleeper.sleeps_ms();
+//! assert!((80..120).contains(&waits[0]) && (160..240).contains(&waits[1]), "{waits:?}");
 //! # }
 //! ```
 
@@ -69,12 +79,12 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// PySpark 4.3's default bound on immediate retries: one hour.
+/// The default bound on immediate retries: one hour.
 pub const DEFAULT_RETRY_NOW_BOUND: Duration = Duration::from_secs(3600);
 
-/// The warning logged once per give-up, PySpark's exact text.
-pub const RETRIES_EXCEEDED: &str =
-    "[RETRIES_EXCEEDED] The maximum number of retries has been exceeded.";
+/// The warning logged once per give-up, unless
+/// [`Retrying::with_give_up_message`] replaces it.
+pub const DEFAULT_GIVE_UP_MESSAGE: &str = "retries exhausted";
 
 /// A boxed, sendable future.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -175,7 +185,7 @@ impl Clock for ManualClock {
 pub enum AttemptError<E = std::convert::Infallible> {
     /// A gRPC status: the policies decide.
     Status(Status),
-    /// Retry at once, without a policy or a sleep (PySpark's `RetryException`).
+    /// Retry at once, without a policy or a sleep.
     /// The status, if any, is the cause returned when the elapsed-time bound
     /// is exceeded.
     RetryNow(Option<Status>),
@@ -292,6 +302,7 @@ pub struct Retrying {
     clock: Arc<dyn Clock>,
     jitter: Jitter,
     retry_now_bound: Duration,
+    give_up_message: &'static str,
 }
 
 impl Default for Retrying {
@@ -310,6 +321,7 @@ impl Retrying {
             clock: Arc::new(TokioClock),
             jitter: Jitter::from_entropy(),
             retry_now_bound: DEFAULT_RETRY_NOW_BOUND,
+            give_up_message: DEFAULT_GIVE_UP_MESSAGE,
         }
     }
     /// Replace the policies, keeping the sleeper, clock, jitter and bound.
@@ -341,6 +353,17 @@ impl Retrying {
     pub fn with_retry_now_bound(mut self, bound: Duration) -> Self {
         self.retry_now_bound = bound;
         self
+    }
+    /// The message of the give-up warning (default
+    /// [`DEFAULT_GIVE_UP_MESSAGE`]), for a program whose logs must read as
+    /// another client's.
+    pub fn with_give_up_message(mut self, message: &'static str) -> Self {
+        self.give_up_message = message;
+        self
+    }
+    /// The message of the give-up warning.
+    pub fn give_up_message(&self) -> &'static str {
+        self.give_up_message
     }
     /// The policies, in order.
     pub fn policies(&self) -> &[RetryPolicy] {
@@ -402,8 +425,7 @@ impl Retrying {
     /// ([`RetryState::matching`]; a driver that needs the match before the
     /// decision, as the tower layer's throttle does, passes it on rather
     /// than classifying twice). Logs the decision as
-    /// [`decide`](Self::decide) does: PySpark's `[RETRIES_EXCEEDED]`
-    /// warning is logged here and nowhere else.
+    /// [`decide`](Self::decide) does.
     pub fn decide_failure(
         &self,
         state: &mut RetryState,
@@ -411,9 +433,21 @@ impl Retrying {
         matched: Option<usize>,
     ) -> RetryDecision {
         let attempt = state.retries() + 1;
+        let decision = self.judge_failure(state, failure, matched);
+        self.log(state, attempt, Some(failure.status()), &decision);
+        decision
+    }
+
+    /// [`decide_failure`](Self::decide_failure) without its event, for a
+    /// driver that logs each attempt itself (the tower layer).
+    pub(crate) fn judge_failure(
+        &self,
+        state: &mut RetryState,
+        failure: &Failure<'_>,
+        matched: Option<usize>,
+    ) -> RetryDecision {
         let decision = state.on_failure(failure, matched, &mut || self.jitter.sample());
         state.note(&decision);
-        self.log(state, attempt, Some(failure.status()), &decision);
         decision
     }
 
@@ -445,7 +479,8 @@ impl Retrying {
                     rpc.grpc.status_message = message,
                     policy,
                     reason,
-                    "{RETRIES_EXCEEDED}"
+                    "{}",
+                    self.give_up_message
                 );
             }
             RetryDecision::Retry { delay, reason } => {

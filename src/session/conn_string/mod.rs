@@ -97,60 +97,31 @@
 //!   either, because a malformed string such as `sc://h:1;token=x` puts a token there.
 //!   [`ConnectionString`]'s `Debug` redacts the token and metadata values.
 
-use std::borrow::Cow;
 use std::fmt;
-use std::net::Ipv6Addr;
 use std::time::Duration;
 
-use base64::Engine as _;
-use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
-use tonic::metadata::{
-    AsciiMetadataKey, AsciiMetadataValue, BinaryMetadataKey, BinaryMetadataValue, MetadataMap,
-};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use tonic::metadata::MetadataMap;
 use uuid::Uuid;
 
-use super::flow_control::{
-    DEFAULT_CONNECTION_WINDOW, DEFAULT_STREAM_WINDOW, Http2FlowControl, check_window,
-};
-use crate::reattach::ids::is_canonical_uuid;
+use super::flow_control::Http2FlowControl;
 
+mod defaults;
 mod error;
 mod values;
 
+use error::invalid_value;
 pub use error::{ConnectionStringError, ParamPart};
-use error::{invalid_value, quote_key};
-use values::*;
+use values::{
+    BDP_PROBE_KEY, CONNECTION_WINDOW_KEY, STREAM_WINDOW_KEY, WindowParams, decode, insert_metadata,
+    is_printable_ascii, non_empty, parse_authority, parse_bool, parse_max_size, parse_millis,
+    parse_uuid, parse_window,
+};
 
-/// Default Spark Connect port.
-pub const DEFAULT_PORT: u16 = 15002;
-
-/// Default maximum gRPC message size: 128 MiB, the Spark client default.
-pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 128 * 1024 * 1024;
-
-/// Default user agent of this client (`_SPARK_CONNECT_PYTHON` and `_SPARK_CONNECT_SCALA`
-/// upstream).
-pub const DEFAULT_USER_AGENT: &str = "_SPARK_CONNECT_RUST";
-
-/// Spark Connect protocol version this crate speaks, reported in [`ConnectionString::client_type`].
-pub const SPARK_VERSION: &str = "4.3.0";
-
-/// Longest accepted user agent, counted after percent-encoding (PySpark's limit).
-pub const MAX_USER_AGENT_LEN: usize = 2048;
-
-/// Environment variable holding the default connection string (read by
-/// [`ConnectionString::from_env`]).
-pub const ENV_REMOTE: &str = "SPARK_REMOTE";
-/// Environment variable holding the fallback token.
-pub const ENV_TOKEN: &str = "SPARK_CONNECT_AUTHENTICATE_TOKEN";
-/// Environment variable holding the fallback user agent.
-pub const ENV_USER_AGENT: &str = "SPARK_CONNECT_USER_AGENT";
-/// First environment variable holding the fallback user id.
-pub const ENV_SPARK_USER: &str = "SPARK_USER";
-/// Second environment variable holding the fallback user id.
-pub const ENV_USER: &str = "USER";
-
-/// Longest key quoted in an error message; longer keys are cut (keys are user text).
-const MAX_QUOTED_KEY: usize = 64;
+pub use defaults::{
+    DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_PORT, DEFAULT_USER_AGENT, ENV_REMOTE, ENV_SPARK_USER,
+    ENV_TOKEN, ENV_USER, ENV_USER_AGENT, MAX_USER_AGENT_LEN, SPARK_VERSION,
+};
 
 /// A bearer token. `Debug` and `Display` print `<redacted>`; use
 /// [`Token::expose_secret`] to read it.
@@ -325,19 +296,6 @@ const QUOTE_SET: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'~')
     .remove(b'/');
 
-/// Header names that tonic strips or HTTP/2 forbids; accepting them would silently drop them
-/// or break every call.
-const FORBIDDEN_METADATA_KEYS: &[&str] = &[
-    "te",
-    "content-type",
-    "host",
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "transfer-encoding",
-    "upgrade",
-];
-
 impl ConnectionString {
     /// Parses a connection string, using the process environment for fallbacks
     /// (`SPARK_CONNECT_AUTHENTICATE_TOKEN`, `SPARK_CONNECT_USER_AGENT`, `SPARK_USER`, `USER`).
@@ -373,6 +331,7 @@ impl ConnectionString {
 
         let (authority, tail) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
         let (host, port) = parse_authority(authority)?;
+        let port = port.unwrap_or(DEFAULT_PORT);
 
         let mut cs = ConnectionString {
             host,

@@ -2,7 +2,35 @@
 //! positive numbers, the UUID, the authority (host and port), host names and
 //! metadata. Each returns a [`ConnectionStringError`] that names the part.
 
-use super::*;
+use std::borrow::Cow;
+use std::net::Ipv6Addr;
+use std::time::Duration;
+
+use base64::Engine as _;
+use percent_encoding::percent_decode_str;
+use tonic::metadata::{
+    AsciiMetadataKey, AsciiMetadataValue, BinaryMetadataKey, BinaryMetadataValue, MetadataMap,
+};
+use uuid::Uuid;
+
+use super::error::{ConnectionStringError, ParamPart, invalid_value, quote_key};
+use crate::reattach::ids::is_canonical_uuid;
+use crate::session::flow_control::{
+    DEFAULT_CONNECTION_WINDOW, DEFAULT_STREAM_WINDOW, Http2FlowControl, check_window,
+};
+
+/// Header names that tonic strips or HTTP/2 forbids; accepting them would silently drop them
+/// or break every call.
+const FORBIDDEN_METADATA_KEYS: &[&str] = &[
+    "te",
+    "content-type",
+    "host",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "upgrade",
+];
 
 pub(super) fn decode(
     raw: &str,
@@ -72,9 +100,12 @@ pub(super) fn parse_uuid(value: &str) -> Result<Uuid, ConnectionStringError> {
     Uuid::parse_str(value).map_err(|_| err())
 }
 
-/// Splits and validates `host[:port]`. Never quotes the authority in errors: a malformed
+/// Splits and validates `host[:port]`; the port is `None` when not written
+/// (the caller applies the default). Never quotes the authority in errors: a malformed
 /// string can put parameters (and a token) there.
-pub(super) fn parse_authority(authority: &str) -> Result<(String, u16), ConnectionStringError> {
+pub(super) fn parse_authority(
+    authority: &str,
+) -> Result<(String, Option<u16>), ConnectionStringError> {
     use ConnectionStringError::{Host, Path, Port};
     if authority.contains(';') {
         return Err(Path {
@@ -131,14 +162,14 @@ pub(super) fn parse_authority(authority: &str) -> Result<(String, u16), Connecti
         (host.to_owned(), port)
     };
     let port = match port {
-        None => DEFAULT_PORT,
+        None => None,
         Some("") => {
             return Err(Port {
                 reason: "empty port after ':'",
             });
         }
         Some(p) => match parse_positive(p).and_then(|n| u16::try_from(n).ok()) {
-            Some(n) => n,
+            Some(n) => Some(n),
             None => {
                 return Err(Port {
                     reason: "must be an integer between 1 and 65535",

@@ -5,7 +5,7 @@
 //! or a missing one on the server, and must not send again what the server
 //! already acknowledged. Those decisions are made here, without I/O, so
 //! every rule is unit-tested; the async driver
-//! ([`super::upload_group`]) only moves bytes.
+//! (`driver`) only moves bytes.
 //!
 //! Naming, chunking and CRC follow PySpark 4.3's `ArtifactManager`:
 //! `cache/<sha256 hex>` names, 32 KiB pieces, artifacts larger than one
@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
 
-use super::UploadError;
+use super::error::UploadError;
 use crate::proto::add_artifacts_request::{
     ArtifactChunk, Batch, BeginChunkedArtifact, Payload, SingleChunkArtifact,
 };

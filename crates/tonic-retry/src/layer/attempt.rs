@@ -9,6 +9,7 @@
 
 use std::collections::VecDeque;
 use std::pin::Pin;
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -18,7 +19,7 @@ use tonic::body::Body;
 use tonic::{Code, Status};
 use tower::{Service, ServiceExt};
 
-use super::body::{Replay, RequestBody, more_than_one_message};
+use super::body::{Replay, RequestBody, first_message_whole, more_than_one_message};
 use super::decide::Outcome;
 use super::method::ResponseKind;
 use crate::headers::{GRPC_PREVIOUS_RPC_ATTEMPTS, GRPC_STATUS, GRPC_TIMEOUT};
@@ -178,8 +179,22 @@ where
     let mut body = Body::new(body);
     let mut data = VecDeque::new();
     let mut len = 0usize;
+    // `Auto`, once the first message is whole: take what is already
+    // there, never wait for more (the commit rule, in `ResponseKind::Auto`).
+    let mut peek = false;
     loop {
-        let frame = match std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
+        let next = if peek {
+            std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut body).poll_frame(cx))).await
+        } else {
+            Poll::Ready(std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await)
+        };
+        let Poll::Ready(next) = next else {
+            // Nothing behind the first message yet: commit it, so that a
+            // stream's first message reaches the caller now.
+            let rest = Some(sanitized_body(body));
+            return Attempt::Done(replayed(head, data, rest, None));
+        };
+        let frame = match next {
             Some(Ok(frame)) => frame,
             // Nothing was delivered yet, so the failure is the attempt's.
             Some(Err(e)) => return failed(e),
@@ -199,6 +214,7 @@ where
                     let rest = Some(sanitized_body(body));
                     return Attempt::Done(replayed(head, data, rest, None));
                 }
+                peek = kind == ResponseKind::Auto && first_message_whole(&data);
             }
             Err(frame) => {
                 let Ok(mut trailers) = frame.into_trailers() else {

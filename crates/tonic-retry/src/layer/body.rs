@@ -148,6 +148,17 @@ pub(crate) async fn buffer(mut body: Body, cap: usize) -> Buffered {
 /// length prefix of the first message says where it ends; any byte beyond
 /// that belongs to a second one. Frames may split the 5-byte prefix.
 pub(crate) fn more_than_one_message(data: &VecDeque<Bytes>) -> bool {
+    first_message_end(data).is_some_and(|(first, total)| total > first)
+}
+
+/// Whether the buffered framing holds the whole first message.
+pub(crate) fn first_message_whole(data: &VecDeque<Bytes>) -> bool {
+    first_message_end(data).is_some_and(|(first, total)| total >= first)
+}
+
+/// Where the first message ends (prefix included) and how many bytes are
+/// buffered, once its 5-byte prefix is in.
+fn first_message_end(data: &VecDeque<Bytes>) -> Option<(usize, usize)> {
     let mut prefix = [0u8; 5];
     let mut have = 0usize;
     let mut total = 0usize;
@@ -159,10 +170,10 @@ pub(crate) fn more_than_one_message(data: &VecDeque<Bytes>) -> bool {
         }
     }
     if have < 5 {
-        return false;
+        return None;
     }
     let first = 5 + u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]) as usize;
-    total > first
+    Some((first, total))
 }
 
 #[cfg(test)]
@@ -175,9 +186,11 @@ mod tests {
         one.extend([7; 3]);
         let mut q = VecDeque::new();
         q.push_back(Bytes::copy_from_slice(&one[..2]));
-        assert!(!more_than_one_message(&q));
-        q.push_back(Bytes::copy_from_slice(&one[2..]));
-        assert!(!more_than_one_message(&q));
+        assert!(!more_than_one_message(&q) && !first_message_whole(&q));
+        q.push_back(Bytes::copy_from_slice(&one[2..6]));
+        assert!(!first_message_whole(&q));
+        q.push_back(Bytes::copy_from_slice(&one[6..]));
+        assert!(!more_than_one_message(&q) && first_message_whole(&q));
         q.push_back(Bytes::from_static(&[0]));
         assert!(more_than_one_message(&q));
     }

@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 use tonic::Code;
 
-use super::hedging::HedgingPolicy;
+use super::hedging_policy::HedgingPolicy;
 use super::throttle::RetryThrottle;
 use crate::policy::{CodeClassifier, RetryPolicy};
 
@@ -51,6 +51,26 @@ pub enum ServiceConfigError {
         /// The rule it breaks.
         reason: &'static str,
     },
+    /// What [`ServiceConfig::from_json_strict`] makes of a
+    /// [`ConfigWarning`]: a field no gRPC implementation reads, or a value
+    /// that contradicts another.
+    #[error("{0}")]
+    Strict(ConfigWarning),
+}
+
+/// A part of a service config that is read but probably not what its
+/// author meant: a field no gRPC implementation reads (a typo such as
+/// `retryPolcy` turns retries off), or values that contradict each other.
+/// Logged as a warning by [`ServiceConfig::from_json`], kept in
+/// [`ServiceConfig::warnings`], and an error under
+/// [`ServiceConfig::from_json_strict`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct ConfigWarning {
+    /// The JSON path of the field, e.g. `methodConfig[0].retryPolcy`.
+    pub path: String,
+    /// What is wrong, e.g. "unknown field (did you mean `retryPolicy`?)".
+    pub message: String,
 }
 
 impl ServiceConfigError {
@@ -62,6 +82,7 @@ impl ServiceConfigError {
             ServiceConfigError::WrongType { path, .. }
             | ServiceConfigError::Missing { path }
             | ServiceConfigError::Invalid { path, .. } => path,
+            ServiceConfigError::Strict(w) => &w.path,
         }
     }
 }
@@ -107,7 +128,7 @@ impl ServiceConfigError {
 /// | `methodConfig[i].timeout` | a proto-JSON duration (`"1.5s"`), not negative, at most proto's 10 000 years (a deadline past the clock's range is none) |
 /// | `methodConfig[i].retryPolicy` | not together with `hedgingPolicy` |
 /// | `….maxAttempts` | required, an integer ≥ 2; more than 5 is read as 5 (A6's cap) |
-/// | `….initialBackoff`, `….maxBackoff` | required, durations > 0 and at most 365 days ([`MAX_POLICY_DURATION`](crate::policy::MAX_POLICY_DURATION)) |
+/// | `….initialBackoff`, `….maxBackoff` | required, durations > 0 and at most 365 days ([`MAX_POLICY_DURATION`](crate::policy::MAX_POLICY_DURATION)); `maxBackoff` below `initialBackoff` is a warning |
 /// | `….backoffMultiplier` | required, a number > 0 |
 /// | `….retryableStatusCodes` | required, non-empty; names (`"UNAVAILABLE"`) or numbers (`14`), not OK |
 /// | `methodConfig[i].hedgingPolicy.maxAttempts` | required, an integer ≥ 2; more than 5 is read as 5 (A6's cap) |
@@ -116,13 +137,44 @@ impl ServiceConfigError {
 /// | `retryThrottling.maxTokens` | required, an integer in `1..=1000` |
 /// | `retryThrottling.tokenRatio` | required, a number ≥ 0.001 (A6 keeps three decimals) |
 ///
-/// Other fields (`loadBalancingConfig`, `waitForReady`, message size
-/// limits, …) are accepted and ignored. Field names are the camelCase ones
-/// that grpc-java, grpc-go and grpc-core all read.
+/// Fields the other gRPC clients read for other purposes
+/// (`loadBalancingConfig`, `loadBalancingPolicy`, `healthCheckConfig`,
+/// `waitForReady`, the message size limits, C-core's
+/// `perAttemptRecvTimeout`) are accepted and ignored. Field names are the
+/// camelCase ones that grpc-java, grpc-go and grpc-core all read.
+///
+/// # Unknown fields and contradictions
+///
+/// grpc-go, grpc-java and grpc-core ignore fields they do not know, so
+/// that a config written for newer clients still works with older ones;
+/// an error here would make this client the one that rejects a config all
+/// others accept. Ignoring them silently, though, lets a typo such as
+/// `"retryPolcy"` turn retries off unnoticed. So [`from_json`](Self::from_json)
+/// accepts the config, logs one warning per such field naming its JSON
+/// path (with the known field it most resembles), and keeps them in
+/// [`warnings`](Self::warnings); [`from_json_strict`](Self::from_json_strict)
+/// makes each an error, for tests and for configs you write yourself. The
+/// same goes for values A6 allows but that contradict each other:
+/// `maxBackoff` below `initialBackoff` (every wait is then `maxBackoff`).
+/// A value A6 forbids (`maxAttempts: -1`) is always an error naming it.
+///
+/// ```
+/// use tonic_retry::layer::ServiceConfig;
+///
+/// let json = r#"{"methodConfig": [{"name": [{"service": "kv.Store"}],
+///   "retryPolcy": {"maxAttempts": 3}}]}"#;
+/// let config = ServiceConfig::from_json(json).unwrap();
+/// let warning = &config.warnings()[0];
+/// assert_eq!(warning.path, "methodConfig[0].retryPolcy");
+/// assert!(warning.message.contains("did you mean `retryPolicy`"), "{warning}");
+/// let err = ServiceConfig::from_json_strict(json).unwrap_err();
+/// assert_eq!(err.path(), "methodConfig[0].retryPolcy");
+/// ```
 #[derive(Debug)]
 pub struct ServiceConfig {
     method_configs: Vec<MethodEntry>,
     retry_throttling: Option<RetryThrottle>,
+    warnings: Vec<ConfigWarning>,
 }
 
 /// One `methodConfig` entry.
@@ -174,26 +226,53 @@ impl MethodEntry {
 }
 
 impl ServiceConfig {
-    /// Read a service config (see [`ServiceConfig`] for the rules).
+    /// Read a service config (see [`ServiceConfig`] for the rules); each
+    /// [`ConfigWarning`] is logged as a `tracing` warning.
     pub fn from_json(json: &str) -> Result<Self, ServiceConfigError> {
+        let config = Self::parse(json)?;
+        for w in &config.warnings {
+            tracing::warn!(path = %w.path, "service config: {}", w.message);
+        }
+        Ok(config)
+    }
+
+    /// [`from_json`](Self::from_json), with the first [`ConfigWarning`] an
+    /// error ([`ServiceConfigError::Strict`]).
+    pub fn from_json_strict(json: &str) -> Result<Self, ServiceConfigError> {
+        let config = Self::parse(json)?;
+        match config.warnings.first() {
+            Some(w) => Err(ServiceConfigError::Strict(w.clone())),
+            None => Ok(config),
+        }
+    }
+
+    fn parse(json: &str) -> Result<Self, ServiceConfigError> {
         let doc: Value = serde_json::from_str(json)?;
         let root = object(&doc, "$")?;
+        let mut warnings = Vec::new();
+        known_fields(root, "", ROOT_FIELDS, &mut warnings);
         let mut method_configs = Vec::new();
         let mut seen = HashSet::new();
         if let Some(list) = root.get("methodConfig") {
             for (i, entry) in array(list, "methodConfig")?.iter().enumerate() {
                 let path = format!("methodConfig[{i}]");
-                method_configs.push(method_entry(entry, &path, &mut seen)?);
+                method_configs.push(method_entry(entry, &path, &mut seen, &mut warnings)?);
             }
         }
         let retry_throttling = match root.get("retryThrottling") {
-            Some(t) => Some(throttling(t, "retryThrottling")?),
+            Some(t) => Some(throttling(t, "retryThrottling", &mut warnings)?),
             None => None,
         };
         Ok(ServiceConfig {
             method_configs,
             retry_throttling,
+            warnings,
         })
+    }
+
+    /// What was read but probably not meant (see [`ConfigWarning`]).
+    pub fn warnings(&self) -> &[ConfigWarning] {
+        &self.warnings
     }
 
     /// The `methodConfig` entries, in order.
@@ -207,18 +286,103 @@ impl ServiceConfig {
     }
 }
 
+/// The fields of each object of a service config that some gRPC client
+/// reads (those this crate does not use are accepted and ignored).
+const ROOT_FIELDS: &[&str] = &[
+    "methodConfig",
+    "retryThrottling",
+    "loadBalancingConfig",
+    "loadBalancingPolicy",
+    "healthCheckConfig",
+];
+const METHOD_FIELDS: &[&str] = &[
+    "name",
+    "timeout",
+    "retryPolicy",
+    "hedgingPolicy",
+    "waitForReady",
+    "maxRequestMessageBytes",
+    "maxResponseMessageBytes",
+];
+const NAME_FIELDS: &[&str] = &["service", "method"];
+const RETRY_FIELDS: &[&str] = &[
+    "maxAttempts",
+    "initialBackoff",
+    "maxBackoff",
+    "backoffMultiplier",
+    "retryableStatusCodes",
+    "perAttemptRecvTimeout",
+];
+const HEDGING_FIELDS: &[&str] = &["maxAttempts", "hedgingDelay", "nonFatalStatusCodes"];
+const THROTTLING_FIELDS: &[&str] = &["maxTokens", "tokenRatio"];
+
+/// A warning for each field of `obj` not in `known`, naming the known
+/// field it most resembles.
+fn known_fields(
+    obj: &Map<String, Value>,
+    path: &str,
+    known: &[&str],
+    warnings: &mut Vec<ConfigWarning>,
+) {
+    for key in obj.keys() {
+        if known.contains(&key.as_str()) {
+            continue;
+        }
+        let closest = known
+            .iter()
+            .map(|k| {
+                (
+                    distance(&key.to_ascii_lowercase(), &k.to_ascii_lowercase()),
+                    k,
+                )
+            })
+            .min();
+        let message = match closest {
+            Some((d, k)) if d <= 3 => format!("unknown field (did you mean `{k}`?), ignored"),
+            _ => "unknown field, ignored".to_owned(),
+        };
+        let path = if path.is_empty() {
+            key.clone()
+        } else {
+            format!("{path}.{key}")
+        };
+        warnings.push(ConfigWarning { path, message });
+    }
+}
+
+/// Levenshtein distance, for the "did you mean" of an unknown field.
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let next = (prev + usize::from(ca != cb))
+                .min(row[j] + 1)
+                .min(row[j + 1] + 1);
+            prev = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
+}
+
 fn method_entry(
     v: &Value,
     path: &str,
     seen: &mut HashSet<MethodName>,
+    warnings: &mut Vec<ConfigWarning>,
 ) -> Result<MethodEntry, ServiceConfigError> {
     let obj = object(v, path)?;
+    known_fields(obj, path, METHOD_FIELDS, warnings);
     let mut names = Vec::new();
     if let Some(list) = obj.get("name") {
         let list_path = format!("{path}.name");
         for (j, raw) in array(list, &list_path)?.iter().enumerate() {
             let name_path = format!("{list_path}[{j}]");
             let n = object(raw, &name_path)?;
+            known_fields(n, &name_path, NAME_FIELDS, warnings);
             let field = |k| -> Result<Option<String>, ServiceConfigError> {
                 let s: Option<String> = optional(n, &name_path, k, "a string")?;
                 Ok(s.filter(|s| !s.is_empty()))
@@ -252,11 +416,15 @@ fn method_entry(
                 "may set only one of them",
             ));
         }
-        Some(p) => Some(retry_policy(p, &format!("{path}.retryPolicy"))?),
+        Some(p) => Some(retry_policy(p, &format!("{path}.retryPolicy"), warnings)?),
         None => None,
     };
     let hedging_policy = match obj.get("hedgingPolicy") {
-        Some(p) => Some(hedging_policy(p, &format!("{path}.hedgingPolicy"))?),
+        Some(p) => Some(hedging_policy(
+            p,
+            &format!("{path}.hedgingPolicy"),
+            warnings,
+        )?),
         None => None,
     };
     Ok(MethodEntry {
@@ -267,10 +435,26 @@ fn method_entry(
     })
 }
 
-fn hedging_policy(v: &Value, path: &str) -> Result<HedgingPolicy, ServiceConfigError> {
+/// `maxAttempts`: an integer of at least 2 (more than 5 is read as 5
+/// where it is used).
+fn max_attempts(obj: &Map<String, Value>, path: &str) -> Result<u32, ServiceConfigError> {
+    let n: i64 = required(obj, path, "maxAttempts", "an integer")?;
+    let at = format!("{path}.maxAttempts");
+    if n < 2 {
+        return Err(invalid(&at, &obj["maxAttempts"], "must be at least 2"));
+    }
+    u32::try_from(n).map_err(|_| invalid(&at, &obj["maxAttempts"], "is out of range"))
+}
+
+fn hedging_policy(
+    v: &Value,
+    path: &str,
+    warnings: &mut Vec<ConfigWarning>,
+) -> Result<HedgingPolicy, ServiceConfigError> {
     let obj = object(v, path)?;
+    known_fields(obj, path, HEDGING_FIELDS, warnings);
     let at = |k: &str| format!("{path}.{k}");
-    let max_attempts: u32 = required(obj, path, "maxAttempts", "an integer")?;
+    let max_attempts = max_attempts(obj, path)?;
     let delay = match obj.get("hedgingDelay") {
         Some(d) => duration(d, &at("hedgingDelay"), true)?,
         None => Duration::ZERO,
@@ -298,23 +482,30 @@ fn status_codes(list: &Value, path: &str) -> Result<Vec<Code>, ServiceConfigErro
         .collect()
 }
 
-fn retry_policy(v: &Value, path: &str) -> Result<RetryPolicy, ServiceConfigError> {
+fn retry_policy(
+    v: &Value,
+    path: &str,
+    warnings: &mut Vec<ConfigWarning>,
+) -> Result<RetryPolicy, ServiceConfigError> {
     let obj = object(v, path)?;
+    known_fields(obj, path, RETRY_FIELDS, warnings);
     let at = |k: &str| format!("{path}.{k}");
-    let max_attempts: u32 = required(obj, path, "maxAttempts", "an integer")?;
-    if max_attempts < 2 {
-        return Err(invalid(
-            &at("maxAttempts"),
-            &obj["maxAttempts"],
-            "must be at least 2",
-        ));
-    }
+    let max_attempts = max_attempts(obj, path)?;
     let backoff = |k: &str| match obj.get(k) {
         Some(d) => duration(d, &at(k), false),
         None => Err(ServiceConfigError::Missing { path: at(k) }),
     };
     let initial = backoff("initialBackoff")?;
     let max = backoff("maxBackoff")?;
+    if max < initial {
+        warnings.push(ConfigWarning {
+            path: at("maxBackoff"),
+            message: format!(
+                "{} is below initialBackoff {}: every wait will be maxBackoff",
+                obj["maxBackoff"], obj["initialBackoff"]
+            ),
+        });
+    }
     let multiplier: f64 = required(obj, path, "backoffMultiplier", "a number")?;
     if !(multiplier > 0.0 && multiplier.is_finite()) {
         let v = &obj["backoffMultiplier"];
@@ -358,8 +549,13 @@ fn retry_policy(v: &Value, path: &str) -> Result<RetryPolicy, ServiceConfigError
         })
 }
 
-fn throttling(v: &Value, path: &str) -> Result<RetryThrottle, ServiceConfigError> {
+fn throttling(
+    v: &Value,
+    path: &str,
+    warnings: &mut Vec<ConfigWarning>,
+) -> Result<RetryThrottle, ServiceConfigError> {
     let obj = object(v, path)?;
+    known_fields(obj, path, THROTTLING_FIELDS, warnings);
     let max_tokens: u32 = required(obj, path, "maxTokens", "an integer")?;
     let ratio: f64 = required(obj, path, "tokenRatio", "a number")?;
     RetryThrottle::new(max_tokens, ratio).map_err(|e| {

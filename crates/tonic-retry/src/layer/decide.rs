@@ -6,8 +6,9 @@
 //! low, or the wait would end past the deadline. They are all answered
 //! here, by [`decide`], in a fixed order, with no I/O: the driver sends an
 //! attempt, describes what came back as an [`Outcome`], and does what the
-//! [`Decision`] says. One debug event per attempt records the decision
-//! actually taken, with its [`Reason`].
+//! [`Decision`] says. One event per attempt records the decision
+//! actually taken, with its [`Reason`]: a `grpc attempt` debug event, or,
+//! for the attempt that spends the budget, the give-up warning.
 //!
 //! The rules, in the order they are applied:
 //!
@@ -19,7 +20,7 @@
 //! | 4 | a failure the policy would retry, or one with a pushback | takes a token from the bucket (gRFC A6); this alone decides nothing |
 //! | 5 | `grpc-retry-pushback-ms` negative or garbled | deliver (`pushback_stop`) |
 //! | 6 | a non-idempotent method, unless the failure shows the work did not start (below) | deliver (`not_replayable`) |
-//! | 7 | the first policy whose classifier accepts the status decides | deliver if none (`not_retryable`) or its budget is spent (`exhausted`, with PySpark's `[RETRIES_EXCEEDED]` warning) |
+//! | 7 | the first policy whose classifier accepts the status decides | deliver if none (`not_retryable`) or its budget is spent (`exhausted`: the attempt's event is the give-up warning) |
 //! | 8 | the token bucket is at or below half | deliver (`throttled`) |
 //! | 9 | the wait: the pushback exactly (capped by the policy's `max_server_retry_delay`, 10 min by default, as RetryInfo is), then the policy's backoff restarts (A6); else the policy's wait, with RetryInfo as its floor | |
 //! | 10 | the retry would start at or past the deadline | deliver (`deadline`) |
@@ -100,7 +101,7 @@ pub enum Reason {
     /// The server's pushback says not to retry.
     PushbackStop,
     /// A hedge was sent, or a hedged attempt failed with a non-fatal
-    /// status while the others go on ([`hedge`](super::hedge)).
+    /// status while the others go on (the hedging rules).
     Hedge,
 }
 
@@ -165,6 +166,10 @@ pub struct CallState {
     limit: AttemptLimit,
     /// The policies' budgets, made on the first failure.
     retry: Option<RetryState>,
+    /// The server, for the give-up event (the request's authority).
+    target: Option<String>,
+    /// The call's own cap on attempts ([`CallOptions`](super::CallOptions)).
+    max_attempts: Option<u32>,
 }
 
 impl CallState {
@@ -179,7 +184,21 @@ impl CallState {
             per_attempt: None,
             limit: AttemptLimit::default(),
             retry: None,
+            target: None,
+            max_attempts: None,
         }
+    }
+
+    /// At most `n` attempts, whatever the policy allows.
+    pub fn with_max_attempts(mut self, n: Option<u32>) -> Self {
+        self.max_attempts = n;
+        self
+    }
+
+    /// The server the call goes to (`host:port`), named by the give-up event.
+    pub fn with_target(mut self, target: Option<String>) -> Self {
+        self.target = target;
+        self
     }
 
     /// An overall deadline `timeout` after `now`. A deadline beyond the
@@ -222,14 +241,9 @@ impl CallState {
         self.deadline
     }
 
-    /// Whether `status` is the channel's own timeout for the limit the
+    /// Whether `failure` is the channel's own timeout for the limit the
     /// layer set (its `grpc-timeout`): the same limit as the layer's timer,
     /// so it counts as [`Outcome::TimedOut`].
-    pub fn timed_out_by_channel(&self, status: &Status) -> bool {
-        self.channel_timeout(&Failure::new(status))
-    }
-
-    /// [`timed_out_by_channel`](Self::timed_out_by_channel) on a classified failure.
     pub(crate) fn channel_timeout(&self, failure: &Failure<'_>) -> bool {
         (self.deadline.is_some() || self.per_attempt.is_some())
             && failure.kind() == FailureKind::Deadline
@@ -270,6 +284,7 @@ impl CallState {
     }
 
     /// The policies' state, once a failure created it.
+    #[cfg(test)]
     pub fn retry_state(&self) -> Option<&RetryState> {
         self.retry.as_ref()
     }
@@ -296,7 +311,7 @@ pub fn decide(
     let failure = match outcome {
         Outcome::Done => {
             record(rules.throttle, None, false);
-            return state.log(Code::Ok, None, Next::Deliver, Reason::Done);
+            return state.log(Code::Ok, None, Next::Deliver, Reason::Done, rules);
         }
         // The one classification of this failure.
         Outcome::Failed { status, pushback } => Some(Failure::new(status).with_pushback(pushback)),
@@ -309,7 +324,7 @@ pub fn decide(
         Some(failure) if !state.channel_timeout(&failure) => (failure, None),
         _ if !state.limit_is_own() => {
             let next = Next::Fail(state.deadline_status());
-            return state.log(Code::DeadlineExceeded, None, next, Reason::Deadline);
+            return state.log(Code::DeadlineExceeded, None, next, Reason::Deadline, rules);
         }
         _ => {
             let (judged, failed) = state.timeout_statuses();
@@ -321,7 +336,7 @@ pub fn decide(
     let code = failure.code();
     let stop = |state: &CallState, wait, reason| {
         let next = on_stop.map_or(Next::Deliver, Next::Fail);
-        state.log(code, wait, next, reason)
+        state.log(code, wait, next, reason, rules)
     };
     let retry = state
         .retry
@@ -334,7 +349,7 @@ pub fn decide(
     if !state.idempotent && !work_not_started(&failure) {
         return stop(state, None, Reason::NotReplayable);
     }
-    let (delay, index, server_delay) = match rules.retrying.decide_failure(retry, &failure, matched)
+    let (delay, index, server_delay) = match rules.retrying.judge_failure(retry, &failure, matched)
     {
         RetryDecision::Retry {
             delay,
@@ -350,6 +365,9 @@ pub fn decide(
         }
         RetryDecision::GiveUp(_) => return stop(state, None, Reason::Exhausted),
     };
+    if state.max_attempts.is_some_and(|m| state.attempts >= m) {
+        return stop(state, None, Reason::Exhausted);
+    }
     if rules.throttle.is_some_and(|t| !t.allows_retry()) {
         return stop(state, None, Reason::Throttled);
     }
@@ -372,52 +390,115 @@ pub fn decide(
     {
         return stop(state, Some(wait), Reason::Deadline);
     }
-    state.log(code, Some(wait), Next::Retry(wait), reason)
+    state.log(code, Some(wait), Next::Retry(wait), reason, rules)
 }
 
 impl CallState {
     /// Record the decision taken: one event per attempt, and the final
     /// status code on the call's span when the call ends.
-    fn log(&self, code: Code, wait: Option<Duration>, next: Next, reason: Reason) -> Decision {
+    fn log(
+        &self,
+        code: Code,
+        wait: Option<Duration>,
+        next: Next,
+        reason: Reason,
+        rules: Rules<'_>,
+    ) -> Decision {
         let end = match &next {
             Next::Retry(_) => None,
             Next::Fail(s) => Some(s.code()),
             Next::Deliver => Some(code),
         };
-        let attempt = self.attempts.saturating_sub(1);
-        attempt_event(self.path(), attempt, Some(code), wait, reason, None, end);
+        let event = AttemptEvent {
+            path: self.path(),
+            attempt: self.attempts,
+            code: Some(code),
+            wait,
+            reason,
+            won: None,
+            end,
+        };
+        if reason == Reason::Exhausted {
+            let waited = self
+                .retry
+                .as_ref()
+                .map_or(Duration::ZERO, RetryState::waited);
+            event.give_up(
+                self.target.as_deref(),
+                waited,
+                rules.retrying.give_up_message(),
+            );
+        } else {
+            event.emit();
+        }
         Decision { next, reason }
     }
 }
 
-/// The `grpc attempt` debug event of one attempt (retried or hedged): its
-/// number, status, wait, [`Reason`], and for a hedged call the attempt that
-/// won; `end` is the call's final status, recorded on its span.
-pub(crate) fn attempt_event(
-    path: &str,
-    attempt: u32,
-    code: Option<Code>,
-    wait: Option<Duration>,
-    reason: Reason,
-    won: Option<u32>,
-    end: Option<Code>,
-) {
-    if tracing::enabled!(tracing::Level::DEBUG) {
-        let (service, method) = split_path(path);
-        tracing::debug!(
-            rpc.service = service,
-            rpc.method = method,
-            attempt,
-            rpc.grpc.status_code = code.map(|c| c as i32),
-            wait_ms = wait.map(|w| u64::try_from(w.as_millis()).unwrap_or(u64::MAX)),
-            reason = reason.as_str(),
-            won,
-            "grpc attempt"
-        );
-        if let Some(code) = end {
+/// The event of one attempt (retried or hedged): its number (from 1), its
+/// status, the wait before the next one, its [`Reason`], and for a hedged
+/// call the attempt that won; `end` is the call's final status, recorded
+/// on its span.
+pub(crate) struct AttemptEvent<'a> {
+    pub(crate) path: &'a str,
+    pub(crate) attempt: u32,
+    pub(crate) code: Option<Code>,
+    pub(crate) wait: Option<Duration>,
+    pub(crate) reason: Reason,
+    pub(crate) won: Option<u32>,
+    pub(crate) end: Option<Code>,
+}
+
+impl AttemptEvent<'_> {
+    /// The `grpc attempt` debug event.
+    pub(crate) fn emit(&self) {
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            let (service, method) = split_path(self.path);
+            tracing::debug!(
+                rpc.service = service,
+                rpc.method = method,
+                attempt = self.attempt,
+                rpc.grpc.status_code = self.code.map(|c| c as i32),
+                wait_ms = self.wait.map(millis),
+                reason = self.reason.as_str(),
+                won = self.won,
+                "grpc attempt"
+            );
+            self.record_end();
+        }
+    }
+
+    /// The give-up warning, in place of the last attempt's debug event: it
+    /// names the call itself (the span is at debug level, so a warning
+    /// alone must say which call gave up).
+    fn give_up(&self, target: Option<&str>, waited: Duration, message: &'static str) {
+        if tracing::enabled!(tracing::Level::WARN) {
+            let (service, method) = split_path(self.path);
+            tracing::warn!(
+                rpc.service = service,
+                rpc.method = method,
+                server.address = target,
+                attempt = self.attempt,
+                attempts = self.attempt,
+                rpc.grpc.status_code = self.code.map(|c| c as i32),
+                waited_ms = millis(waited),
+                reason = self.reason.as_str(),
+                "{message}"
+            );
+            self.record_end();
+        }
+    }
+
+    fn record_end(&self) {
+        if let Some(code) = self.end {
             tracing::Span::current().record("rpc.grpc.status_code", code as i32);
         }
     }
+}
+
+/// Whole milliseconds, saturating, for log fields.
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// `/package.Service/Method` → (`package.Service`, `Method`).
@@ -428,106 +509,4 @@ pub(crate) fn split_path(path: &str) -> (&str, &str) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::headers::GRPC_RETRY_PUSHBACK_MS;
-    use crate::policy::{DEFAULT_MAX_SERVER_RETRY_DELAY, RetryPolicy};
-    use http::HeaderMap;
-
-    fn pushback_wait(retrying: &Retrying, value: &'static str) -> Duration {
-        let mut headers = HeaderMap::new();
-        headers.insert(
-            GRPC_RETRY_PUSHBACK_MS,
-            http::HeaderValue::from_static(value),
-        );
-        let pushback = Pushback::from_headers(&headers);
-        let mut call = CallState::new(PathAndQuery::from_static("/s.S/M"), true);
-        call.begin_attempt(Duration::ZERO);
-        let status = Status::unavailable("busy");
-        let rules = Rules {
-            retrying,
-            throttle: None,
-        };
-        let outcome = Outcome::Failed {
-            status: &status,
-            pushback,
-        };
-        match decide(&mut call, outcome, Duration::ZERO, rules) {
-            Decision {
-                next: Next::Retry(wait),
-                reason: Reason::Pushback,
-            } => wait,
-            other => panic!("{value}: {other:?}"),
-        }
-    }
-
-    #[test]
-    fn pushback_is_capped_like_retry_info() {
-        let default = Retrying::default();
-        assert_eq!(
-            pushback_wait(&default, "600000"),
-            DEFAULT_MAX_SERVER_RETRY_DELAY
-        );
-        assert_eq!(
-            pushback_wait(&default, "600001"),
-            DEFAULT_MAX_SERVER_RETRY_DELAY
-        );
-        assert_eq!(
-            pushback_wait(&default, "9223372036854775807"),
-            DEFAULT_MAX_SERVER_RETRY_DELAY
-        );
-        assert_eq!(pushback_wait(&default, "1234"), Duration::from_millis(1234));
-        let short = RetryPolicy::builder()
-            .max_server_retry_delay(Some(Duration::from_secs(2)))
-            .build()
-            .unwrap();
-        let short = Retrying::new(vec![short]);
-        assert_eq!(pushback_wait(&short, "5000"), Duration::from_secs(2));
-        let uncapped = RetryPolicy::builder()
-            .max_server_retry_delay(None)
-            .build()
-            .unwrap();
-        let uncapped = Retrying::new(vec![uncapped]);
-        assert_eq!(
-            pushback_wait(&uncapped, "9223372036854775807"),
-            Duration::from_millis(i64::MAX as u64)
-        );
-    }
-
-    /// The policies classify a failure once per attempt, the throttle's
-    /// bookkeeping included.
-    #[test]
-    fn one_classification_per_failure() {
-        use crate::policy::FnClassifier;
-        use std::sync::Arc;
-        use std::sync::atomic::{AtomicU32, Ordering};
-        let calls = Arc::new(AtomicU32::new(0));
-        let counted = calls.clone();
-        let policy = RetryPolicy::builder()
-            .classifier(FnClassifier::new("counting", move |_| {
-                counted.fetch_add(1, Ordering::SeqCst);
-                true
-            }))
-            .build()
-            .unwrap();
-        let retrying = Retrying::new(vec![policy]);
-        let throttle = RetryThrottle::new(10, 0.1).unwrap();
-        let rules = Rules {
-            retrying: &retrying,
-            throttle: Some(&throttle),
-        };
-        let mut call = CallState::new(PathAndQuery::from_static("/s.S/M"), true);
-        let status = Status::unavailable("busy");
-        for attempt in 1..=3 {
-            call.begin_attempt(Duration::ZERO);
-            let outcome = Outcome::Failed {
-                status: &status,
-                pushback: None,
-            };
-            let d = decide(&mut call, outcome, Duration::ZERO, rules);
-            assert!(matches!(d.next, Next::Retry(_)));
-            assert_eq!(calls.load(Ordering::SeqCst), attempt);
-        }
-        assert_eq!(throttle.tokens(), 7.0);
-    }
-}
+mod tests;

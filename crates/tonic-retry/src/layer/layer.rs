@@ -5,10 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::config::ServiceConfig;
-use super::hedging::{HedgingError, HedgingPolicy};
+use super::hedging_policy::HedgingPolicy;
 use super::method::MethodConfig;
 use super::service::{RetryService, Shared};
-use super::stats::RetryStats;
+use super::stats::{RetryStats, RetryStatsHandle};
 use super::throttle::RetryThrottle;
 use crate::retrying::Retrying;
 
@@ -32,10 +32,10 @@ impl RetryLayer {
     /// non-idempotent and [`ResponseKind::Auto`](super::ResponseKind::Auto), 1 MiB request buffer, 4 MiB
     /// response buffer, no default deadline, no per-attempt timeout, no
     /// throttling.
-    pub fn new(retrying: Retrying) -> Self {
+    pub fn new(retrying: impl Into<Retrying>) -> Self {
         RetryLayer {
             shared: Arc::new(Shared {
-                retrying,
+                retrying: retrying.into(),
                 methods: HashMap::new(),
                 services: HashMap::new(),
                 default_method: MethodConfig::default(),
@@ -44,7 +44,8 @@ impl RetryLayer {
                 default_deadline: None,
                 per_attempt_timeout: None,
                 throttle: None,
-                stats: RetryStats::default(),
+                stats: RetryStatsHandle::default(),
+                target: None,
             }),
         }
     }
@@ -62,7 +63,8 @@ impl RetryLayer {
     /// configuration's author chose the codes that are safe to retry for it.
     /// A method with a `hedgingPolicy` is hedged, and idempotent for the
     /// same reason.
-    pub fn from_service_config(config: &ServiceConfig, base: Retrying) -> Self {
+    pub fn from_service_config(config: &ServiceConfig, base: impl Into<Retrying>) -> Self {
+        let base = base.into();
         let mut layer = Self::new(base.clone().with_policies(Vec::new()));
         for entry in config.method_configs() {
             let mut method = match (entry.retry_policy(), entry.hedging_policy()) {
@@ -96,7 +98,7 @@ impl RetryLayer {
         // fresh stats) and the service is unaffected.
         if Arc::get_mut(&mut self.shared).is_none() {
             let mut copy = (*self.shared).clone();
-            copy.stats = RetryStats::default();
+            copy.stats = RetryStatsHandle::default();
             self.shared = Arc::new(copy);
         }
         if let Some(s) = Arc::get_mut(&mut self.shared) {
@@ -113,37 +115,28 @@ impl RetryLayer {
         })
     }
     /// Hedge the method at `path` (`/package.Service/Method`) with `policy`,
-    /// keeping the rest of the settings that apply to it. A method that is
-    /// not idempotent is a [`HedgingError::NotIdempotent`] naming `path`.
+    /// keeping the rest of the settings that apply to it. Hedging sends a
+    /// call more than once on purpose, so this also declares the method
+    /// idempotent (as a service config's `hedgingPolicy` does).
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tonic_retry::layer::{HedgingError, HedgingPolicy, MethodConfig, RetryLayer};
+    /// use tonic_retry::layer::{HedgingPolicy, RetryLayer};
     /// use tonic_retry::retrying::Retrying;
     ///
-    /// let policy = HedgingPolicy::new(3, Duration::from_millis(5)).unwrap();
+    /// let policy = HedgingPolicy::new(3, Duration::from_millis(5))?;
     /// let path = "/kv.Store/Get";
     /// let layer = RetryLayer::new(Retrying::default())
-    ///     .method(path, MethodConfig::idempotent())
-    ///     .hedge(path, policy.clone())?;
+    ///     .hedge(path, policy.clone())
+    ///     .per_attempt_timeout(Duration::from_secs(1));
     /// assert_eq!(layer.method_config(path).hedging(), Some(&policy));
-    /// let exec = "/kv.Store/Put"; // unknown methods are not idempotent
-    /// let err = layer.hedge(exec, policy).unwrap_err();
-    /// assert_eq!(err, HedgingError::NotIdempotent(exec.to_owned()));
-    /// # Ok::<(), HedgingError>(())
+    /// assert!(layer.method_config(path).is_idempotent());
+    /// # Ok::<(), tonic_retry::layer::HedgingError>(())
     /// ```
-    pub fn hedge(
-        self,
-        path: impl Into<String>,
-        policy: HedgingPolicy,
-    ) -> Result<Self, HedgingError> {
+    pub fn hedge(self, path: impl Into<String>, policy: HedgingPolicy) -> Self {
         let path = path.into();
-        let config = self
-            .method_config(&path)
-            .clone()
-            .with_hedging(policy)
-            .map_err(|_| HedgingError::NotIdempotent(path.clone()))?;
-        Ok(self.method(path, config))
+        let config = self.method_config(&path).clone().hedged(policy);
+        self.method(path, config)
     }
     /// Settings for every method of a service (`package.Service`) not named
     /// with [`method`](Self::method).
@@ -189,9 +182,22 @@ impl RetryLayer {
     pub fn throttle_handle(&self) -> Option<Arc<RetryThrottle>> {
         self.shared.throttle.clone()
     }
-    /// The counters shared by every service this layer builds.
+    /// The counters shared by every service this layer builds, as they are now.
     pub fn stats(&self) -> RetryStats {
+        self.shared.stats.snapshot()
+    }
+    /// A live handle on the counters shared by every service this layer
+    /// builds: take it before the layer moves into a `ServiceBuilder`.
+    pub fn stats_handle(&self) -> RetryStatsHandle {
         self.shared.stats.clone()
+    }
+    /// The server (`host:port`) the give-up warning names when a request
+    /// carries no authority. A tonic `Channel` adds its endpoint's below
+    /// the layer, so a request through a layer over a `Channel` has none
+    /// unless the client was built `with_origin`.
+    pub fn target(self, target: impl Into<String>) -> Self {
+        let target = target.into();
+        self.edit(|s| s.target = Some(target))
     }
     /// The layer's policies.
     pub fn retrying(&self) -> &Retrying {

@@ -7,23 +7,47 @@
 
 use std::time::Duration;
 
-use super::hedging::{HedgingError, HedgingPolicy};
+use super::hedging_policy::HedgingPolicy;
 use crate::retrying::Retrying;
 
 /// How the layer finds a response's gRPC status before committing to it
 /// (see the [module docs](super)).
+///
+/// # The commit rule
+///
+/// A response is *committed* (handed to the caller, never retried) once
+/// the caller could have seen part of it. gRFC A6 commits a call when its
+/// response headers arrive. This layer commits later, at the **first
+/// response message**: a tonic (or grpc-go, grpc-java) server sends its
+/// headers before a streaming handler has produced anything, so a stream
+/// that fails before its first message has sent headers but delivered
+/// nothing, and is still safe to retry. Everything before the first
+/// message (trailers-only statuses, HTTP errors, resets, a body error) is
+/// judged by the policy, whatever the kind.
+///
+/// [`Auto`](Self::Auto), the default, needs no declaration per method and
+/// never waits for a second message: when the first message is whole, the
+/// layer looks at what the connection has *already* received behind it.
+/// Trailers there (how servers write a unary response: message and
+/// trailers in one flush) mean a unary call, judged by its status; nothing
+/// there yet, or more data, commits the response at once, so a stream's
+/// first message reaches the caller as soon as it arrives. The cost: a
+/// unary response whose failing trailers arrive separately from its
+/// message is committed, and delivered with its status, not retried; A6
+/// would not retry it either. Declare [`Unary`](Self::Unary) for a method
+/// whose failures come after a message and must be retried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum ResponseKind {
-    /// Decide per response: buffer the first message; trailers next means
-    /// unary (status known, retry possible), a second message means a
-    /// stream (committed). Holds a stream's first message until its second
-    /// begins, so name streaming methods when known.
+    /// Decide per response, never waiting past the first message (the
+    /// commit rule above).
     #[default]
     Auto,
-    /// One response message: buffer it and the trailers (up to the response cap).
+    /// One response message: buffer it and wait for the trailers (up to
+    /// the response cap), so a failure after the message is retried too.
+    /// A server stream declared `Unary` waits for its second message.
     Unary,
-    /// A server stream: retried only until its first message (gRFC A6 commit rule).
+    /// A server stream: committed at its first byte of data.
     ServerStreaming,
 }
 
@@ -85,20 +109,23 @@ impl MethodConfig {
         self
     }
     /// Policies for this method instead of the layer's.
-    pub fn with_retrying(mut self, retrying: Retrying) -> Self {
-        self.retrying = Some(retrying);
+    pub fn with_retrying(mut self, retrying: impl Into<Retrying>) -> Self {
+        self.retrying = Some(retrying.into());
         self
     }
-    /// Hedge the method instead of retrying it (gRFC A6; see
-    /// [`hedge`](super::hedge)). Hedging runs a call more than once on
-    /// purpose, so a method that is not idempotent (or is passed through)
-    /// is a [`HedgingError::NotIdempotent`].
-    pub fn with_hedging(mut self, policy: HedgingPolicy) -> Result<Self, HedgingError> {
-        if !self.idempotent || !self.retry {
-            return Err(HedgingError::NotIdempotent("this method".to_owned()));
-        }
+    /// Hedge the method instead of retrying it (gRFC A6; see the
+    /// [module docs](super#hedging)). Hedging runs a call more than once on
+    /// purpose, so the method becomes idempotent (and retried, if it was
+    /// [`passthrough`](Self::passthrough)), as a service config's
+    /// `hedgingPolicy` makes it.
+    pub fn with_hedging(self, policy: HedgingPolicy) -> Self {
+        self.hedged(policy)
+    }
+    pub(crate) fn hedged(mut self, policy: HedgingPolicy) -> Self {
+        self.idempotent = true;
+        self.retry = true;
         self.hedging = Some(policy);
-        Ok(self)
+        self
     }
     /// The method's hedging policy, if it is hedged.
     pub fn hedging(&self) -> Option<&HedgingPolicy> {

@@ -12,16 +12,16 @@
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
 //! use tower::ServiceBuilder;
-//! use tonic_retry::layer::{MethodConfig, ResponseKind, RetryLayer, RetryThrottle};
+//! use tonic_retry::layer::{MethodConfig, RetryLayer, RetryThrottle};
 //! use tonic_retry::retrying::Retrying;
 //!
 //! let channel = tonic::transport::Endpoint::from_static("http://127.0.0.1:50051")
 //!     .connect_lazy();
 //! let layer = RetryLayer::new(Retrying::default())
-//!     .method("/kv.Store/Get", MethodConfig::idempotent().with_kind(ResponseKind::Unary))
+//!     .method("/kv.Store/Get", MethodConfig::idempotent())
 //!     .per_attempt_timeout(Duration::from_secs(30))
 //!     .throttle(RetryThrottle::new(10, 0.1)?);
-//! let stats = layer.stats();
+//! let stats = layer.stats_handle();
 //! // Any generated client: `StoreClient::new(ServiceBuilder::new().layer(layer).service(channel))`.
 //! let mut client = tonic::client::Grpc::new(ServiceBuilder::new().layer(layer).service(channel));
 //! # let _ = (&mut client, stats);
@@ -31,8 +31,8 @@
 //! Two constructors:
 //!
 //! * [`RetryLayer::new`]: the policies of a [`Retrying`](crate::retrying::Retrying)
-//!   (PySpark's classification by default: UNAVAILABLE, RetryInfo,
-//!   transport failures), with methods named one by one
+//!   (by default UNAVAILABLE, RetryInfo and transport failures, 5 attempts:
+//!   [`policy`](crate::policy)), with methods named one by one
 //!   ([`RetryLayer::method`], [`MethodConfig`]);
 //! * [`RetryLayer::from_service_config`]: for any gRPC service, from a
 //!   gRFC A6 service config ([`ServiceConfig::from_json`]): the codes it
@@ -40,11 +40,26 @@
 //!
 //! # Which calls are replayed
 //!
-//! The layer decides after each attempt in one pure function,
-//! [`decide::decide`], whose module lists every rule in order. A method is
-//! idempotent or not ([`MethodConfig`]); **unknown methods are
-//! non-idempotent**, because a duplicated write is worse than a surfaced
-//! error.
+//! The layer decides after each attempt in one pure function, by these
+//! rules, in order:
+//!
+//! | # | rule | result (`reason`) |
+//! |---|---|---|
+//! | 1 | the attempt succeeded, or its response was committed to the caller | deliver it; the token bucket gets `token_ratio` back (`done`) |
+//! | 2 | the call's overall deadline expired during the attempt | fail with DEADLINE_EXCEEDED (`deadline`) |
+//! | 3 | the attempt's own timeout fired (time is left overall) | judged below as UNAVAILABLE; if the call stops here, it fails with DEADLINE_EXCEEDED |
+//! | 4 | a failure the policy would retry, or one with a pushback | takes a token from the bucket (gRFC A6); this alone decides nothing |
+//! | 5 | `grpc-retry-pushback-ms` negative or garbled | deliver (`pushback_stop`) |
+//! | 6 | a non-idempotent method, unless the failure shows the work did not start (below) | deliver (`not_replayable`) |
+//! | 7 | the first policy whose classifier accepts the status decides | deliver if none (`not_retryable`) or its budget is spent (`exhausted`: the attempt's event is the give-up warning) |
+//! | 8 | the token bucket is at or below half | deliver (`throttled`) |
+//! | 9 | the wait: the pushback exactly (capped by the policy's `max_server_retry_delay`, 10 min by default, as RetryInfo is), then the policy's backoff restarts (A6); else the policy's wait, with RetryInfo as its floor | |
+//! | 10 | the retry would start at or past the deadline | deliver (`deadline`) |
+//! | 11 | otherwise | retry after the wait (`pushback`, `retry_info` or `policy`) |
+//!
+//! A method is idempotent or not ([`MethodConfig`]); **unknown methods
+//! are non-idempotent**, because a duplicated write is worse than a
+//! surfaced error. Which failures replay which methods:
 //!
 //! | failure | idempotent | non-idempotent |
 //! |---|---|---|
@@ -73,9 +88,10 @@
 //! | HTTP status ≠ 200 without `grpc-status` | gRPC's HTTP mapping (503 → UNAVAILABLE, …) | yes |
 //! | transport error from the channel | `Status::from_error`, source chain kept | yes |
 //! | body error before anything was delivered | the body's status | yes |
-//! | [`Unary`](ResponseKind::Unary): message then trailers | the trailers, the message buffered up to the response cap | yes, unless over the cap (committed) |
-//! | [`ServerStreaming`](ResponseKind::ServerStreaming) | committed at the first message (gRFC A6) | before data only |
-//! | [`Auto`](ResponseKind::Auto) | the first message is buffered; trailers next ⇒ unary; a second message ⇒ committed stream | unary: yes; stream: before data |
+//! | [`Auto`](ResponseKind::Auto) (the default): message then trailers already received | the trailers | yes |
+//! | [`Auto`](ResponseKind::Auto): message, nothing more received yet, or a second message | committed at once: a stream's first message is never held | before the first message only |
+//! | [`Unary`](ResponseKind::Unary) (declared): message then trailers | the trailers, the message buffered up to the response cap | yes, unless over the cap (committed) |
+//! | [`ServerStreaming`](ResponseKind::ServerStreaming) (declared) | committed at its first data | before data only |
 //! | body ends without trailers | handed on (tonic reports the missing status) | no |
 //!
 //! # gRPC conventions
@@ -102,18 +118,47 @@
 //! `hedgingPolicy`: [`RetryLayer::hedge`], [`MethodConfig::with_hedging`],
 //! or a service config): copies of the call go out `hedgingDelay` apart
 //! and the first answer wins; the others are dropped, which resets their
-//! HTTP/2 streams. [`hedge`] lists the rules. A request over the buffer
-//! cap is sent once, as for retries; a server stream is committed by its
-//! first message.
+//! HTTP/2 streams. A request over the buffer cap is sent once, as for
+//! retries; a server stream is committed by its first message. The rules,
+//! in order:
+//!
+//! | # | rule | result (`reason`) |
+//! |---|---|---|
+//! | 1 | an attempt succeeded, or its response was committed (a stream's first message) | commit it, cancel the others; the token bucket gets `token_ratio` back (`done`) |
+//! | 2 | an attempt timed out at the call's deadline | fail with DEADLINE_EXCEEDED, cancel the others (`deadline`) |
+//! | 3 | an attempt failed with a status not in `nonFatalStatusCodes` (a timeout of its own counts as UNAVAILABLE) | commit it, cancel the others (`not_retryable`) |
+//! | 4 | a non-fatal failure | takes a token; pushback negative or garbled stops hedging (`pushback_stop`), positive sets the next hedge that long after now (at most 10 minutes, [`DEFAULT_MAX_SERVER_RETRY_DELAY`]), none sends it at once |
+//! | 5 | the first attempt | at once |
+//! | 6 | `maxAttempts` started | no more hedges (`exhausted` once all failed) |
+//! | 7 | a hedge would start at or past the deadline (the first attempt always starts, as an unhedged call's does) | no more hedges (`deadline`) |
+//! | 8 | the token bucket is at or below half | no more hedges (`throttled`) |
+//! | 9 | otherwise | a hedge at the hedge time, the next one `hedgingDelay` later (`hedge`) |
+//!
+//!
+//! When no attempt is in flight and no hedge will start, the call ends with
+//! the last failure. Each hedge carries `grpc-previous-rpc-attempts`.
+//!
+//! # Per-call overrides
+//!
+//! [`CallOptions`] in a request's extensions cap one call's attempts, turn
+//! its retries off, give it its own deadline, and record its attempts in a
+//! [`CallStatsHandle`].
 //!
 //! # Observability
 //!
 //! Each call runs in a `grpc_retry` debug span with OpenTelemetry's RPC
 //! fields: `rpc.system = "grpc"`, `rpc.service`, `rpc.method`, and
-//! `rpc.grpc.status_code` once the call ends. Each attempt logs one
-//! `grpc attempt` debug event with `rpc.service`, `rpc.method`, `attempt`
-//! (0 for the first), `rpc.grpc.status_code`, `wait_ms` for a retry, and
-//! `reason` ([`decide::Reason`]); a hedged call logs each hedge with
+//! `rpc.grpc.status_code` once the call ends. Each attempt logs exactly
+//! one event with `rpc.service`, `rpc.method`, `attempt` (1 for the first,
+//! as the retry loop counts), `rpc.grpc.status_code`, `wait_ms` (the wait
+//! actually slept before the next attempt, whether it came from the
+//! backoff, a pushback or a `RetryInfo`) and `reason` (the table above):
+//! a `grpc attempt` debug event, except for the attempt that spends the
+//! budget, whose event is the give-up warning (the `Retrying`'s
+//! [`give_up_message`](crate::retrying::Retrying::give_up_message), with
+//! `attempts`, `waited_ms` and `server.address`, the request's authority
+//! or [`RetryLayer::target`]): the span is at debug level, so the warning
+//! names the call itself. A hedged call logs each hedge with
 //! `reason = "hedge"`, and the event that ends it names the attempt that
 //! `won`. [`RetryLayer::stats`] counts calls, attempts, retries, throttled
 //! and exhausted calls, and hedges sent, won and cancelled. Waits use the
@@ -121,10 +166,11 @@
 
 mod attempt;
 mod body;
+mod call;
 mod config;
-pub mod decide;
-pub mod hedge;
-mod hedging;
+mod decide;
+mod hedging_machine;
+mod hedging_policy;
 #[allow(clippy::module_inception)]
 mod layer;
 mod method;
@@ -132,10 +178,11 @@ mod service;
 mod stats;
 mod throttle;
 
-pub use config::{MethodEntry, MethodName, ServiceConfig, ServiceConfigError};
-pub use hedging::{HedgingError, HedgingPolicy, MAX_HEDGED_ATTEMPTS};
+pub use call::{CallOptions, CallStats, CallStatsHandle};
+pub use config::{ConfigWarning, MethodEntry, MethodName, ServiceConfig, ServiceConfigError};
+pub use hedging_policy::{HedgingError, HedgingPolicy, MAX_HEDGED_ATTEMPTS};
 pub use layer::{DEFAULT_MAX_REQUEST_BUFFER, DEFAULT_MAX_RESPONSE_BUFFER, RetryLayer};
 pub use method::{MethodConfig, ResponseKind};
 pub use service::RetryService;
-pub use stats::{RetryStats, RetryStatsSnapshot};
+pub use stats::{RetryStats, RetryStatsHandle};
 pub use throttle::{InvalidThrottle, MAX_TOKENS_LIMIT, RetryThrottle};

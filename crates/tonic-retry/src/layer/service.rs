@@ -22,11 +22,12 @@ use tonic::Status;
 
 use super::attempt::{Attempt, Inner, attempt, parse_grpc_timeout, request};
 use super::body::{Buffered, buffer};
+use super::call::{CallOptions, CallStatsHandle};
 use super::decide::{CallState, Next, Rules, decide, split_path};
-use super::hedge::{Commit, Hedge, Step};
-use super::hedging::HedgingPolicy;
+use super::hedging_machine::{Commit, Hedge, Step};
+use super::hedging_policy::HedgingPolicy;
 use super::method::MethodConfig;
-use super::stats::RetryStats;
+use super::stats::{RetryStats, RetryStatsHandle};
 use super::throttle::RetryThrottle;
 use crate::retrying::{BoxFuture, Retrying};
 use crate::sanitize::{sanitize_response, sanitized_body};
@@ -45,7 +46,9 @@ pub(crate) struct Shared {
     pub(crate) default_deadline: Option<Duration>,
     pub(crate) per_attempt_timeout: Option<Duration>,
     pub(crate) throttle: Option<Arc<RetryThrottle>>,
-    pub(crate) stats: RetryStats,
+    pub(crate) stats: RetryStatsHandle,
+    /// The server the give-up event names when a request has no authority.
+    pub(crate) target: Option<String>,
 }
 
 impl Shared {
@@ -82,8 +85,12 @@ impl<S> RetryService<S> {
     pub fn get_ref(&self) -> &S {
         &self.inner
     }
-    /// The counters shared with the layer.
-    pub fn stats(&self) -> super::RetryStats {
+    /// The counters shared with the layer, as they are now.
+    pub fn stats(&self) -> RetryStats {
+        self.shared.stats.snapshot()
+    }
+    /// A live handle on the counters shared with the layer.
+    pub fn stats_handle(&self) -> RetryStatsHandle {
         self.shared.stats.clone()
     }
 }
@@ -129,7 +136,16 @@ async fn run<S: Inner + Clone>(
     let stats = &shared.stats;
     stats.call();
     let method = shared.method(req.uri().path());
-    if !method.is_retried() {
+    let options = req
+        .extensions()
+        .get::<CallOptions>()
+        .cloned()
+        .unwrap_or_default();
+    let call_stats = options.stats.clone();
+    if !method.is_retried() || options.max_attempts == Some(1) {
+        if let Some(s) = &call_stats {
+            s.attempt();
+        }
         return once(svc, req, &shared).await;
     }
     let (head, body) = req.into_parts();
@@ -145,6 +161,11 @@ async fn run<S: Inner + Clone>(
         }
         Buffered::Failed(body) => return once(svc, Request::from_parts(head, body), &shared).await,
     };
+    let target = head
+        .uri
+        .authority()
+        .map(|a| a.to_string())
+        .or_else(|| shared.target.clone());
     let retrying = method.retrying().unwrap_or(&shared.retrying);
     let rules = Rules {
         retrying,
@@ -157,9 +178,15 @@ async fn run<S: Inner + Clone>(
         .cloned()
         .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
     let mut call = CallState::new(path, method.is_idempotent())
-        .with_attempt_timeout(shared.per_attempt_timeout);
-    // The smaller of the caller's deadline and the configured one (gRPC).
-    let configured = method.timeout().or(shared.default_deadline);
+        .with_attempt_timeout(shared.per_attempt_timeout)
+        .with_target(target)
+        .with_max_attempts(options.max_attempts);
+    // The smaller of the caller's deadline and the configured one (gRPC);
+    // a call's own deadline replaces the configured one.
+    let configured = options
+        .deadline
+        .or(method.timeout())
+        .or(shared.default_deadline);
     let timeout = match (parse_grpc_timeout(&head.headers), configured) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
@@ -168,16 +195,24 @@ async fn run<S: Inner + Clone>(
         call = call.with_deadline(clock.now(), timeout);
     }
     if let Some(policy) = method.hedging() {
+        let policy = match options.max_attempts {
+            Some(n) => policy.capped(n),
+            None => policy.clone(),
+        };
         let ctx = Ctx {
             head,
             body,
             kind: method.kind(),
+            stats: call_stats,
         };
-        return hedged(svc, &shared, policy, call, ctx, retrying).await;
+        return hedged(svc, &shared, &policy, call, ctx, retrying).await;
     }
     loop {
         let limit = call.begin_attempt(clock.now());
         stats.attempt();
+        if let Some(s) = &call_stats {
+            s.attempt();
+        }
         let req = request(head.clone(), call.attempts() - 1, limit, &body);
         let result = attempt(
             &mut svc,
@@ -192,7 +227,12 @@ async fn run<S: Inner + Clone>(
         match decision.next {
             Next::Deliver => return result.into_result(),
             Next::Fail(status) => return Err(Box::new(status)),
-            Next::Retry(wait) => retrying.sleeper().sleep(wait).await,
+            Next::Retry(wait) => {
+                if let Some(s) = &call_stats {
+                    s.retry(wait);
+                }
+                retrying.sleeper().sleep(wait).await
+            }
         }
     }
 }
@@ -202,6 +242,7 @@ struct Ctx {
     head: http::request::Parts,
     body: super::body::RequestBody,
     kind: super::method::ResponseKind,
+    stats: Option<CallStatsHandle>,
 }
 
 /// A hedged call: attempts side by side, each on its own clone of the
@@ -229,6 +270,9 @@ async fn hedged<S: Inner + Clone>(
         let until = match hedge.next(now, throttle) {
             Step::Start { attempt: k, limit } => {
                 stats.attempt();
+                if let Some(s) = &ctx.stats {
+                    s.attempt();
+                }
                 if k > 0 {
                     stats.hedge_sent();
                 }

@@ -23,17 +23,17 @@ struct Counters {
     hedges_cancelled: AtomicU64,
 }
 
-/// A handle on the counters of one [`RetryLayer`](super::RetryLayer) and
-/// every service it built. Cloning shares the counters.
+/// A live handle on the counters of one [`RetryLayer`](super::RetryLayer)
+/// and every service it built. Cloning shares the counters.
 #[derive(Debug, Clone, Default)]
-pub struct RetryStats {
+pub struct RetryStatsHandle {
     inner: Arc<Counters>,
 }
 
-/// A point-in-time copy of [`RetryStats`].
+/// The counters of a [`RetryStatsHandle`] at one point in time.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct RetryStatsSnapshot {
+pub struct RetryStats {
     /// Calls that entered the layer.
     pub calls: u64,
     /// Attempts sent to the inner service, first attempts included.
@@ -62,7 +62,7 @@ fn add(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
-impl RetryStats {
+impl RetryStatsHandle {
     /// Calls that entered the layer.
     pub fn calls(&self) -> u64 {
         load(&self.inner.calls)
@@ -100,8 +100,8 @@ impl RetryStats {
         load(&self.inner.hedges_cancelled)
     }
     /// All counters at once (each read separately, so not atomic as a whole).
-    pub fn snapshot(&self) -> RetryStatsSnapshot {
-        RetryStatsSnapshot {
+    pub fn snapshot(&self) -> RetryStats {
+        RetryStats {
             calls: self.calls(),
             attempts: self.attempts(),
             retries: self.retries(),

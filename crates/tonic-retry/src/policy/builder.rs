@@ -6,7 +6,6 @@
 //! does arithmetic on it. Every value is checked here, where it enters, and
 //! a bad one is an [`InvalidPolicy`] naming the field.
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,7 +34,8 @@ fn duration_ms(d: Duration) -> f64 {
 }
 
 /// A policy parameter failed validation.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("invalid retry policy: `{field}` = {value} {reason}")]
 pub struct InvalidPolicy {
     field: &'static str,
     value: f64,
@@ -57,22 +57,9 @@ impl InvalidPolicy {
     }
 }
 
-impl fmt::Display for InvalidPolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "invalid retry policy: `{}` = {} {}",
-            self.field, self.value, self.reason
-        )
-    }
-}
-
-impl std::error::Error for InvalidPolicy {}
-
 /// Builds a validated [`RetryPolicy`].
 ///
-/// Millisecond setters (`*_ms`) take `f64`, as PySpark's keyword arguments
-/// do; negative, NaN or infinite values, and durations longer than
+/// Millisecond setters (`*_ms`) take `f64` (fractional milliseconds); negative, NaN or infinite values, and durations longer than
 /// [`MAX_POLICY_DURATION`] (365 days), make [`build`](Self::build) fail with
 /// an [`InvalidPolicy`] naming the field. A built policy's getters and its
 /// arithmetic therefore never panic.
@@ -102,8 +89,26 @@ pub struct RetryPolicyBuilder {
 pub const CUSTOM_POLICY_NAME: &str = "custom";
 
 impl RetryPolicyBuilder {
-    /// A builder starting from `origin()`.
-    pub(super) fn starting_from(origin: fn() -> RetryPolicy) -> Self {
+    /// A builder starting from `origin()`, for a crate with defaults of its
+    /// own: the built policy keeps `origin()`'s name while nothing is
+    /// changed, and is [`CUSTOM_POLICY_NAME`] once something is (unless
+    /// [`name`](Self::name) is set).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tonic_retry::policy::{RetryPolicy, RetryPolicyBuilder};
+    ///
+    /// fn patient() -> RetryPolicy {
+    ///     RetryPolicy::builder().name("patient").max_retries(Some(10)).build().unwrap()
+    /// }
+    /// assert_eq!(RetryPolicyBuilder::starting_from(patient).build()?.name(), "patient");
+    /// let changed = RetryPolicyBuilder::starting_from(patient)
+    ///     .initial_backoff(Duration::from_secs(1))
+    ///     .build()?;
+    /// assert_eq!((changed.name(), changed.max_retries()), ("custom", Some(10)));
+    /// # Ok::<(), tonic_retry::policy::InvalidPolicy>(())
+    /// ```
+    pub fn starting_from(origin: fn() -> RetryPolicy) -> Self {
         RetryPolicyBuilder {
             policy: origin(),
             error: None,
@@ -291,14 +296,11 @@ mod tests {
     #[test]
     fn unnamed_changed_policies_are_custom() {
         let name = |b: RetryPolicyBuilder| b.build().unwrap().name().to_owned();
-        assert_eq!(RetryPolicy::default().name(), "DefaultPolicy");
-        assert_eq!(name(RetryPolicy::builder()), "DefaultPolicy");
-        assert_eq!(
-            name(RetryPolicy::builder().max_retries(Some(15))),
-            "DefaultPolicy"
-        );
+        assert_eq!(RetryPolicy::default().name(), "default");
+        assert_eq!(name(RetryPolicy::builder()), "default");
+        assert_eq!(name(RetryPolicy::builder().max_retries(Some(4))), "default");
         assert_eq!(name(RetryPolicy::builder().max_retries(Some(3))), "custom");
-        assert_eq!(name(RetryPolicy::builder().jitter_ms(0.0)), "custom");
+        assert_eq!(name(RetryPolicy::builder().jitter_ms(1.0)), "custom");
         let codes = super::super::CodeClassifier::new([tonic::Code::Aborted]);
         assert_eq!(
             name(RetryPolicy::builder().classifier(codes.clone())),
@@ -309,13 +311,8 @@ mod tests {
             "aborted"
         );
         assert_eq!(
-            name(RetryPolicy::builder().name("DefaultPolicy").jitter_ms(0.0)),
-            "DefaultPolicy"
-        );
-        assert_eq!(name(RetryPolicy::base_builder()), "RetryPolicy");
-        assert_eq!(
-            name(RetryPolicy::base_builder().max_retries(Some(1))),
-            "custom"
+            name(RetryPolicy::builder().name("default").jitter_ms(1.0)),
+            "default"
         );
     }
 
@@ -349,6 +346,7 @@ mod tests {
     #[test]
     fn the_maximum_itself_is_accepted_and_getters_do_not_panic() {
         let p = RetryPolicy::builder()
+            .max_retries(Some(15))
             .initial_backoff(MAX_POLICY_DURATION)
             .max_backoff(Some(MAX_POLICY_DURATION))
             .jitter(MAX_POLICY_DURATION)

@@ -2,19 +2,20 @@
 //!
 //! # Transport failures
 //!
-//! grpc-core (and therefore PySpark) reports a refused connection, a reset or
-//! closed connection, a broken pipe and a refused stream as `UNAVAILABLE`, and
-//! PySpark retries them. tonic 0.14 reports the same events under other codes,
-//! mostly `Unknown`, and only [`tonic::Status::source`] tells them apart from
-//! a status the server sent (server statuses never carry a source).
-//! [`classify_failure`] walks the source chain and stops at the first match:
+//! grpc-core and grpc-java report a refused connection, a reset or closed
+//! connection, a broken pipe and a refused stream as `UNAVAILABLE`, and
+//! their clients retry them. tonic 0.14 reports the same events under other
+//! codes, mostly `Unknown`, and only [`tonic::Status::source`] tells them
+//! apart from a status the server sent (server statuses never carry a
+//! source). [`classify_failure`] walks the source chain and stops at the
+//! first match:
 //!
-//! | first match in `source()` chain | [`FailureKind`] | PySpark sees | retried by [`DefaultClassifier`] |
+//! | first match in `source()` chain | [`FailureKind`] | grpc-core sees | retried by [`DefaultClassifier`] |
 //! |---|---|---|---|
 //! | no source, `Unknown` "protocol error: missing grpc-status trailer…" | `Ambiguous` (truncated stream) | — | no |
 //! | no source, `Internal` "Unexpected EOF decoding stream." | `Ambiguous` (ended inside a message) | — | no |
-//! | no source | `Server` | the code | PySpark's rules |
-//! | `tonic::TimeoutExpired` | `Deadline` | DEADLINE_EXCEEDED | no (the reattachable stream reattaches at once) |
+//! | no source | `Server` | the code | the code's rule |
+//! | `tonic::TimeoutExpired` | `Deadline` | DEADLINE_EXCEEDED | no |
 //! | `tonic::ConnectError` | `Unprocessed` | UNAVAILABLE | yes |
 //! | `hyper::Error::is_timeout()` (keepalive) | `MaybeProcessed` | UNAVAILABLE | yes |
 //! | `hyper::Error::is_canceled()` (request dropped unsent) | `Unprocessed` | UNAVAILABLE | yes |
@@ -24,13 +25,13 @@
 //! | `h2::Error`, RST_STREAM(REFUSED_STREAM) | `Unprocessed` | UNAVAILABLE | yes |
 //! | `h2::Error`, other RST_STREAM reasons, ENHANCE_YOUR_CALM | `Ambiguous` | CANCELLED / INTERNAL / RESOURCE_EXHAUSTED | no |
 //! | `std::io::Error` (any kind) | `MaybeProcessed` | UNAVAILABLE | yes |
-//! | anything else | `Local` | the code | PySpark's rules on the code |
+//! | anything else | `Local` | the code | the code's rule |
 //!
 //! `Unprocessed` failures provably never reached the server (Armeria's
 //! "unprocessed request" rule), so even a non-idempotent call may be replayed.
 //! `MaybeProcessed` failures are retried like UNAVAILABLE by the default
-//! policy; replaying them is safe for Spark Connect (reattach by operation id)
-//! but not for arbitrary non-idempotent RPCs, which the tower layer checks.
+//! policy; whether replaying them is safe depends on the method, which the
+//! tower layer checks (its idempotency rules).
 
 use std::collections::HashSet;
 use std::fmt;
@@ -56,43 +57,46 @@ pub trait Classifier: Send + Sync + fmt::Debug {
     }
 }
 
-/// PySpark 4.3.0 `DefaultPolicy.can_retry`, extended to tonic's transport errors.
+/// The default classification, from Google's AIP-194 and gRFC A6,
+/// extended to tonic's transport errors.
 ///
 /// In order:
 /// 1. transport failures (see the module table) are retried like UNAVAILABLE;
 ///    a client deadline and ambiguous resets are not;
-/// 2. `INTERNAL` whose message contains `INVALID_CURSOR.DISCONNECTED` (another
-///    RPC preempted this one);
-/// 3. `UNAVAILABLE`, whatever the message;
-/// 4. any code whose `grpc-status-details-bin` carries a
-///    `google.rpc.RetryInfo` (malformed details count as none);
-/// 5. nothing else: `DEADLINE_EXCEEDED`, `ABORTED`, `UNAUTHENTICATED`, …
+/// 2. `UNAVAILABLE`, whatever the message (AIP-194: the one code that is
+///    safe to retry for any method);
+/// 3. any code whose `grpc-status-details-bin` carries a
+///    `google.rpc.RetryInfo`: the server asked for the retry (malformed
+///    details count as none);
+/// 4. nothing else: `DEADLINE_EXCEEDED`, `ABORTED`, `INTERNAL`, `UNKNOWN`, …
+///
+/// Build a classifier of your own from it with [`FnClassifier`] (add a
+/// rule, then ask [`DefaultClassifier::accepts`]).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct DefaultClassifier;
 
-/// The marker of a stream preempted by a newer attach of the same operation.
-pub(crate) const INVALID_CURSOR_DISCONNECTED: &str = "INVALID_CURSOR.DISCONNECTED";
-
-impl Classifier for DefaultClassifier {
-    fn can_retry(&self, status: &Status) -> bool {
-        self.can_retry_failure(&Failure::new(status))
-    }
-
-    fn can_retry_failure(&self, failure: &Failure<'_>) -> bool {
+impl DefaultClassifier {
+    /// Whether the default rules retry `failure` (what
+    /// [`Classifier::can_retry_failure`] answers), for a classifier that
+    /// extends them.
+    pub fn accepts(failure: &Failure<'_>) -> bool {
         match failure.kind() {
             FailureKind::Unprocessed | FailureKind::MaybeProcessed => true,
             FailureKind::Deadline | FailureKind::Ambiguous => false,
-            FailureKind::Server | FailureKind::Local => server_rules(failure),
+            FailureKind::Server | FailureKind::Local => {
+                failure.code() == Code::Unavailable || failure.retry_info().is_some()
+            }
         }
     }
 }
 
-fn server_rules(failure: &Failure<'_>) -> bool {
-    let status = failure.status();
-    match status.code() {
-        Code::Internal if status.message().contains(INVALID_CURSOR_DISCONNECTED) => true,
-        Code::Unavailable => true,
-        _ => failure.retry_info().is_some(),
+impl Classifier for DefaultClassifier {
+    fn can_retry(&self, status: &Status) -> bool {
+        Self::accepts(&Failure::new(status))
+    }
+
+    fn can_retry_failure(&self, failure: &Failure<'_>) -> bool {
+        Self::accepts(failure)
     }
 }
 
@@ -173,12 +177,9 @@ mod tests {
     }
 
     #[test]
-    fn pyspark_default_rules_on_server_statuses() {
+    fn default_rules_on_server_statuses() {
         let c = DefaultClassifier;
         assert!(c.can_retry(&Status::unavailable("anything")));
-        assert!(c.can_retry(&Status::internal(
-            "[INVALID_CURSOR.DISCONNECTED] The cursor has been disconnected"
-        )));
         assert!(!c.can_retry(&Status::internal("Fatal")));
         for code in [
             Code::DeadlineExceeded,

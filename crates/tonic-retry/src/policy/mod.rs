@@ -1,34 +1,41 @@
 //! Retry policies: which errors to retry, how many times, and how long to wait.
 //!
-//! A Spark Connect client meets transient failures all the time: a restarting
-//! server answers UNAVAILABLE, a preempted cursor reports
-//! `INVALID_CURSOR.DISCONNECTED`, a busy server asks for a pause with a
-//! `google.rpc.RetryInfo`, and tonic reports a reset connection as `Unknown`.
-//! Giving up on the first one loses a long query to a blip; retrying every
-//! error at once hammers a server that is trying to recover and repeats
-//! failures that will never succeed (a syntax error, a missing table). The
-//! client must tell the two apart, wait longer after each failure, honour the
-//! server's requested delay, and stop after a bounded time: the same way
-//! PySpark does, so a Rust client and a Python one load a server alike.
+//! A gRPC client meets transient failures all the time: a restarting server
+//! answers UNAVAILABLE, a busy server asks for a pause with a
+//! `google.rpc.RetryInfo`, and tonic reports a reset connection as
+//! `Unknown`. Giving up on the first one loses work to a blip; retrying
+//! every error at once hammers a server that is trying to recover and
+//! repeats failures that will never succeed (a bad argument, a missing
+//! row). The client must tell the two apart, wait longer after each
+//! failure, honour the server's requested delay, and stop after a bounded
+//! time.
 //!
-//! A [`RetryPolicy`] is PySpark 4.3.0's `RetryPolicy` made into a value: a
-//! classifier that decides whether an error is retryable, a retry budget, and
-//! an exponential backoff with jitter and a server-delay floor.
-//! [`RetryPolicy::default()`] is PySpark's `DefaultPolicy`, to the millisecond:
+//! A [`RetryPolicy`] is that decision made into a value: a classifier that
+//! decides whether an error is retryable, a retry budget, and an
+//! exponential backoff with jitter and a server-delay floor.
 //!
-//! | parameter | default |
-//! |---|---|
-//! | `max_retries` | 15 |
-//! | `initial_backoff` | 50 ms |
-//! | `max_backoff` | 60 s |
-//! | `backoff_multiplier` | 4.0 |
-//! | `jitter` | 500 ms, added only when the wait is ≥ `min_jitter_threshold` |
-//! | `min_jitter_threshold` | 2 s |
-//! | `recognize_server_retry_delay` | true (`google.rpc.RetryInfo` is a floor) |
-//! | `max_server_retry_delay` | 10 min |
+//! # The default
 //!
-//! With jitter 0 the waits are 50, 200, 800, 3 200, 12 800, 51 200 ms and then
-//! 60 000 ms nine times: 608 250 ms in total, over 16 attempts.
+//! [`RetryPolicy::default()`] is the policy the gRPC guidance writes down:
+//! the numbers of the retry example in gRFC A6 and gRPC's retry guide, with
+//! A6's 2024 jitter, and the codes Google's AIP-194 calls safe to retry
+//! ([`DefaultClassifier`]: UNAVAILABLE and transport failures, plus any
+//! status whose server asked for the retry with a `RetryInfo`).
+//!
+//! | parameter | default | source |
+//! |---|---|---|
+//! | `max_retries` | 4 (5 attempts) | A6's cap on `maxAttempts` |
+//! | `initial_backoff` | 100 ms | A6 / gRPC retry guide example |
+//! | `max_backoff` | 1 s | A6 / gRPC retry guide example |
+//! | `backoff_multiplier` | 2 | A6 / gRPC retry guide example |
+//! | jitter | proportional, ×U(0.8, 1.2) | A6, 2024 revision |
+//! | `recognize_server_retry_delay` | true (`google.rpc.RetryInfo` is a floor) | AIP-194 |
+//! | `max_server_retry_delay` | 10 min ([`DEFAULT_MAX_SERVER_RETRY_DELAY`]) | a bound on what a server may ask |
+//!
+//! Without jitter the waits are 100, 200, 400 and 800 ms: 1.5 s over 5
+//! attempts, so a dead server is reported within seconds. Set your own
+//! numbers with [`RetryPolicy::builder`]; a service config
+//! ([`ServiceConfig`](crate::layer::ServiceConfig)) sets them per method.
 //!
 //! The three concerns are kept apart, as in google-cloud-rust's gax:
 //! [`Classifier`] decides *whether* an error may be retried, [`RetryPolicy`]
@@ -72,7 +79,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// PySpark's cap on the delay a server may ask for (`google.rpc.RetryInfo`
+/// The default cap on the delay a server may ask for (`google.rpc.RetryInfo`
 /// or `grpc-retry-pushback-ms`): 10 minutes, the default
 /// [`max_server_retry_delay`](RetryPolicy::max_server_retry_delay).
 pub const DEFAULT_MAX_SERVER_RETRY_DELAY: Duration = Duration::from_secs(600);
@@ -80,7 +87,7 @@ pub const DEFAULT_MAX_SERVER_RETRY_DELAY: Duration = Duration::from_secs(600);
 /// A retry policy: a classifier, a retry budget and a backoff schedule.
 ///
 /// Build one with [`RetryPolicy::builder`]; [`RetryPolicy::default`] is
-/// PySpark 4.3.0's `DefaultPolicy`. Cloning is cheap. A policy holds no
+/// the gRPC default of the [module docs](self). Cloning is cheap. A policy holds no
 /// mutable state: each retry loop keeps its own [`PolicyState`], so budgets
 /// never carry over between calls.
 #[derive(Clone)]
@@ -120,59 +127,36 @@ impl fmt::Debug for RetryPolicy {
 }
 
 impl Default for RetryPolicy {
-    /// PySpark 4.3.0's `DefaultPolicy`.
+    /// The gRPC default (see the [module docs](self)), named `default`.
     fn default() -> Self {
         RetryPolicy {
-            name: Arc::from("DefaultPolicy"),
-            max_retries: Some(15),
-            initial_backoff_ms: 50.0,
-            max_backoff_ms: Some(60_000.0),
-            backoff_multiplier: 4.0,
-            jitter_ms: 500.0,
-            min_jitter_threshold_ms: 2_000.0,
+            name: Arc::from(DEFAULT_POLICY_NAME),
+            max_retries: Some(4),
+            initial_backoff_ms: 100.0,
+            max_backoff_ms: Some(1_000.0),
+            backoff_multiplier: 2.0,
+            jitter_ms: 0.0,
+            min_jitter_threshold_ms: 0.0,
             recognize_server_retry_delay: true,
             max_server_retry_delay_ms: Some(600_000.0),
-            jitter_factor: 0.0,
+            jitter_factor: 0.2,
             classifier: Arc::new(DefaultClassifier),
         }
     }
 }
 
+/// The name of [`RetryPolicy::default`] in logs.
+pub const DEFAULT_POLICY_NAME: &str = "default";
+
 impl RetryPolicy {
-    /// A builder that starts from [`RetryPolicy::default`] (PySpark's `DefaultPolicy`).
+    /// A builder that starts from [`RetryPolicy::default`].
     ///
     /// A policy built without [`name`](RetryPolicyBuilder::name) keeps the
-    /// name `DefaultPolicy` only if nothing was changed; a changed
-    /// classifier or number makes it [`CUSTOM_POLICY_NAME`] (`"custom"`),
-    /// so logs never present a custom policy as PySpark's.
+    /// default's name only if nothing was changed; a changed classifier or
+    /// number makes it [`CUSTOM_POLICY_NAME`] (`"custom"`), so logs never
+    /// present a custom policy as the default.
     pub fn builder() -> RetryPolicyBuilder {
         RetryPolicyBuilder::starting_from(RetryPolicy::default)
-    }
-
-    /// A builder that starts from PySpark's *base* `RetryPolicy` defaults:
-    /// unlimited retries, 1 s initial backoff, no maximum (so the wait never
-    /// grows), multiplier 1, no jitter, no server delay, and a classifier that
-    /// retries nothing.
-    /// Named `RetryPolicy` when unchanged, [`CUSTOM_POLICY_NAME`] when
-    /// changed without a [`name`](RetryPolicyBuilder::name).
-    pub fn base_builder() -> RetryPolicyBuilder {
-        RetryPolicyBuilder::starting_from(RetryPolicy::base)
-    }
-
-    fn base() -> RetryPolicy {
-        RetryPolicy {
-            name: Arc::from("RetryPolicy"),
-            max_retries: None,
-            initial_backoff_ms: 1_000.0,
-            max_backoff_ms: None,
-            backoff_multiplier: 1.0,
-            jitter_ms: 0.0,
-            min_jitter_threshold_ms: 0.0,
-            recognize_server_retry_delay: false,
-            max_server_retry_delay_ms: None,
-            jitter_factor: 0.0,
-            classifier: Arc::new(FnClassifier::new("never", |_| false)),
-        }
     }
 
     /// Whether the numbers (everything but the name and the classifier)
@@ -204,7 +188,7 @@ impl RetryPolicy {
     pub fn initial_backoff(&self) -> Duration {
         ms_to_duration(self.initial_backoff_ms)
     }
-    /// Cap on the computed backoff. `None` means the wait never grows (PySpark's quirk).
+    /// Cap on the computed backoff. `None` means the wait never grows.
     pub fn max_backoff(&self) -> Option<Duration> {
         self.max_backoff_ms.map(ms_to_duration)
     }
@@ -230,8 +214,8 @@ impl RetryPolicy {
         self.max_server_retry_delay_ms.map(ms_to_duration)
     }
     /// The proportional jitter factor `f` (gRFC A6: 0.2): each wait is the
-    /// backoff times a uniform sample of `[1 - f, 1 + f)`; 0 when PySpark's
-    /// additive jitter applies instead.
+    /// backoff times a uniform sample of `[1 - f, 1 + f)`; 0 when the
+    /// additive [`jitter`](Self::jitter) applies instead.
     pub fn jitter_factor(&self) -> f64 {
         self.jitter_factor
     }
@@ -255,12 +239,13 @@ impl RetryPolicy {
         PolicyState::new(self.initial_backoff_ms)
     }
 
-    /// PySpark's `next_attempt`: the next wait, or `None` when the budget is used up.
+    /// The next wait, or `None` when the budget is used up.
     ///
     /// `server_delay` is the `RetryInfo.retry_delay` of the error, if any;
     /// `jitter_sample` must return a value uniformly distributed in `[0, 1)`
-    /// and is only called when jitter applies. The order of operations is
-    /// PySpark 4.3's, quirks included:
+    /// and is only called when jitter applies. The order of operations (that
+    /// of PySpark 4.3's `RetryPolicy`, so that a Spark client built on this
+    /// crate waits exactly as PySpark does):
     ///
     /// 1. stop if `attempt >= max_retries`;
     /// 2. `wait = next_wait`;
@@ -297,7 +282,7 @@ impl RetryPolicy {
         if self.recognize_server_retry_delay
             && let Some(delay) = server_delay
         {
-            // PySpark: seconds*1000 + nanos/1e6, nanos truncated toward zero.
+            // Whole milliseconds: seconds*1000 + nanos/1e6, truncated toward zero.
             let mut d = delay.as_secs() as f64 * 1000.0 + f64::from(delay.subsec_millis());
             if let Some(cap) = self.max_server_retry_delay_ms {
                 d = d.min(cap);

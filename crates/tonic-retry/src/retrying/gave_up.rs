@@ -21,8 +21,9 @@
 //!     .unwrap_err();
 //! assert_eq!(status.message(), "down"); // the last attempt's status, as before
 //! let history = gave_up(&status).expect("the loop gave up");
-//! assert_eq!(history.attempts(), 16); // PySpark's default: 1 + 15 retries
-//! assert!(history.waited().as_millis() >= 608_250); // 15 waits, plus jitter
+//! assert_eq!(history.attempts(), 5); // the default: 1 + 4 retries
+//! // 100 + 200 + 400 + 800 ms, each times U(0.8, 1.2).
+//! assert!((1200..1800).contains(&history.waited().as_millis()));
 //! # }
 //! ```
 

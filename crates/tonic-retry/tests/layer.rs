@@ -1,0 +1,11 @@
+//! The retry layer over real loopback servers (tonic-retry-echo's echo
+//! service): each file one concern, every wait through a recording sleeper.
+
+mod support;
+
+mod layer {
+    mod calls;
+    mod events;
+    mod overrides;
+    mod streams;
+}

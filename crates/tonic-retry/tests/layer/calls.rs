@@ -1,0 +1,166 @@
+//! The layer against the scripted echo server: retries (unary and server
+//! streams), hedging, throttling and server pushback, each through a plain
+//! generated tonic client. Waits go through a recording sleeper, so
+//! nothing here sleeps in real time and every wait is checked exactly.
+
+use tonic::metadata::{MetadataMap, MetadataValue};
+use tonic::{Code, Status};
+use tonic_retry::layer::{MethodConfig, RetryLayer};
+use tonic_retry::retrying::{ManualClock, RecordingSleeper};
+use tonic_retry_echo::Scripted;
+
+use crate::support::{RETRY_ECHO as RETRY_SAY, base, client, config, hello};
+
+#[tokio::test]
+async fn unary_retried_until_it_succeeds() {
+    let server = Scripted::failing_first(2, Status::unavailable("restarting"));
+    let addr = server.clone().spawn().await.unwrap();
+    let sleeper = RecordingSleeper::new();
+    let layer = RetryLayer::from_service_config(&config(RETRY_SAY), base(&sleeper));
+    let stats = layer.stats_handle();
+    let reply = client(addr, layer).say(hello(0)).await.unwrap();
+    assert_eq!(reply.into_inner().message, "hello");
+    assert_eq!(server.calls(), 3);
+    assert_eq!(stats.retries(), 2);
+    // A6: 100 ms then 200 ms, each times a jitter sample of [0.8, 1.2).
+    let waits = sleeper.sleeps_ms();
+    assert_eq!(waits.len(), 2);
+    assert!(
+        (80..120).contains(&waits[0]) && (160..240).contains(&waits[1]),
+        "{waits:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_code_the_config_does_not_list_is_not_retried() {
+    let server = Scripted::failing_first(1, Status::internal("bug"));
+    let addr = server.clone().spawn().await.unwrap();
+    let sleeper = RecordingSleeper::new();
+    let layer = RetryLayer::from_service_config(&config(RETRY_SAY), base(&sleeper));
+    let err = client(addr, layer).say(hello(0)).await.unwrap_err();
+    assert_eq!((err.code(), err.message()), (Code::Internal, "bug"));
+    assert_eq!(server.calls(), 1);
+    assert!(sleeper.sleeps().is_empty());
+}
+
+#[tokio::test]
+async fn server_stream_retried_before_its_first_message() {
+    let server = Scripted::failing_first(1, Status::unavailable("restarting"));
+    let addr = server.clone().spawn().await.unwrap();
+    let sleeper = RecordingSleeper::new();
+    let layer = RetryLayer::from_service_config(&config(RETRY_SAY), base(&sleeper));
+    let mut stream = client(addr, layer)
+        .repeat(hello(3))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut got = Vec::new();
+    while let Some(reply) = stream.message().await.unwrap() {
+        got.push(reply.message);
+    }
+    assert_eq!(got, ["hello"; 3]);
+    assert_eq!(server.calls(), 2);
+}
+
+#[tokio::test]
+async fn a_hedge_answers_when_the_first_attempt_hangs() {
+    // Call 0 never answers; call 1 (the hedge) does.
+    let server = Scripted::new(|n| async move {
+        if n == 0 {
+            std::future::pending::<()>().await;
+        }
+        Ok(())
+    });
+    let addr = server.clone().spawn().await.unwrap();
+    let sleeper = RecordingSleeper::new();
+    let hedged = config(
+        r#"{"methodConfig": [{"name": [{"service": "echo.Echo", "method": "Say"}],
+            "hedgingPolicy": {"maxAttempts": 2, "hedgingDelay": "0.05s"}}]}"#,
+    );
+    // A clock that stands still: the hedge timer is exactly the delay.
+    let retrying = base(&sleeper).with_clock(ManualClock::new());
+    let layer = RetryLayer::from_service_config(&hedged, retrying);
+    let stats = layer.stats_handle();
+    let reply = client(addr, layer).say(hello(0)).await.unwrap();
+    assert_eq!(reply.into_inner().message, "hello");
+    assert_eq!(server.calls(), 2);
+    assert_eq!((stats.hedges_sent(), stats.hedges_won()), (1, 1));
+    assert_eq!(sleeper.sleeps_ms(), [50], "one hedging delay");
+}
+
+#[tokio::test]
+async fn throttling_stops_retries_while_the_server_keeps_failing() {
+    let server = Scripted::failing_first(u32::MAX, Status::unavailable("overloaded"));
+    let addr = server.clone().spawn().await.unwrap();
+    let sleeper = RecordingSleeper::new();
+    let throttled = config(
+        r#"{"methodConfig": [{"name": [{"service": "echo.Echo"}],
+            "retryPolicy": {"maxAttempts": 5, "initialBackoff": "0.1s", "maxBackoff": "1s",
+                            "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}],
+           "retryThrottling": {"maxTokens": 4, "tokenRatio": 0.1}}"#,
+    );
+    let layer = RetryLayer::from_service_config(&throttled, base(&sleeper));
+    let stats = layer.stats_handle();
+    let mut client = client(addr, layer);
+    // 4 tokens: the first failure leaves 3 (> 4 / 2, retried), the second
+    // 2 (not above half: throttled), although 5 attempts were allowed.
+    let err = client.say(hello(0)).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable);
+    assert_eq!((server.calls(), stats.throttled()), (2, 1));
+    // The bucket is shared: the next call is not retried at all.
+    client.say(hello(0)).await.unwrap_err();
+    assert_eq!((server.calls(), stats.throttled()), (3, 2));
+}
+
+fn with_pushback(value: &'static str) -> Status {
+    let mut md = MetadataMap::new();
+    md.insert("grpc-retry-pushback-ms", MetadataValue::from_static(value));
+    Status::with_metadata(Code::Unavailable, "busy", md)
+}
+
+/// One pushback then success, through the default policy; the wait taken.
+async fn pushback_wait(value: &'static str) -> Vec<u64> {
+    let pushback = with_pushback(value);
+    let server = Scripted::new(move |n| {
+        let result = if n == 0 {
+            Err(pushback.clone())
+        } else {
+            Ok(())
+        };
+        std::future::ready(result)
+    });
+    let addr = server.clone().spawn().await.unwrap();
+    let sleeper = RecordingSleeper::new();
+    let layer =
+        RetryLayer::new(base(&sleeper)).method("/echo.Echo/Say", MethodConfig::idempotent());
+    client(addr, layer).say(hello(0)).await.unwrap();
+    assert_eq!(server.calls(), 2);
+    sleeper.sleeps_ms()
+}
+
+#[tokio::test]
+async fn pushback_is_honoured_exactly_below_the_cap() {
+    assert_eq!(pushback_wait("1234").await, [1234]);
+    assert_eq!(pushback_wait("600000").await, [600_000]);
+}
+
+/// `grpc-retry-pushback-ms` is capped like RetryInfo, by the policy's
+/// `max_server_retry_delay` (10 minutes by default): a server cannot park a
+/// client for 292 million years.
+#[tokio::test]
+async fn pushback_past_the_cap_waits_the_cap() {
+    assert_eq!(pushback_wait("600001").await, [600_000]);
+    assert_eq!(pushback_wait("9223372036854775807").await, [600_000]);
+}
+
+#[tokio::test]
+async fn a_negative_pushback_stops_retries() {
+    let server = Scripted::failing_first(1, with_pushback("-1"));
+    let addr = server.clone().spawn().await.unwrap();
+    let sleeper = RecordingSleeper::new();
+    let layer =
+        RetryLayer::new(base(&sleeper)).method("/echo.Echo/Say", MethodConfig::idempotent());
+    let err = client(addr, layer).say(hello(0)).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable);
+    assert_eq!(server.calls(), 1);
+}
