@@ -198,7 +198,11 @@ pub enum AttemptError<E = std::convert::Infallible> {
 /// The message of an immediate-retry request.
 fn retry_now(cause: Option<&Status>) -> String {
     match cause {
-        Some(s) => format!("immediate retry requested after {}: {}", s.code(), s.message()),
+        Some(s) => format!(
+            "immediate retry requested after {}: {}",
+            s.code(),
+            s.message()
+        ),
         None => "immediate retry requested".to_owned(),
     }
 }

@@ -60,7 +60,10 @@ fn describe(g: &GaveUp) -> String {
     } else {
         ""
     };
-    format!("gave up after {} attempts and {waited} of waiting{bound}", g.attempts)
+    format!(
+        "gave up after {} attempts and {waited} of waiting{bound}",
+        g.attempts
+    )
 }
 
 impl GaveUp {
