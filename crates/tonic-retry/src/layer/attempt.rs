@@ -379,7 +379,10 @@ mod tests {
             }
         }
         let auto = read(response(None, true), ResponseKind::Auto, cap).now_or_never();
-        assert!(matches!(auto, Some(Attempt::Done(_))), "Auto commits at once");
+        assert!(
+            matches!(auto, Some(Attempt::Done(_))),
+            "Auto commits at once"
+        );
         let unary = read(response(None, true), ResponseKind::Unary, cap).now_or_never();
         assert!(unary.is_none(), "Unary waits for the trailers");
         let stream = read(response(None, true), ResponseKind::ServerStreaming, cap);
