@@ -506,7 +506,7 @@ mod observed {
     }
 }
 
-/// The same `grpc attempt` events as retries: the attempt number, `hedge`
+/// The same `grpc attempt` events as retries: the attempt number (from 1), `hedge`
 /// as the reason, and which attempt won.
 #[tokio::test]
 async fn events_name_the_hedges_and_the_winner() {
@@ -526,11 +526,11 @@ async fn events_name_the_hedges_and_the_winner() {
     assert_eq!(
         *observed::EVENTS.lock().unwrap(),
         [
-            format!("{m} attempt=0 rpc.grpc.status_code=14 reason=hedge"),
-            format!("{m} attempt=1 reason=hedge"),
             format!("{m} attempt=1 rpc.grpc.status_code=14 reason=hedge"),
             format!("{m} attempt=2 reason=hedge"),
-            format!("{m} attempt=2 rpc.grpc.status_code=0 reason=done won=2"),
+            format!("{m} attempt=2 rpc.grpc.status_code=14 reason=hedge"),
+            format!("{m} attempt=3 reason=hedge"),
+            format!("{m} attempt=3 rpc.grpc.status_code=0 reason=done won=3"),
         ]
     );
 }

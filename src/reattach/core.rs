@@ -5,7 +5,7 @@
 //! [`Event`]s (a response, a clean end of stream, an error, a deadline, a
 //! stall) and carries out the [`Action`] it returns (open a stream, sleep,
 //! emit, release, fail). Retry decisions go through the shared policy core
-//! ([`Retrying::decide`]), whose clock and jitter are injected.
+//! ([`Retrying::decide`](tonic_retry::retrying::Retrying::decide)), whose clock and jitter are injected.
 //!
 //! Two rules on top of PySpark's are enforced here, for every driver: the
 //! stream-integrity rules on response ids ([`super::integrity`]: no

@@ -23,7 +23,7 @@ async fn unavailable_n_times_then_ok_with_attempt_headers() {
 }
 
 /// One event per attempt, with OpenTelemetry's RPC field names: the
-/// service and method, the attempt, the status code, the wait and the
+/// service and method, the attempt (from 1), the status code, the wait and the
 /// reason: two policy retries, then the success that ends the call.
 #[tokio::test]
 async fn one_event_per_attempt() {
@@ -37,11 +37,13 @@ async fn one_event_per_attempt() {
         let mut want: Vec<String> = (0..failures)
             .map(|a| {
                 let wait = [50, 200][a as usize];
+                let a = a + 1;
                 format!("{m} attempt={a} rpc.grpc.status_code=14 wait_ms={wait} reason=policy")
             })
             .collect();
         want.push(format!(
-            "{m} attempt={failures} rpc.grpc.status_code=0 reason=done"
+            "{m} attempt={} rpc.grpc.status_code=0 reason=done",
+            failures + 1
         ));
         assert_eq!(events, want, "{failures} failure(s)");
     }

@@ -181,43 +181,29 @@ impl Clock for ManualClock {
 }
 
 /// The error of one attempt, as the loop sees it.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum AttemptError<E = std::convert::Infallible> {
     /// A gRPC status: the policies decide.
-    Status(Status),
-    /// Retry at once, without a policy or a sleep.
-    /// The status, if any, is the cause returned when the elapsed-time bound
-    /// is exceeded.
-    RetryNow(Option<Status>),
+    #[error("{}: {}", .0.code(), .0.message())]
+    Status(#[source] Status),
+    /// Retry at once, without a policy or a sleep. The status, if any, is
+    /// the cause returned when the elapsed-time bound is exceeded.
+    #[error("{}", retry_now(.0.as_ref()))]
+    RetryNow(#[source] Option<Status>),
     /// Any other error: never retried.
-    Other(E),
+    #[error("{0}")]
+    Other(#[source] E),
 }
 
-impl<E: fmt::Display> fmt::Display for AttemptError<E> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            AttemptError::Status(s) => write!(f, "{}: {}", s.code(), s.message()),
-            AttemptError::RetryNow(Some(s)) => {
-                write!(
-                    f,
-                    "immediate retry requested after {}: {}",
-                    s.code(),
-                    s.message()
-                )
-            }
-            AttemptError::RetryNow(None) => f.write_str("immediate retry requested"),
-            AttemptError::Other(e) => e.fmt(f),
-        }
-    }
-}
-
-impl<E: std::error::Error + 'static> std::error::Error for AttemptError<E> {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            AttemptError::Status(s) | AttemptError::RetryNow(Some(s)) => Some(s),
-            AttemptError::RetryNow(None) => None,
-            AttemptError::Other(e) => Some(e),
-        }
+/// The message of an immediate-retry request.
+fn retry_now(cause: Option<&Status>) -> String {
+    match cause {
+        Some(s) => format!(
+            "immediate retry requested after {}: {}",
+            s.code(),
+            s.message()
+        ),
+        None => "immediate retry requested".to_owned(),
     }
 }
 

@@ -322,6 +322,72 @@ pub(crate) fn format_grpc_timeout(d: Duration) -> HeaderValue {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures_util::FutureExt;
+    use std::task::Context;
+
+    /// One gRPC message frame: flag, length, bytes.
+    fn frame(msg: &[u8]) -> Bytes {
+        let mut f = vec![0];
+        f.extend((msg.len() as u32).to_be_bytes());
+        f.extend(msg);
+        Bytes::from(f)
+    }
+
+    /// A body that has nothing more yet (a stream's second message not sent).
+    struct Later;
+
+    impl http_body::Body for Later {
+        type Data = Bytes;
+        type Error = Status;
+        fn poll_frame(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<http_body::Frame<Bytes>, Status>>> {
+            Poll::Pending
+        }
+    }
+
+    fn response(trailers: Option<HeaderMap>, later: bool) -> Response<Body> {
+        let body = Replay {
+            data: [frame(b"one")].into(),
+            rest: later.then(|| Body::new(Later)),
+            trailers,
+            error: None,
+        };
+        Response::new(body.into_body())
+    }
+
+    fn unavailable() -> HeaderMap {
+        let mut t = HeaderMap::new();
+        t.insert(GRPC_STATUS, HeaderValue::from_static("14"));
+        t
+    }
+
+    /// The commit rule: a message with its trailers already there is a
+    /// unary call, judged by its status; a message with nothing behind it
+    /// is committed at once under `Auto`, and waited on under `Unary`.
+    #[test]
+    fn auto_judges_what_is_there_and_never_waits() {
+        let cap = 1 << 20;
+        for kind in [ResponseKind::Auto, ResponseKind::Unary] {
+            let judged = read(response(Some(unavailable()), false), kind, cap).now_or_never();
+            match judged {
+                Some(Attempt::Failed { status, .. }) => {
+                    assert_eq!(status.code(), Code::Unavailable, "{kind:?}")
+                }
+                _ => panic!("{kind:?}: not judged by its trailers"),
+            }
+        }
+        let auto = read(response(None, true), ResponseKind::Auto, cap).now_or_never();
+        assert!(
+            matches!(auto, Some(Attempt::Done(_))),
+            "Auto commits at once"
+        );
+        let unary = read(response(None, true), ResponseKind::Unary, cap).now_or_never();
+        assert!(unary.is_none(), "Unary waits for the trailers");
+        let stream = read(response(None, true), ResponseKind::ServerStreaming, cap);
+        assert!(matches!(stream.now_or_never(), Some(Attempt::Done(_))));
+    }
 
     #[test]
     fn timeout_header_roundtrip_and_garbage() {

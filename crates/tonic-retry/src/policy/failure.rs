@@ -127,7 +127,7 @@ pub enum FailureKind {
     /// A transport failure after the request may have been processed.
     MaybeProcessed,
     /// The client's own deadline expired (tonic reports it as `Cancelled`
-    /// "Timeout expired"); the Spark Connect meaning is DEADLINE_EXCEEDED.
+    /// "Timeout expired"); its gRPC meaning is DEADLINE_EXCEEDED.
     Deadline,
     /// A truncated stream or a stream reset by the peer with a reason that
     /// does not say whether the work happened. Not retried by default.
@@ -137,7 +137,7 @@ pub enum FailureKind {
 }
 
 impl FailureKind {
-    /// A transport failure that PySpark would see as UNAVAILABLE.
+    /// A transport failure that grpc-core would report as UNAVAILABLE.
     pub fn is_transport(self) -> bool {
         matches!(self, FailureKind::Unprocessed | FailureKind::MaybeProcessed)
     }

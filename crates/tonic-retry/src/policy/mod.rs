@@ -244,8 +244,8 @@ impl RetryPolicy {
     /// `server_delay` is the `RetryInfo.retry_delay` of the error, if any;
     /// `jitter_sample` must return a value uniformly distributed in `[0, 1)`
     /// and is only called when jitter applies. The order of operations (that
-    /// of PySpark 4.3's `RetryPolicy`, so that a Spark client built on this
-    /// crate waits exactly as PySpark does):
+    /// of a widely used client's loop, kept so that a program ported from it
+    /// waits exactly as before):
     ///
     /// 1. stop if `attempt >= max_retries`;
     /// 2. `wait = next_wait`;

@@ -10,7 +10,7 @@ use tonic::Status;
 
 use super::{Failure, RetryPolicy};
 
-/// Per-loop state of one policy: PySpark's `RetryPolicyState`.
+/// Per-loop state of one policy: its retries so far and its next wait.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PolicyState {
     pub(crate) attempt: u32,
@@ -40,7 +40,7 @@ pub enum RetryReason {
         /// The server's `RetryInfo` delay, when it raised the wait.
         server_delay: Option<Duration>,
     },
-    /// The immediate-retry marker (PySpark's `RetryException`).
+    /// The immediate-retry marker (`AttemptError::RetryNow`).
     RetryNow,
     /// gRFC A6's transparent retry: the request never reached the server
     /// ([`Failure::is_unsent`]), re-sent at once without spending the
@@ -83,7 +83,7 @@ pub enum RetryDecision {
 
 /// The state of one retry loop over an ordered list of policies.
 ///
-/// PySpark 4.3 semantics: the first policy whose classifier matches decides,
+/// The first policy whose classifier matches decides,
 /// with no fallback; every policy keeps its own budget; the immediate-retry
 /// marker is bounded by elapsed time measured from its first occurrence.
 #[derive(Debug, Clone)]
@@ -102,7 +102,7 @@ pub struct RetryState {
 }
 
 impl RetryState {
-    /// A fresh loop state; `retry_now_bound` limits immediate retries (PySpark: 1 h).
+    /// A fresh loop state; `retry_now_bound` limits immediate retries (1 h by default).
     pub fn new(policies: Arc<[RetryPolicy]>, retry_now_bound: Duration) -> Self {
         let states = policies.iter().map(RetryPolicy::new_state).collect();
         RetryState {

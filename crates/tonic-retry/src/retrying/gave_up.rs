@@ -38,12 +38,32 @@ use crate::policy::{GiveUpReason, RetryState};
 
 /// The history of a call a retry loop gave up on; found in the returned
 /// status's `source()` chain with [`gave_up`].
-#[derive(Clone)]
+#[derive(Clone, thiserror::Error)]
+#[error("{}", describe(self))]
 pub struct GaveUp {
     attempts: u32,
     waited: Duration,
     reason: GiveUpReason,
+    #[source]
     last: Status,
+}
+
+/// "gave up after 5 attempts and 1500 ms of waiting".
+fn describe(g: &GaveUp) -> String {
+    let waited = if g.waited < Duration::from_secs(10) {
+        format!("{} ms", g.waited.as_millis())
+    } else {
+        format!("{:.1} s", g.waited.as_secs_f64())
+    };
+    let bound = if g.reason == GiveUpReason::RetryNowElapsed {
+        " (immediate retries outlasted their time bound)"
+    } else {
+        ""
+    };
+    format!(
+        "gave up after {} attempts and {waited} of waiting{bound}",
+        g.attempts
+    )
 }
 
 impl GaveUp {
@@ -94,28 +114,6 @@ impl fmt::Debug for GaveUp {
             .field("last_code", &self.last.code())
             .field("last_message", &self.last.message())
             .finish()
-    }
-}
-
-impl fmt::Display for GaveUp {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "gave up after {} attempts and ", self.attempts)?;
-        if self.waited < Duration::from_secs(10) {
-            write!(f, "{} ms", self.waited.as_millis())?;
-        } else {
-            write!(f, "{:.1} s", self.waited.as_secs_f64())?;
-        }
-        f.write_str(" of waiting")?;
-        if self.reason == GiveUpReason::RetryNowElapsed {
-            f.write_str(" (immediate retries outlasted their time bound)")?;
-        }
-        Ok(())
-    }
-}
-
-impl StdError for GaveUp {
-    fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        Some(&self.last)
     }
 }
 
