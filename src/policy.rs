@@ -247,8 +247,14 @@ mod tests {
     #[test]
     fn pyspark_policies_build_and_keep_their_names() {
         assert_eq!(RetryPolicy::default().name(), "DefaultPolicy");
-        assert_eq!(RetryPolicy::builder().build().unwrap().name(), "DefaultPolicy");
-        assert_eq!(RetryPolicy::base_builder().build().unwrap().name(), "RetryPolicy");
+        assert_eq!(
+            RetryPolicy::builder().build().unwrap().name(),
+            "DefaultPolicy"
+        );
+        assert_eq!(
+            RetryPolicy::base_builder().build().unwrap().name(),
+            "RetryPolicy"
+        );
         let changed = RetryPolicy::base_builder().max_retries(Some(1)).build();
         assert_eq!(changed.unwrap().name(), "custom");
     }
@@ -256,7 +262,8 @@ mod tests {
     #[test]
     fn pyspark_classifier_adds_the_disconnected_cursor() {
         let c = DefaultClassifier;
-        let preempted = Status::internal("[INVALID_CURSOR.DISCONNECTED] The cursor has been disconnected");
+        let preempted =
+            Status::internal("[INVALID_CURSOR.DISCONNECTED] The cursor has been disconnected");
         assert!(c.can_retry(&preempted));
         assert!(!generic::DefaultClassifier.can_retry(&preempted));
         assert!(c.can_retry(&Status::unavailable("down")));

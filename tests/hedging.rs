@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use futures_util::{Stream, StreamExt};
 use spark_connect_retry::layer::{
-    HedgingPolicy, RetryLayer, RetryService, RetryStats, RetryStatsHandle,
-    RetryThrottle, SparkConnectLayer,
+    HedgingPolicy, RetryLayer, RetryService, RetryStats, RetryStatsHandle, RetryThrottle,
+    SparkConnectLayer,
 };
 use spark_connect_retry::proto::spark_connect_service_client::SparkConnectServiceClient;
 use spark_connect_retry::proto::*;

@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
+use tonic::{Code, Status};
 use tonic_retry::layer::{RetryLayer, ServiceConfig, ServiceConfigError};
 use tonic_retry::retrying::Retrying;
-use tonic::{Code, Status};
 
 /// The shape of A6's own example: one service-wide entry, throttling, and
 /// the fields a retry layer does not use (they are accepted and ignored).
@@ -430,10 +430,22 @@ fn unknown_fields_are_warnings_naming_the_field() {
     assert_eq!(
         got,
         [
-            ("retryThrotling", "unknown field (did you mean `retryThrottling`?), ignored"),
-            ("methodConfig[0].retryPolcy", "unknown field (did you mean `retryPolicy`?), ignored"),
-            ("methodConfig[0].name[0].methd", "unknown field (did you mean `method`?), ignored"),
-            ("methodConfig[1].retryPolicy.jitter", "unknown field, ignored"),
+            (
+                "retryThrotling",
+                "unknown field (did you mean `retryThrottling`?), ignored"
+            ),
+            (
+                "methodConfig[0].retryPolcy",
+                "unknown field (did you mean `retryPolicy`?), ignored"
+            ),
+            (
+                "methodConfig[0].name[0].methd",
+                "unknown field (did you mean `method`?), ignored"
+            ),
+            (
+                "methodConfig[1].retryPolicy.jitter",
+                "unknown field, ignored"
+            ),
         ]
     );
     // The typo turned retries off for kv.Store: that is what the warning is for.
@@ -441,12 +453,20 @@ fn unknown_fields_are_warnings_naming_the_field() {
     let e = ServiceConfig::from_json_strict(json).unwrap_err();
     assert!(matches!(e, ServiceConfigError::Strict(_)), "{e}");
     assert_eq!(e.path(), "retryThrotling");
-    assert!(e.to_string().contains("did you mean `retryThrottling`"), "{e}");
+    assert!(
+        e.to_string().contains("did you mean `retryThrottling`"),
+        "{e}"
+    );
     // Fields other gRPC clients read are not reported.
     let clean = r#"{"loadBalancingPolicy": "round_robin", "healthCheckConfig": {},
       "methodConfig": [{"name": [{}], "waitForReady": true, "timeout": "1s",
         "maxRequestMessageBytes": 1024, "maxResponseMessageBytes": 1024}]}"#;
-    assert!(ServiceConfig::from_json_strict(clean).unwrap().warnings().is_empty());
+    assert!(
+        ServiceConfig::from_json_strict(clean)
+            .unwrap()
+            .warnings()
+            .is_empty()
+    );
 }
 
 /// Values A6 allows but that contradict each other are warnings; values
@@ -465,7 +485,11 @@ fn contradictions_warn_and_impossible_values_fail_clearly() {
     assert_eq!(w.path, "methodConfig[0].retryPolicy.maxBackoff");
     assert!(w.message.contains("below initialBackoff"), "{w}");
     let p = config.method_configs()[0].retry_policy().unwrap();
-    assert_eq!(p.initial_backoff(), Duration::from_secs(1), "A6: min(initial, max)");
+    assert_eq!(
+        p.initial_backoff(),
+        Duration::from_secs(1),
+        "A6: min(initial, max)"
+    );
     assert!(ServiceConfig::from_json_strict(&policy("3", "2s", "1s")).is_err());
     for attempts in ["-1", "0", "1"] {
         let e = ServiceConfig::from_json(&policy(attempts, "1s", "2s")).unwrap_err();
@@ -476,5 +500,8 @@ fn contradictions_warn_and_impossible_values_fail_clearly() {
         );
     }
     let e = ServiceConfig::from_json(&policy("1.5", "1s", "2s")).unwrap_err();
-    assert_eq!(e.to_string(), "methodConfig[0].retryPolicy.maxAttempts: expected an integer");
+    assert_eq!(
+        e.to_string(),
+        "methodConfig[0].retryPolicy.maxAttempts: expected an integer"
+    );
 }

@@ -4,9 +4,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use proptest::prelude::*;
+use tonic::Status;
 use tonic_retry::policy::{FnClassifier, RetryPolicy};
 use tonic_retry::retrying::{RecordingSleeper, Retrying};
-use tonic::Status;
 use tonic_types::{ErrorDetails, StatusExt};
 
 fn arb_policy() -> impl Strategy<Value = RetryPolicy> {

@@ -68,9 +68,7 @@ pub enum ConnectionStringError {
         reason: &'static str,
     },
     /// A parameter does not contain exactly one `=`.
-    #[error(
-        "connection string parameter #{index} is not a key=value pair with exactly one '='"
-    )]
+    #[error("connection string parameter #{index} is not a key=value pair with exactly one '='")]
     MalformedParameter {
         /// Position of the parameter.
         index: usize,
@@ -82,9 +80,7 @@ pub enum ConnectionStringError {
         index: usize,
     },
     /// A percent-decoded key or value is not valid UTF-8.
-    #[error(
-        "connection string parameter #{index}: the percent-decoded {part} is not valid UTF-8"
-    )]
+    #[error("connection string parameter #{index}: the percent-decoded {part} is not valid UTF-8")]
     PercentDecoding {
         /// Position of the parameter.
         index: usize,
@@ -108,9 +104,7 @@ pub enum ConnectionStringError {
         reason: &'static str,
     },
     /// An unknown parameter's value cannot be used as gRPC metadata.
-    #[error(
-        "value of connection string parameter '{key}' cannot be gRPC metadata: {reason}"
-    )]
+    #[error("value of connection string parameter '{key}' cannot be gRPC metadata: {reason}")]
     InvalidMetadataValue {
         /// The key (possibly shortened).
         key: String,

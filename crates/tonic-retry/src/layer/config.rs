@@ -330,7 +330,12 @@ fn known_fields(
         }
         let closest = known
             .iter()
-            .map(|k| (distance(&key.to_ascii_lowercase(), &k.to_ascii_lowercase()), k))
+            .map(|k| {
+                (
+                    distance(&key.to_ascii_lowercase(), &k.to_ascii_lowercase()),
+                    k,
+                )
+            })
             .min();
         let message = match closest {
             Some((d, k)) if d <= 3 => format!("unknown field (did you mean `{k}`?), ignored"),
@@ -353,7 +358,9 @@ fn distance(a: &str, b: &str) -> usize {
         let mut prev = row[0];
         row[0] = i + 1;
         for (j, &cb) in b.iter().enumerate() {
-            let next = (prev + usize::from(ca != cb)).min(row[j] + 1).min(row[j + 1] + 1);
+            let next = (prev + usize::from(ca != cb))
+                .min(row[j] + 1)
+                .min(row[j + 1] + 1);
             prev = row[j + 1];
             row[j + 1] = next;
         }

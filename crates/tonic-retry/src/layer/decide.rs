@@ -349,7 +349,8 @@ pub fn decide(
     if !state.idempotent && !work_not_started(&failure) {
         return stop(state, None, Reason::NotReplayable);
     }
-    let (delay, index, server_delay) = match rules.retrying.judge_failure(retry, &failure, matched) {
+    let (delay, index, server_delay) = match rules.retrying.judge_failure(retry, &failure, matched)
+    {
         RetryDecision::Retry {
             delay,
             reason:
@@ -418,8 +419,15 @@ impl CallState {
             end,
         };
         if reason == Reason::Exhausted {
-            let waited = self.retry.as_ref().map_or(Duration::ZERO, RetryState::waited);
-            event.give_up(self.target.as_deref(), waited, rules.retrying.give_up_message());
+            let waited = self
+                .retry
+                .as_ref()
+                .map_or(Duration::ZERO, RetryState::waited);
+            event.give_up(
+                self.target.as_deref(),
+                waited,
+                rules.retrying.give_up_message(),
+            );
         } else {
             event.emit();
         }

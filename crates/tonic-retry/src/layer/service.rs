@@ -136,7 +136,11 @@ async fn run<S: Inner + Clone>(
     let stats = &shared.stats;
     stats.call();
     let method = shared.method(req.uri().path());
-    let options = req.extensions().get::<CallOptions>().cloned().unwrap_or_default();
+    let options = req
+        .extensions()
+        .get::<CallOptions>()
+        .cloned()
+        .unwrap_or_default();
     let call_stats = options.stats.clone();
     if !method.is_retried() || options.max_attempts == Some(1) {
         if let Some(s) = &call_stats {

@@ -21,7 +21,10 @@ fn fields(event: &Event, names: &[&str]) -> Vec<String> {
 }
 
 fn attempts(events: &[Event]) -> Vec<&Event> {
-    events.iter().filter(|e| e.message == "grpc attempt").collect()
+    events
+        .iter()
+        .filter(|e| e.message == "grpc attempt")
+        .collect()
 }
 
 #[tokio::test]

@@ -76,9 +76,7 @@ pub fn init() {
     INIT.call_once(|| {
         let fmt = tracing_subscriber::fmt::layer()
             .with_test_writer()
-            .with_filter(tracing_subscriber::EnvFilter::new(
-                "tonic_retry=debug",
-            ));
+            .with_filter(tracing_subscriber::EnvFilter::new("tonic_retry=debug"));
         tracing_subscriber::registry()
             .with(fmt)
             .with(Capture)

@@ -133,9 +133,9 @@ impl Echo for Gated {
         self.calls.fetch_add(1, Ordering::SeqCst);
         let plan = self.plans.lock().unwrap().pop_front();
         let replies: Replies = match plan {
-            Some(Plan::FailFirst(status)) => Box::pin(futures_util::stream::once(async move {
-                Err(status)
-            })),
+            Some(Plan::FailFirst(status)) => {
+                Box::pin(futures_util::stream::once(async move { Err(status) }))
+            }
             Some(Plan::Feed(rx)) => Box::pin(ReceiverStream::new(rx)),
             None => return Err(Status::failed_precondition("no plan for this call")),
         };
