@@ -9,7 +9,8 @@
 //! It is kept apart from `spark-connect-retry` (as tower keeps `tower-test`)
 //! so that the library compiles no gRPC server.
 //!
-//! [`TestServer`] listens on `127.0.0.1` with an ephemeral port and imitates
+//! [`TestServer`] listens on `127.0.0.1` with an ephemeral port (unless
+//! [`listen_addr`](TestServerBuilder::listen_addr) says otherwise) and imitates
 //! the parts of the real Spark Connect server (4.3) that matter for retries
 //! and reattachable executions:
 //!

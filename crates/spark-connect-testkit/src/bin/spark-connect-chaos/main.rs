@@ -20,6 +20,7 @@ use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 
+mod apply;
 mod script;
 
 /// The embedded, fault-injecting Spark Connect server of
