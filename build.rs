@@ -8,6 +8,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_client(true)
         // Servers (the test kit's) generate their own stubs.
         .build_server(false)
+        // SQL parameters by name: sorted, so a plan encodes to the same
+        // bytes in every process (a replayed or resumed query resends them).
+        .btree_map(".spark.connect.SQL.args")
+        .btree_map(".spark.connect.SQL.named_arguments")
+        .btree_map(".spark.connect.SqlCommand.args")
+        .btree_map(".spark.connect.SqlCommand.named_arguments")
         .compile_fds(fds)?;
     Ok(())
 }

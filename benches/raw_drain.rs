@@ -132,6 +132,7 @@ async fn run(args: &Args) -> Result<String, BoxError> {
                         "{QUERY}{}",
                         std::env::var("SBS_QUERY_SUFFIX").unwrap_or_default()
                     ),
+                    ..Default::default()
                 })),
             })),
         }),

@@ -160,6 +160,7 @@ fn is_set(var: &str) -> bool {
 // so that they can use it.
 mod real_spark {
     mod cuts;
+    mod params;
     mod proxies;
     mod restart;
     mod resume;

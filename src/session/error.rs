@@ -372,6 +372,10 @@ pub enum SparkError {
         /// What is wrong with it.
         reason: &'static str,
     },
+    /// A SQL parameter cannot be sent: its name or value (it names the
+    /// parameter).
+    #[error(transparent)]
+    Params(#[from] crate::session::params::ParamError),
     /// A session tag is empty or contains a comma (PySpark's rule).
     #[error("invalid tag {tag:?}: {reason}")]
     InvalidTag {

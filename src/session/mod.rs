@@ -50,6 +50,7 @@ mod http_status;
 #[cfg(feature = "arrow")]
 mod local_data;
 mod options;
+pub mod params;
 mod queries;
 mod renewal;
 #[cfg(feature = "arrow")]

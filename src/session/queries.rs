@@ -3,6 +3,7 @@
 
 use super::arrow_stream::ArrowStream;
 use super::error::SparkError;
+use super::params::Params;
 use super::spark::SparkSession;
 use crate::proto::{self, Plan, Relation};
 
@@ -21,11 +22,34 @@ impl SparkSession {
     /// PySpark 4.3 instead sends a `SqlCommand` and then executes the
     /// relation the server returns: two round trips.
     pub async fn sql(&self, query: &str) -> Result<ArrowStream, SparkError> {
+        self.sql_relation(proto::Sql {
+            query: query.to_owned(),
+            ..Default::default()
+        })
+        .await
+    }
+
+    /// Run `query` with parameters bound to its `:name` or `?` markers
+    /// ([`params`](super::params)), as [`sql`](Self::sql) runs a query:
+    /// eager, one ExecutePlan, replayed, reattached and resumed alike.
+    ///
+    /// The values travel as typed literals beside the query text, never in
+    /// it. A value Spark cannot take fails with
+    /// [`SparkError::Params`], naming the parameter, before anything is
+    /// sent.
+    pub async fn sql_with(
+        &self,
+        query: &str,
+        params: impl Into<Params>,
+    ) -> Result<ArrowStream, SparkError> {
+        self.sql_relation(params.into().sql_relation(query)?).await
+    }
+
+    /// Execute the SQL relation `sql` eagerly (as [`sql`](Self::sql)).
+    async fn sql_relation(&self, sql: proto::Sql) -> Result<ArrowStream, SparkError> {
         let mut stream = self.relation(Relation {
             common: None,
-            rel_type: Some(proto::relation::RelType::Sql(proto::Sql {
-                query: query.to_owned(),
-            })),
+            rel_type: Some(proto::relation::RelType::Sql(sql)),
         })?;
         stream.start().await?;
         Ok(stream)

@@ -335,7 +335,10 @@ mod tests {
         Plan {
             op_type: Some(plan::OpType::Root(Relation {
                 common: None,
-                rel_type: Some(relation::RelType::Sql(proto::Sql { query: q.into() })),
+                rel_type: Some(relation::RelType::Sql(proto::Sql {
+                    query: q.into(),
+                    ..Default::default()
+                })),
             })),
         }
     }

@@ -277,6 +277,7 @@ fn bad_sql() -> Relation {
         common: None,
         rel_type: Some(proto::relation::RelType::Sql(proto::Sql {
             query: "SELEC nothing".into(),
+            ..Default::default()
         })),
     }
 }

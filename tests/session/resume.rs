@@ -339,7 +339,10 @@ async fn a_command_is_never_re_run() {
             .relation(spark_connect_retry::proto::Relation {
                 common: None,
                 rel_type: Some(spark_connect_retry::proto::relation::RelType::Sql(
-                    spark_connect_retry::proto::Sql { query: q.into() },
+                    spark_connect_retry::proto::Sql {
+                        query: q.into(),
+                        ..Default::default()
+                    },
                 )),
             })
             .unwrap();

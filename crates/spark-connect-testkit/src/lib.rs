@@ -49,6 +49,9 @@
 //!   that allows result chunking (`ResultChunkingOptions`) gets batches
 //!   larger than its preferred size, or
 //!   [`max_chunk_bytes`](TestServerBuilder::max_chunk_bytes), in chunks.
+//!   A number in `range(..)` may be a `:name` or `?` marker bound to an
+//!   integer literal by the SQL relation's parameters (an unbound one fails
+//!   with `UNBOUND_SQL_PARAMETER`, SQLSTATE 42P02).
 //!   Other SQL fails with `PARSE_SYNTAX_ERROR` (SQLSTATE 42601).
 //! * **Temporary views**: `Command.create_dataframe_view` names a relation
 //!   in its session (`TEMP_TABLE_OR_VIEW_ALREADY_EXISTS` for a taken name
@@ -165,6 +168,7 @@ pub mod plans;
 mod proxy;
 mod server;
 mod sql_grammar;
+mod sql_params;
 mod stubs;
 mod views;
 

@@ -48,6 +48,7 @@ pub fn execute_request(session_id: &str, plan: proto::Plan) -> proto::ExecutePla
 pub fn sql(query: &str) -> proto::Plan {
     root(proto::relation::RelType::Sql(proto::Sql {
         query: query.to_owned(),
+        ..Default::default()
     }))
 }
 
@@ -61,8 +62,10 @@ pub fn sql_command(query: &str) -> proto::Plan {
                     common: None,
                     rel_type: Some(proto::relation::RelType::Sql(proto::Sql {
                         query: query.to_owned(),
+                        ..Default::default()
                     })),
                 }),
+                ..Default::default()
             })),
         })),
     }

@@ -11,6 +11,7 @@ use arrow_schema::{DataType, Field, Schema};
 use crate::edit::ResultEdit;
 use crate::error::{SparkException, unsupported};
 use crate::local::{self, Cache, LocalTable, arrow_failed, write_ipc};
+use crate::sql_params::Args;
 use spark_connect_retry::proto::{Plan, Relation, command, plan, relation};
 
 /// The columns a query returns.
@@ -134,7 +135,7 @@ pub(crate) fn parse_plan(
                 ) => {
                     // Spark analyses the query eagerly, so a bad query
                     // fails the command.
-                    parse_sql(&s.query, catalog.views)?;
+                    parse_sql_with(&s.query, catalog.views, &Args::of(s))?;
                     Ok(Work::SqlCommand(rel.clone()))
                 }
                 _ => Err(unsupported(
@@ -170,7 +171,7 @@ fn parse_relation(rel: &Relation, catalog: &Catalog<'_>) -> Result<Source, Spark
         Some(relation::RelType::Range(r)) => {
             range(r.start.unwrap_or(0), r.end, r.step).map(Source::Range)
         }
-        Some(relation::RelType::Sql(s)) => parse_sql(&s.query, catalog.views),
+        Some(relation::RelType::Sql(s)) => parse_sql_with(&s.query, catalog.views, &Args::of(s)),
         Some(
             rel @ (relation::RelType::LocalRelation(_)
             | relation::RelType::CachedLocalRelation(_)
@@ -206,6 +207,10 @@ enum Tok {
     Word(String),
     Num(i64),
     Sym(char),
+    /// `:name`, bound by the relation's parameters.
+    Named(String),
+    /// The n-th `?` (from 0).
+    Positional(usize),
 }
 
 impl Tok {
@@ -214,6 +219,8 @@ impl Tok {
             Tok::Word(w) => format!("'{w}'"),
             Tok::Num(n) => format!("'{n}'"),
             Tok::Sym(c) => format!("'{c}'"),
+            Tok::Named(n) => format!("':{n}'"),
+            Tok::Positional(_) => "'?'".to_owned(),
         }
     }
 }
@@ -249,6 +256,28 @@ fn tokenize(q: &str) -> Result<Vec<Tok>, SparkException> {
                 .parse::<i64>()
                 .map_err(|_| SparkException::parse_syntax_error(&format!("'{n}'")))?;
             toks.push(Tok::Num(v));
+        } else if c == ':' {
+            chars.next();
+            let mut name = String::new();
+            while let Some(&c) = chars.peek() {
+                if c.is_ascii_alphanumeric() || c == '_' {
+                    name.push(c);
+                    chars.next();
+                } else {
+                    break;
+                }
+            }
+            if name.is_empty() {
+                return Err(SparkException::parse_syntax_error("':'"));
+            }
+            toks.push(Tok::Named(name));
+        } else if c == '?' {
+            chars.next();
+            let n = toks
+                .iter()
+                .filter(|t| matches!(t, Tok::Positional(_)))
+                .count();
+            toks.push(Tok::Positional(n));
         } else if "(),*;-".contains(c) {
             toks.push(Tok::Sym(c));
             chars.next();
@@ -263,12 +292,13 @@ fn tokenize(q: &str) -> Result<Vec<Tok>, SparkException> {
     Ok(toks)
 }
 
-struct Parser {
+struct Parser<'a> {
     toks: Vec<Tok>,
     pos: usize,
+    args: &'a Args,
 }
 
-impl Parser {
+impl Parser<'_> {
     fn error(&self) -> SparkException {
         match self.toks.get(self.pos) {
             Some(t) => SparkException::parse_syntax_error(&t.shown()),
@@ -304,6 +334,16 @@ impl Parser {
                 self.pos += 1;
                 Ok(if neg { -n } else { *n })
             }
+            Some(Tok::Named(name)) => {
+                let v = self.args.named(name)?;
+                self.pos += 1;
+                Ok(if neg { v.wrapping_neg() } else { v })
+            }
+            Some(Tok::Positional(i)) => {
+                let v = self.args.positional(*i)?;
+                self.pos += 1;
+                Ok(if neg { v.wrapping_neg() } else { v })
+            }
             _ => Err(self.error()),
         }
     }
@@ -318,13 +358,26 @@ impl Parser {
 /// `SELECT id, id*2 AS x FROM range(..)`, where `range(..)` is `range(end)`,
 /// `range(start, end)` or `range(start, end, step)`, and `SELECT * FROM v`
 /// for a temporary view `v` found by `views`.
+#[cfg(test)]
 pub(crate) fn parse_sql(
     q: &str,
     views: &dyn Fn(&str) -> Option<Source>,
 ) -> Result<Source, SparkException> {
+    parse_sql_with(q, views, &Args::default())
+}
+
+/// [`parse_sql`], where a number may also be a `:name` or `?` marker bound
+/// to an integer literal in `args` (an unbound one fails as Spark's
+/// `UNBOUND_SQL_PARAMETER`).
+pub(crate) fn parse_sql_with(
+    q: &str,
+    views: &dyn Fn(&str) -> Option<Source>,
+    args: &Args,
+) -> Result<Source, SparkException> {
     let mut p = Parser {
         toks: tokenize(q)?,
         pos: 0,
+        args,
     };
     p.word("select")?;
     if p.eat(&Tok::Num(1)) {
@@ -536,6 +589,39 @@ mod tests {
         assert!(query("SELECT id FROM range(99999999999999999999)").is_err());
         let e = query("SELECT * FROM").unwrap_err();
         assert_eq!(e.message_parameters["error"], "end of input");
+    }
+
+    #[test]
+    fn markers_take_their_bound_integers() {
+        use spark_connect_retry::proto::expression::{ExprType, Literal, literal::LiteralType};
+        let long = |v: i64| spark_connect_retry::proto::Expression {
+            expr_type: Some(ExprType::Literal(Literal {
+                literal_type: Some(LiteralType::Long(v)),
+                data_type: None,
+            })),
+        };
+        let sql = spark_connect_retry::proto::Sql {
+            named_arguments: [("n".to_owned(), long(9)), ("s".to_owned(), long(2))].into(),
+            pos_arguments: vec![long(3), long(7)],
+            ..Default::default()
+        };
+        let args = Args::of(&sql);
+        let q = |text: &str| match parse_sql_with(text, &no_views, &args) {
+            Ok(Source::Range(q)) => Ok((q.start, q.end, q.step)),
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => Err(e),
+        };
+        assert_eq!(q("SELECT id FROM range(:n)").unwrap(), (0, 9, 1));
+        assert_eq!(q("SELECT id FROM range(-:s, :n, :s)").unwrap(), (-2, 9, 2));
+        assert_eq!(q("SELECT id FROM range(?, ?)").unwrap(), (3, 7, 1));
+        let e = q("SELECT id FROM range(:missing)").unwrap_err();
+        assert_eq!(e.error_class.as_deref(), Some("UNBOUND_SQL_PARAMETER"));
+        assert_eq!(e.sql_state.as_deref(), Some("42P02"));
+        let e = q("SELECT id FROM range(?, ?, ?)").unwrap_err();
+        assert_eq!(e.message_parameters["name"], "_2");
+        // Without parameters a marker is unbound.
+        let e = parse_sql("SELECT id FROM range(:n)", &no_views).unwrap_err();
+        assert_eq!(e.error_class.as_deref(), Some("UNBOUND_SQL_PARAMETER"));
     }
 
     #[test]

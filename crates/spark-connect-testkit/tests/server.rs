@@ -49,6 +49,7 @@ fn sql_relation(q: &str) -> proto::Relation {
         common: None,
         rel_type: Some(proto::relation::RelType::Sql(proto::Sql {
             query: q.into(),
+            ..Default::default()
         })),
     }
 }

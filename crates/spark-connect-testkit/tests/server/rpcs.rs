@@ -136,6 +136,7 @@ async fn sql_grammar_and_parse_errors() {
         op_type: Some(proto::plan::OpType::Command(proto::Command {
             command_type: Some(proto::command::CommandType::SqlCommand(proto::SqlCommand {
                 input: Some(sql_relation("SELECT * FROM range(3)")),
+                ..Default::default()
             })),
         })),
     };
