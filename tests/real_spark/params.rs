@@ -252,7 +252,11 @@ async fn an_injection_attempt_is_only_a_value() {
         .collect()
         .await
         .unwrap();
-    assert_eq!(names(found), [evil.clone()], "the value matched itself");
+    assert_eq!(
+        names(found),
+        std::slice::from_ref(&evil),
+        "the value matched itself"
+    );
     // The table is still there, with both rows.
     let all = spark
         .sql(&format!("SELECT name FROM {table} ORDER BY id"))
@@ -303,8 +307,7 @@ async fn a_parameterized_query_cut_mid_stream_is_exact() {
         // Named and positional markers cannot be mixed: Spark says so.
         let e = stream
             .as_mut()
-            .err()
-            .expect("a mixed query fails")
+            .expect_err("a mixed query fails")
             .to_string();
         assert!(
             e.contains("UNBOUND_SQL_PARAMETER") || e.contains("INVALID_QUERY_MIXED"),

@@ -498,6 +498,7 @@ impl ConnectionString {
     }
 
     /// The `tls_ca_file` / `tls_cert_file` / `tls_key_file` parameters.
+    #[cfg(feature = "tls")]
     pub(crate) fn tls_files(&self) -> &TlsFiles {
         &self.tls_files
     }
