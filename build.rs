@@ -6,10 +6,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let fds = protox::compile(["spark/connect/base.proto"], ["proto"])?;
     tonic_prost_build::configure()
         .build_client(true)
-        .build_server(true)
-        // Test servers implement only the RPCs they script; the rest answer
-        // UNIMPLEMENTED (server-streaming RPCs then return a boxed stream).
-        .generate_default_stubs(true)
+        // Servers (the test kit's) generate their own stubs.
+        .build_server(false)
         // SQL parameters by name: sorted, so a plan encodes to the same
         // bytes in every process (a replayed or resumed query resends them).
         .btree_map(".spark.connect.SQL.args")

@@ -21,11 +21,9 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use spark_connect_retry::layer::{HedgingPolicy, RetryLayer, RetryService, SparkConnectLayer};
 use spark_connect_retry::proto::spark_connect_service_client::SparkConnectServiceClient;
-use spark_connect_retry::proto::spark_connect_service_server::{
-    SparkConnectService, SparkConnectServiceServer,
-};
 use spark_connect_retry::proto::*;
 use spark_connect_retry::retrying::Retrying;
+use spark_connect_testkit::{SparkConnectService, SparkConnectServiceServer};
 use tonic::transport::{Channel, Endpoint, Server};
 use tonic::{Request, Response, Status};
 use tower::ServiceBuilder;

@@ -34,11 +34,9 @@ use http::HeaderMap;
 use http_body::Frame;
 use spark_connect_retry::layer::{RetryLayer, SparkConnectLayer};
 use spark_connect_retry::proto::spark_connect_service_client::SparkConnectServiceClient;
-use spark_connect_retry::proto::spark_connect_service_server::{
-    SparkConnectService, SparkConnectServiceServer,
-};
 use spark_connect_retry::proto::*;
 use spark_connect_retry::retrying::{BoxFuture, Retrying};
+use spark_connect_testkit::{SparkConnectService, SparkConnectServiceServer};
 use tonic::client::GrpcService;
 use tonic::transport::{Channel, Endpoint, Server};
 use tonic::{Request, Response, Status};

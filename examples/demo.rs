@@ -115,7 +115,7 @@ async fn main() -> std::process::ExitCode {
                 (
                     "RESOURCE_EXHAUSTED with RetryInfo(300 ms) on a reattach",
                     Fault::status(Code::ResourceExhausted, "server busy")
-                        .with_retry_info(Duration::from_millis(300))
+                        .retry_info(Duration::from_millis(300))
                         .on(Rpc::ReattachExecute),
                 ),
                 (

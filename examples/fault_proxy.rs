@@ -30,7 +30,7 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use spark_connect_testkit::proxy::{CutMode, CutSchedule, Direction, FaultProxy};
+use spark_connect_testkit::{CutMode, CutSchedule, Direction, FaultProxy};
 use tokio::signal::unix::{SignalKind, signal};
 
 const USAGE: &str = "usage: fault_proxy --upstream HOST:PORT [--listen HOST:PORT] [--cuts N[K|M],...] [--mode reset|fin] [--one-way-delay-ms MS]";
@@ -131,9 +131,9 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         _ = term.recv() => {}
         _ = int.recv() => {}
     }
-    let s = proxy.stats().snapshot();
+    let s = proxy.stats();
     let offsets: Vec<String> = proxy
-        .stats()
+        .stats_handle()
         .cut_events()
         .iter()
         .map(|e| e.server_to_client.to_string())

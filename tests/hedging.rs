@@ -15,11 +15,9 @@ use spark_connect_retry::layer::{
     SparkConnectLayer,
 };
 use spark_connect_retry::proto::spark_connect_service_client::SparkConnectServiceClient;
-use spark_connect_retry::proto::spark_connect_service_server::{
-    SparkConnectService, SparkConnectServiceServer,
-};
 use spark_connect_retry::proto::*;
 use spark_connect_retry::retrying::{BoxFuture, ManualClock, Retrying, Sleeper};
+use spark_connect_testkit::{SparkConnectService, SparkConnectServiceServer};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_stream::wrappers::TcpListenerStream;

@@ -12,11 +12,9 @@ use spark_connect_retry::layer::{
 };
 use spark_connect_retry::policy::RetryPolicy;
 use spark_connect_retry::proto::spark_connect_service_client::SparkConnectServiceClient;
-use spark_connect_retry::proto::spark_connect_service_server::{
-    SparkConnectService, SparkConnectServiceServer,
-};
 use spark_connect_retry::proto::*;
 use spark_connect_retry::retrying::{BoxFuture, RecordingSleeper, Retrying, Sleeper};
+use spark_connect_testkit::{SparkConnectService, SparkConnectServiceServer};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::metadata::MetadataValue;

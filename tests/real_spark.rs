@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use arrow_array::{Array, Int64Array, RecordBatch};
 use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
 use spark_connect_retry::session::{SparkError, SparkSession};
-use spark_connect_testkit::proxy::{CutMode, CutSchedule, Direction, FaultProxy};
+use spark_connect_testkit::{CutMode, CutSchedule, Direction, FaultProxy};
 
 mod support;
 use support::{arrow_data, streams};

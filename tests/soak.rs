@@ -59,7 +59,7 @@ fn random_fault(rng: &mut StdRng, first: bool) -> (String, Fault) {
             (
                 format!("retry-info {ms}ms on {rpc:?}"),
                 Fault::status(Code::ResourceExhausted, "busy")
-                    .with_retry_info(Duration::from_millis(ms))
+                    .retry_info(Duration::from_millis(ms))
                     .on(rpc),
             )
         }

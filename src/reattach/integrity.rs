@@ -36,9 +36,13 @@
 //! 7. **Corrupt Arrow data is an error, never a panic** (the session's
 //!    decoder; see `docs/arrow-ipc-panic.md`).
 
+// The batch rules are the Arrow decoder's; without the `arrow` feature only
+// the response-id rules are used.
+#![cfg_attr(not(feature = "arrow"), allow(dead_code))]
+
 use std::collections::HashSet;
 
-/// A broken stream-integrity rule (see the [module docs](self)).
+/// A broken stream-integrity rule (see [`crate::reattach`], "stream integrity").
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum IntegrityError {

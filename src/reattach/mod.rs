@@ -32,7 +32,7 @@
 //!   (`not_found`): no server wording is needed for the commonest case.
 //! * **Deadlines and stalls**: DEADLINE_EXCEEDED, tonic's client timeout
 //!   (`Cancelled` with a `TimeoutExpired` source), the client-enforced
-//!   segment deadline ([`RpcDeadlines`]) and
+//!   segment deadline ([`RpcDeadlines`](crate::deadlines::RpcDeadlines)) and
 //!   the idle timeout (stall detection, below) all reattach at once, bounded
 //!   by the immediate-retry elapsed-time bound.
 //! * **Session**: the server-side session id must not change within the

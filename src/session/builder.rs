@@ -194,7 +194,7 @@ impl SparkSessionBuilder {
     /// builder's [`config`](Self::config)s, and runs; a call the server
     /// refused as stale before running anything is sent again once. Racing
     /// calls renew once; each renewal is logged (`warn`, ids only) and
-    /// counted ([`SparkSession::renewals`]).
+    /// counted ([`SparkSession::session_renewals`]).
     ///
     /// Never in the middle of an execution: a running
     /// [`ArrowStream`](super::ArrowStream) keeps its error

@@ -31,6 +31,7 @@
 
 mod arrow_stream;
 mod builder;
+mod builder_configs;
 pub mod channel;
 mod config;
 pub mod conn_string;
@@ -53,9 +54,11 @@ mod queries;
 mod renewal;
 #[cfg(feature = "arrow")]
 pub mod resume;
+mod rpcs;
 #[cfg(feature = "arrow")]
 pub mod schema;
 mod spark;
+mod stale;
 mod tags;
 #[cfg(feature = "arrow")]
 mod upload;

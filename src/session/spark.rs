@@ -21,6 +21,8 @@ use super::conn_string::ConnectionString;
 use super::error::{ErrorDetails, ServerError, SparkError};
 use super::generation::{Generation, Renewal};
 use super::options::{Options, lock};
+use super::stale::{Verdict, reported_class, verdict};
+use crate::error_classes::SESSION_CHANGED;
 use crate::proto::execute_plan_request::{RequestOption, request_option};
 use crate::proto::{
     self, ExecutePlanRequest, ExecutePlanResponse, Plan, ResultChunkingOptions, UserContext,
@@ -179,6 +181,10 @@ impl SparkSession {
     pub(super) fn mark_closed(&self) {
         self.inner.closed.store(true, Ordering::SeqCst);
     }
+    /// Marks the session closed; whether it was already closed.
+    pub(super) fn was_closed(&self) -> bool {
+        self.inner.closed.swap(true, Ordering::SeqCst)
+    }
     pub(super) fn tag_list(&self) -> &Mutex<Vec<String>> {
         &self.inner.tags
     }
@@ -215,38 +221,38 @@ impl SparkSession {
         e
     }
 
-    /// Run a unary RPC under the retry loop with a deadline: on the current
-    /// generation (renewed and re-sent once if the server refused it as
-    /// stale, with renewal on), errors enriched, response ids verified.
-    pub(super) async fn unary<Req, Resp, B, F, Fut>(
+    /// Records what a failed call of generation `g` says about the session:
+    /// with renewal on, a stale session is marked for renewal; off, a
+    /// `SESSION_CHANGED` closes it, as in PySpark (the other stale errors
+    /// keep coming from the server).
+    pub(super) fn note_failure(
         &self,
-        deadline: Option<Duration>,
-        build: B,
-        call: F,
-    ) -> Result<Resp, SparkError>
-    where
-        Req: Clone + UnaryRequest,
-        Resp: SessionIds,
-        B: Fn(&Generation) -> Req,
-        F: Fn(SparkClient, tonic::Request<Req>) -> Fut,
-        Fut: Future<Output = Result<tonic::Response<Resp>, Status>>,
-    {
-        self.with_renewal(|g| {
-            let req = build(&g);
-            let call = &call;
-            async move {
-                let resp = match self.send(deadline, req, call).await {
-                    Ok(r) => r,
-                    Err(status) => {
-                        return Err(self.call_error(status, Some(Req::METHOD), None, &g).await);
-                    }
-                };
-                let (sid, ssid) = resp.ids();
-                self.verify(&g, sid, ssid)?;
-                Ok(resp)
+        g: &Generation,
+        err: &SparkError,
+        untouched: bool,
+    ) -> Verdict {
+        let v = verdict(reported_class(err), g.observed().is_some(), untouched);
+        if v == Verdict::Unrelated {
+            return v;
+        }
+        if !self.renewal().enabled {
+            if reported_class(err) == Some(SESSION_CHANGED) {
+                self.mark_closed();
             }
-        })
-        .await
+        } else if !g.stale.swap(true, Ordering::SeqCst) {
+            tracing::info!(
+                session_id = g.session_id(),
+                error_class = err.error_class(),
+                "Spark Connect session is stale; the next call renews it"
+            );
+        }
+        v
+    }
+
+    /// Whether a call that failed with this verdict is sent again on a
+    /// fresh session.
+    pub(super) fn resend(&self, v: Verdict) -> bool {
+        v == Verdict::StaleRefused && self.renewal().enabled
     }
 
     /// The client every RPC of this session goes through.
@@ -425,126 +431,6 @@ impl SparkSession {
             Err(ReattachError::Status(status)) => Err(Ok(status)),
             Err(e) => Err(Err(self.reattach_error(g, e))),
         }
-    }
-
-    /// The server's Spark version.
-    pub async fn spark_version(&self) -> Result<String, SparkError> {
-        let resp = self
-            .unary(
-                self.inner.options.deadlines.analyze_plan,
-                |g| proto::AnalyzePlanRequest {
-                    session_id: g.session_id().to_owned(),
-                    client_observed_server_side_session_id: g.observed(),
-                    user_context: self.user_context(),
-                    client_type: self.client_type_field(),
-                    analyze: Some(proto::analyze_plan_request::Analyze::SparkVersion(
-                        proto::analyze_plan_request::SparkVersion {},
-                    )),
-                },
-                |mut c, r| async move { c.analyze_plan(r).await },
-            )
-            .await?;
-        match resp.result {
-            Some(proto::analyze_plan_response::Result::SparkVersion(v)) => Ok(v.version),
-            _ => Err(SparkError::Protocol(
-                "AnalyzePlan returned no spark_version".to_owned(),
-            )),
-        }
-    }
-
-    pub(super) async fn interrupt(
-        &self,
-        kind: proto::interrupt_request::InterruptType,
-        target: Option<proto::interrupt_request::Interrupt>,
-    ) -> Result<Vec<String>, SparkError> {
-        let resp = self
-            .unary(
-                self.inner.options.deadlines.interrupt,
-                |g| proto::InterruptRequest {
-                    session_id: g.session_id().to_owned(),
-                    client_observed_server_side_session_id: g.observed(),
-                    user_context: self.user_context(),
-                    client_type: self.client_type_field(),
-                    interrupt_type: kind as i32,
-                    interrupt: target.clone(),
-                },
-                |mut c, r| async move { c.interrupt(r).await },
-            )
-            .await?;
-        Ok(resp.interrupted_ids)
-    }
-
-    /// Interrupt every running operation of this session; returns their ids.
-    pub async fn interrupt_all(&self) -> Result<Vec<String>, SparkError> {
-        self.interrupt(proto::interrupt_request::InterruptType::All, None)
-            .await
-    }
-
-    /// Interrupt one operation; returns its id if it was running.
-    pub async fn interrupt_operation(&self, operation_id: &str) -> Result<Vec<String>, SparkError> {
-        self.interrupt(
-            proto::interrupt_request::InterruptType::OperationId,
-            Some(proto::interrupt_request::Interrupt::OperationId(
-                operation_id.to_owned(),
-            )),
-        )
-        .await
-    }
-
-    /// Release the server session (ReleaseSession), as PySpark's `stop()`
-    /// does; later calls fail with [`SparkError::SessionClosed`]. A second
-    /// call sends nothing and succeeds.
-    pub async fn release_session(&self) -> Result<(), SparkError> {
-        if self.inner.closed.swap(true, Ordering::SeqCst) {
-            return Ok(());
-        }
-        let session_id = self.session_id();
-        let req = proto::ReleaseSessionRequest {
-            session_id: session_id.clone(),
-            user_context: self.user_context(),
-            client_type: self.client_type_field(),
-            allow_reconnect: false,
-        };
-        let deadline = self.inner.options.deadlines.release_session;
-        let current = self.inner.renewal.current();
-        let resp = match self
-            .send(deadline, req, &|mut c: SparkClient, r| async move {
-                c.release_session(r).await
-            })
-            .await
-        {
-            Ok(resp) => resp,
-            Err(status) => {
-                let rpc = Some("ReleaseSession");
-                return Err(self.call_error(status, rpc, None, &current).await);
-            }
-        };
-        // The session is closed either way; only a different session id is an error.
-        if resp.session_id != session_id {
-            return Err(SparkError::Protocol(
-                "ReleaseSession answered another session".to_owned(),
-            ));
-        }
-        Ok(())
-    }
-
-    /// End the session: wait (at most the configured release wait, 10 s by
-    /// default) for outstanding background releases, then release the
-    /// server session ([`release_session`](Self::release_session)). Calls
-    /// after it fail with [`SparkError::SessionClosed`]; closing twice is
-    /// harmless. An error means the server could not be told; the session
-    /// is closed locally either way.
-    pub async fn close(&self) -> Result<(), SparkError> {
-        if !self.is_closed() {
-            let wait = self.inner.options.release_wait;
-            if !self.inner.releases.wait_idle(wait).await {
-                tracing::warn!(
-                    outstanding = self.inner.releases.outstanding(),
-                    "close: background releases still running after {wait:?}"
-                );
-            }
-        }
-        self.release_session().await
     }
 }
 

@@ -4,14 +4,12 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use spark_connect_retry::proto::spark_connect_service_client::SparkConnectServiceClient;
-use spark_connect_retry::proto::spark_connect_service_server::{
-    SparkConnectService, SparkConnectServiceServer,
-};
 use spark_connect_retry::proto::*;
 use spark_connect_retry::session::channel::{
     AuthInterceptor, ChannelBuilder, ChannelError, DEFAULT_CONNECT_TIMEOUT,
 };
 use spark_connect_retry::session::conn_string::ConnectionString;
+use spark_connect_testkit::{SparkConnectService, SparkConnectServiceServer};
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::metadata::KeyAndValueRef;

@@ -8,7 +8,7 @@ use spark_connect_retry::proto::execute_plan_response::ResponseType;
 use spark_connect_retry::proto::{ReleaseExecuteRequest, release_execute_request};
 use spark_connect_retry::reconnect::{FreshConnection, ReconnectingChannel};
 use spark_connect_retry::transport::spark_client;
-use spark_connect_testkit::proxy::FaultProxy;
+use spark_connect_testkit::FaultProxy;
 use spark_connect_testkit::{TestServer, plans};
 use tokio::time::timeout;
 
@@ -53,7 +53,7 @@ async fn fresh_connection_on_request_while_old_streams_finish() {
         .unwrap()
         .unwrap();
     let op = first.operation_id.clone();
-    assert_eq!(proxy.stats().snapshot().connections, 1);
+    assert_eq!(proxy.stats().connections, 1);
 
     // A request marked FreshConnection dials a second connection.
     let mut marked = tonic::Request::new(release_all("9d5a3c1b-7e2f-4a6d-8c0b-1e2f3a4b5c6d"));
@@ -63,7 +63,7 @@ async fn fresh_connection_on_request_while_old_streams_finish() {
         .unwrap()
         .unwrap();
     assert_eq!(channel.reconnects(), 1);
-    assert_eq!(proxy.stats().snapshot().connections, 2);
+    assert_eq!(proxy.stats().connections, 2);
 
     // The old stream still runs to its end on the old connection: all 100
     // batches of 100 rows (a non-reattachable execution has no ResultComplete).
@@ -88,6 +88,6 @@ async fn fresh_connection_on_request_while_old_streams_finish() {
         .unwrap()
         .unwrap();
     assert_eq!(channel.reconnects(), 1);
-    assert_eq!(proxy.stats().snapshot().connections, 2);
+    assert_eq!(proxy.stats().connections, 2);
     proxy.shutdown().await;
 }

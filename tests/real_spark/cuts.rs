@@ -39,19 +39,14 @@ async fn seeded_cut_schedules(srv: Srv) {
         ))
         .await;
         let (check, stats) = result
-            .unwrap_or_else(|_| panic!("seed {seed}: hung; proxy {:?}", proxy.stats().snapshot()))
+            .unwrap_or_else(|_| panic!("seed {seed}: hung; proxy {:?}", proxy.stats()))
             .unwrap_or_else(|e| panic!("seed {seed} {:?}: {e}", schedule.offsets()));
         if stats.stalls > 0 {
             let what = format!("{mode:?} offsets {:?}, {stats:?}", schedule.offsets());
-            keep_stall_evidence(
-                seed,
-                &what,
-                &events,
-                &format!("{:?}", proxy.stats().snapshot()),
-            );
+            keep_stall_evidence(seed, &what, &events, &format!("{:?}", proxy.stats()));
         }
         assert_exact(&check, n);
-        let cuts = proxy.stats().snapshot().cuts;
+        let cuts = proxy.stats().cuts;
         eprintln!(
             "{srv:?} seed {seed:2} {mode:?} offsets {:?}: {cuts} cuts, {} reattaches, {} retries, \
              {} stalls, longest wait between batches {:.2?}",
@@ -95,10 +90,10 @@ async fn black_hole_mid_stream(srv: Srv, params: &str, label: &str) {
     let (check, stats) =
         tokio::time::timeout(Duration::from_secs(180), query_rows_on(srv, &spark, N))
             .await
-            .unwrap_or_else(|_| panic!("{label}: hung; proxy {:?}", proxy.stats().snapshot()))
+            .unwrap_or_else(|_| panic!("{label}: hung; proxy {:?}", proxy.stats()))
             .unwrap_or_else(|e| panic!("{label}: {e}"));
     assert_exact(&check, N);
-    let p = proxy.stats().snapshot();
+    let p = proxy.stats();
     eprintln!(
         "black hole, {label}: 3M rows exact in {:.2?}; recovered {:.2?} after the hole; \
          {} stalls ({} answered), {} reattaches, {} connections",
@@ -203,7 +198,7 @@ async fn refused_connections(srv: Srv) {
         .await
         .unwrap();
     let (stats, took) = exact_through(srv, &proxy, 3_000_000).await;
-    assert_eq!(proxy.stats().snapshot().refused, 2);
+    assert_eq!(proxy.stats().refused, 2);
     eprintln!("{srv:?}: two refused connections: 3M rows exact in {took:.2?}, {stats:?}",);
     proxy.shutdown().await;
 }

@@ -13,9 +13,6 @@ use std::time::Duration;
 use arrow_array::{Int64Array, RecordBatch};
 use spark_connect_retry::deadlines::RpcDeadlines;
 use spark_connect_retry::proto::execute_plan_response::{ArrowBatch, ResponseType, ResultComplete};
-use spark_connect_retry::proto::spark_connect_service_server::{
-    SparkConnectService, SparkConnectServiceServer,
-};
 use spark_connect_retry::proto::{
     ExecutePlanRequest, ExecutePlanResponse, ReattachExecuteRequest, ReleaseExecuteRequest,
     ReleaseExecuteResponse,
@@ -26,6 +23,7 @@ use spark_connect_retry::reattach::{ReattachError, ReattachOptions, Reattachable
 use spark_connect_retry::retrying::{ManualClock, RecordingSleeper, Retrying};
 use spark_connect_retry::session::{SparkError, SparkSession};
 use spark_connect_retry::transport::spark_client;
+use spark_connect_testkit::{SparkConnectService, SparkConnectServiceServer};
 use tokio_stream::StreamExt;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};

@@ -6,7 +6,7 @@ use arrow_array::{Array, Int64Array, RecordBatch};
 use spark_connect_retry::policy::RetryPolicy;
 use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
 use spark_connect_retry::session::{SparkError, SparkSession};
-use spark_connect_testkit::proxy::{CutMode, CutSchedule, Direction, FaultProxy};
+use spark_connect_testkit::{CutMode, CutSchedule, Direction, FaultProxy};
 use spark_connect_testkit::{Fault, Rpc, TestServer};
 use tokio_stream::StreamExt;
 
@@ -53,7 +53,7 @@ async fn sql_through_every_kind_of_fault_is_exact() {
         )
         .push(
             Fault::status(tonic::Code::ResourceExhausted, "slow down")
-                .with_retry_info(Duration::from_millis(700))
+                .retry_info(Duration::from_millis(700))
                 .on(Rpc::ReattachExecute),
         )
         .push(
@@ -320,7 +320,7 @@ async fn black_hole_mid_stream_recovers_over_a_fresh_connection() {
     let stats = stream.stats();
     assert!(stats.stalls >= 1, "{stats:?}");
     assert_eq!(stats.re_executes, 0, "{stats:?}");
-    let p = proxy.stats().snapshot();
+    let p = proxy.stats();
     assert_eq!(p.cuts, 1);
     assert!(
         p.connections >= 2,

@@ -81,7 +81,7 @@ async fn a_parameterized_query_is_replayed_and_reattached_exactly() {
         )
         .push(
             Fault::status(tonic::Code::ResourceExhausted, "slow down")
-                .with_retry_info(Duration::from_millis(700))
+                .retry_info(Duration::from_millis(700))
                 .on(Rpc::ReattachExecute),
         );
     let spark = session(&s, false);

@@ -14,8 +14,8 @@ use spark_connect_retry::policy::RetryPolicy;
 use spark_connect_retry::reattach::StreamStats;
 use spark_connect_retry::retrying::Retrying;
 use spark_connect_retry::session::{SparkError, SparkSession};
+use spark_connect_testkit::FaultProxy;
 use spark_connect_testkit::TestServer;
-use spark_connect_testkit::proxy::FaultProxy;
 
 use crate::support::streams;
 use streams::until_error;

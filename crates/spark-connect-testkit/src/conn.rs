@@ -16,7 +16,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tonic::transport::server::Connected;
 
-use super::faults::lock;
+use crate::faults::lock;
 
 #[derive(Debug, Default)]
 pub(crate) struct KillState {

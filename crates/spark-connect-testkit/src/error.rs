@@ -18,8 +18,10 @@ const MAX_MESSAGE_CHARS: usize = 2048;
 const MAX_METADATA_SIZE: usize = 1024;
 
 /// A server-side Spark exception, encoded into a [`Status`] the way the real
-/// Spark Connect server does (`ErrorUtils.buildStatusFromThrowable`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Spark Connect server does (`ErrorUtils.buildStatusFromThrowable`). Its
+/// `Display` is the gRPC description, [`message`](Self::message).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", self.message())]
 pub struct SparkException {
     /// The Java class hierarchy, most specific first. The first entry is
     /// `ErrorInfo.reason`; the whole list is the `classes` metadata.

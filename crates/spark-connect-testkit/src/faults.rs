@@ -13,13 +13,16 @@
 //! | [`Fault::reset_connection`] | the server processes the request, then cuts the TCP connection with a real RST |
 //! | [`Fault::lose_request`] | the connection is cut with an RST before the request is processed (an ExecutePlan is never registered) |
 //! | [`Fault::stall`], [`Fault::stall_forever`] | the server stops sending for a while (or forever) without closing |
+//! | [`Fault::restart`] | the server restarts: connections reset, every session and execution lost |
 //! | [`Fault::bad_status_details`] | `grpc-status: 14` with a `grpc-status-details-bin` that is not base64 |
 //! | [`Fault::corrupt_chunk`] | (AddArtifacts) one byte of an artifact chunk changes in flight, so the server sees a CRC mismatch |
 //!
 //! [`Fault::after_responses`] moves a fault into a response stream
 //! (ExecutePlan / ReattachExecute): it fires after that many responses were
 //! handed to the transport, so a status arrives in the trailers, a stall
-//! pauses the stream, a reset cuts it. On unary RPCs `after_responses` (any
+//! pauses the stream, a reset cuts it. A stream whose whole result is
+//! shorter (a client's command before its query) leaves the fault, once, at
+//! the front of the script for the next matching call. On unary RPCs `after_responses` (any
 //! value) means "after the request was processed": the effect replaces the
 //! response.
 //!
@@ -40,7 +43,7 @@ use tonic::metadata::MetadataMap;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
-use super::error::SparkException;
+use crate::error::SparkException;
 
 /// The value sent in `grpc-status-details-bin` by
 /// [`Fault::bad_status_details`]: `!` is not in the base64 alphabet.
@@ -95,6 +98,7 @@ pub(crate) enum Action {
     Stall(Option<Duration>),
     BadStatusDetails,
     Corrupt,
+    Restart,
 }
 
 /// The status of a failing fault.
@@ -115,7 +119,7 @@ pub(crate) enum FailWith {
 ///
 /// // The next two ExecutePlan/ReattachExecute/... calls fail with UNAVAILABLE
 /// // and a RetryInfo of 10 ms.
-/// let f = Fault::unavailable().with_retry_info(Duration::from_millis(10)).times(2);
+/// let f = Fault::unavailable().retry_info(Duration::from_millis(10)).times(2);
 /// // The next ReattachExecute stream is cut (TCP RST) after 3 responses.
 /// let g = Fault::reset_connection().on(Rpc::ReattachExecute).after_responses(3);
 /// # let _ = (f, g);
@@ -143,7 +147,7 @@ impl Fault {
     }
 
     /// Fail with `code` and `message` (no details unless
-    /// [`with_retry_info`](Self::with_retry_info)). Matches [`Rpc::Any`].
+    /// [`retry_info`](Self::retry_info)). Matches [`Rpc::Any`].
     pub fn status(code: Code, message: impl Into<String>) -> Self {
         Self::new(Action::Fail(FailWith::Status(code, message.into())))
     }
@@ -212,6 +216,18 @@ impl Fault {
     /// Matches [`Rpc::AddArtifacts`].
     pub fn corrupt_chunk() -> Self {
         Self::new(Action::Corrupt).on(Rpc::AddArtifacts)
+    }
+
+    /// Restart the server, as [`TestServer::simulate_restart`] does: every
+    /// open connection is reset, the server-side session id changes, and
+    /// every session and execution is lost. On a stream it fires before the
+    /// first response unless [`after_responses`](Self::after_responses) says
+    /// otherwise; on a unary RPC it replaces the response (the call fails
+    /// with `UNAVAILABLE` on a connection that was just reset).
+    ///
+    /// [`TestServer::simulate_restart`]: crate::TestServer::simulate_restart
+    pub fn restart() -> Self {
+        Self::new(Action::Restart)
     }
 
     /// Only match calls of this RPC kind (default: [`Rpc::Any`]).
@@ -287,7 +303,7 @@ impl Fault {
     }
 
     /// Add a `google.rpc.RetryInfo` with this delay to the failing status.
-    pub fn with_retry_info(mut self, delay: Duration) -> Self {
+    pub fn retry_info(mut self, delay: Duration) -> Self {
         self.retry_info = Some(delay);
         self
     }
@@ -295,6 +311,52 @@ impl Fault {
     /// The kind of RPC this fault matches.
     pub fn rpc(&self) -> Rpc {
         self.rpc
+    }
+
+    /// Logs (at `info`, target `spark_connect_testkit::faults`) that this
+    /// fault fired on a call of `rpc`, and when.
+    pub(crate) fn log_fired(&self, rpc: Rpc, when: &str) {
+        tracing::info!(rpc = ?rpc, fault = %self.describe(), "fault fired {when}");
+    }
+
+    /// Logs that a stream of `rpc` completed after `sent` responses, before
+    /// this fault's trigger, and the fault went back to the script.
+    pub(crate) fn log_put_back(&self, rpc: Rpc, sent: u64) {
+        tracing::info!(rpc = ?rpc, fault = %self.describe(), "fault kept for the next stream: this one completed after {sent} responses");
+    }
+
+    /// Logs that this fault was taken by a call of `rpc` that failed before
+    /// the fault could fire (it is spent).
+    pub(crate) fn log_spent(&self, rpc: Rpc) {
+        tracing::info!(rpc = ?rpc, fault = %self.describe(), "fault spent unfired: the call failed before its stream started");
+    }
+
+    /// A short description of what the fault does, for the event log.
+    fn describe(&self) -> String {
+        let what = match &self.action {
+            Action::Fail(FailWith::Status(code, _)) => format!("status {code:?}"),
+            Action::Fail(FailWith::Spark(e)) => {
+                format!(
+                    "spark error {}",
+                    e.error_class.as_deref().unwrap_or("(no class)")
+                )
+            }
+            Action::Fail(FailWith::SessionNotFound) => "INVALID_HANDLE.SESSION_NOT_FOUND".into(),
+            Action::Fail(FailWith::OperationNotFound) => {
+                "INVALID_HANDLE.OPERATION_NOT_FOUND".into()
+            }
+            Action::Reset => "connection reset".into(),
+            Action::LoseRequest => "lost request".into(),
+            Action::Stall(Some(d)) => format!("stall {d:?}"),
+            Action::Stall(None) => "stall forever".into(),
+            Action::BadStatusDetails => "bad grpc-status-details-bin".into(),
+            Action::Corrupt => "corrupt chunk".into(),
+            Action::Restart => "server restart".into(),
+        };
+        match self.retry_info {
+            Some(d) => format!("{what} with RetryInfo {d:?}"),
+            None => what,
+        }
     }
 
     /// Builds the status this fault fails with (`None` for non-failing faults).
@@ -364,6 +426,13 @@ impl FaultScript {
     /// The number of faults still pending.
     pub fn pending(&self) -> usize {
         lock(&self.inner).len()
+    }
+
+    /// Returns one firing of a fault to the front of the script, to act on
+    /// the next matching call.
+    pub(crate) fn put_back(&self, mut fault: Fault) {
+        fault.times = 1;
+        lock(&self.inner).insert(0, fault);
     }
 
     /// Takes one firing of the first fault matching `rpc`.

@@ -93,10 +93,22 @@
 //! [`TestServerBuilder::execution_progress`] adds `ExecutionProgress`
 //! responses, which clients must skip.
 //!
-//! The [fault script](faults) injects failures: statuses (with `RetryInfo`
+//! The [fault script](Fault) injects failures: statuses (with `RetryInfo`
 //! or Spark's encoding), mid-stream errors, real TCP resets, lost requests,
 //! stalls, an undecodable `grpc-status-details-bin`, uploads cut after any
 //! request message or after the store, and corrupted artifact chunks.
+//!
+//! Each fault that fires, each graceful stream end and each restart is
+//! logged with `tracing` at `info` (targets under `spark_connect_testkit`).
+//!
+//! # For clients in other languages
+//!
+//! The `spark-connect-chaos` program (feature `cli`, on by default;
+//! `cargo install spark-connect-testkit`) serves this server on an address
+//! with a fault script written in TOML, prints `listening on HOST:PORT` when
+//! ready, logs every injected event and stops on SIGINT/SIGTERM. The crate
+//! README describes the script, the shipped scenarios and how to start it in
+//! another project's CI.
 //!
 //! # Example
 //!
@@ -149,20 +161,27 @@
 
 mod conn;
 mod edit;
-pub mod error;
-pub mod faults;
+mod error;
+mod faults;
 mod local;
 pub mod plans;
-pub mod proxy;
-pub mod server;
+mod proxy;
+mod server;
 mod sql_grammar;
 mod sql_params;
+mod stubs;
 mod views;
 
 pub use edit::ResultEdit;
-pub use error::SparkException;
+pub use error::{SPARK_ERROR_DOMAIN, SparkException};
 pub use faults::{BAD_STATUS_DETAILS, Fault, FaultScript, Rpc};
-pub use proxy::{FaultProxy, FaultProxyBuilder};
-pub use server::{
-    BufferStats, CallCounts, RecordedCall, TestServer, TestServerBuilder, UploadCall,
+pub use proxy::{
+    AddrRole, CutEvent, CutMode, CutReason, CutSchedule, Direction, FaultProxy, FaultProxyBuilder,
+    FaultProxyError, MAX_DELAY_QUEUE, ProxyStats, ProxyStatsHandle,
 };
+pub use server::{
+    BufferStats, CallCounts, DEFAULT_MAX_CHUNK_BYTES, DEFAULT_MAX_STREAM_DURATION,
+    DEFAULT_RETRY_BUFFER_BYTES, DEFAULT_ROWS_PER_BATCH, DEFAULT_SPARK_VERSION, RecordedCall,
+    TestServer, TestServerBuilder, UploadCall,
+};
+pub use stubs::{SparkConnectService, SparkConnectServiceServer};

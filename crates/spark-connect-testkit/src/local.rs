@@ -27,7 +27,7 @@ use arrow_schema::{DataType, Schema, SchemaRef, TimeUnit};
 use bytes::Bytes;
 use prost::Message as _;
 
-use super::error::{SparkException, unsupported};
+use crate::error::{SparkException, unsupported};
 use spark_connect_retry::proto::{self, data_type as dt, relation::RelType};
 
 /// Looks an artifact of the plan's session up by name.
@@ -98,8 +98,12 @@ pub(crate) fn resolve(
     }
 }
 
+/// The prefix of cached local relations and other cached blobs among a
+/// session's artifacts.
+pub(crate) const CACHE_PREFIX: &str = "cache/";
+
 fn cache_name(hash: &str) -> String {
-    format!("{}{hash}", crate::server::CACHE_PREFIX)
+    format!("{CACHE_PREFIX}{hash}")
 }
 
 fn from_local_relation(local: &proto::LocalRelation) -> Result<LocalTable, SparkException> {

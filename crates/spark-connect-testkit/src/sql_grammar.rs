@@ -8,9 +8,10 @@ use std::sync::Arc;
 use arrow_array::{ArrayRef, Int32Array, Int64Array, RecordBatch};
 use arrow_schema::{DataType, Field, Schema};
 
-use super::error::{SparkException, unsupported};
-use super::local::{self, Cache, LocalTable, arrow_failed, write_ipc};
-use super::sql_params::Args;
+use crate::edit::ResultEdit;
+use crate::error::{SparkException, unsupported};
+use crate::local::{self, Cache, LocalTable, arrow_failed, write_ipc};
+use crate::sql_params::Args;
 use spark_connect_retry::proto::{Plan, Relation, command, plan, relation};
 
 /// The columns a query returns.
@@ -41,8 +42,8 @@ pub(crate) enum Source {
     Range(Query),
     /// Rows the client sent (a local relation).
     Local(Arc<LocalTable>),
-    /// A range query's rows, changed ([`crate::ResultEdit`]).
-    Edited(Query, crate::ResultEdit),
+    /// A range query's rows, changed ([`ResultEdit`]).
+    Edited(Query, ResultEdit),
 }
 
 impl Source {

@@ -13,8 +13,8 @@
 
 use std::collections::HashMap;
 
-use super::error::SparkException;
-use super::sql_grammar::{Source, View};
+use crate::error::SparkException;
+use crate::sql_grammar::{Source, View};
 
 /// The key a view is stored and looked up under (Spark's default
 /// `spark.sql.caseSensitive=false`).

@@ -12,9 +12,10 @@ use tokio::sync::watch;
 use tokio::time::{Instant, sleep_until};
 
 use super::connection::connection;
+use super::cut::CutReason;
+use super::shared::CHUNK;
 use super::shared::Shared;
 use super::stats::ActiveGuard;
-use super::{CHUNK, CutReason};
 
 pub(super) async fn ticker(
     shared: Arc<Shared>,

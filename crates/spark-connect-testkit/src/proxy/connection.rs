@@ -14,10 +14,10 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::{Instant, sleep_until, timeout};
 
+use super::cut::{CutEvent, CutMode, CutReason, Direction};
 use super::delay_line::{DelayLine, ReadOutcome};
-use super::shared::{Shared, dir_index};
-use super::stats::{ActiveGuard, ProxyStats};
-use super::{CHUNK, CutEvent, CutMode, CutReason, Direction, FIN_DRAIN};
+use super::shared::{CHUNK, FIN_DRAIN, Shared, dir_index};
+use super::stats::{ActiveGuard, ProxyStatsHandle};
 
 /// One direction's state: its [`DelayLine`], byte counts, the byte limit
 /// and the half-close.
@@ -100,7 +100,7 @@ fn read_into(pipe: &mut Pipe, src: &TcpStream) -> Step {
 }
 
 /// Write the due bytes of `pipe` to `dst`.
-fn write_from(pipe: &mut Pipe, dst: &TcpStream, stats: &ProxyStats) -> Step {
+fn write_from(pipe: &mut Pipe, dst: &TcpStream, stats: &ProxyStatsHandle) -> Step {
     match pipe.line.write_due(dst) {
         Ok(n) => {
             pipe.forwarded += n as u64;

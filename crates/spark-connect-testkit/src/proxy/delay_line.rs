@@ -9,9 +9,9 @@
 //! the writer sends each chunk once it is due, in order. Throughput is then
 //! bounded only by the queue cap (`max_queued / delay`).
 //!
-//! The same type serves [`latency`](super::FaultProxyBuilder::latency) (a
+//! The same type serves [`latency`](crate::FaultProxyBuilder::latency) (a
 //! cap of one chunk: a slow link) and
-//! [`one_way_delay`](super::FaultProxyBuilder::one_way_delay) (a large cap:
+//! [`one_way_delay`](crate::FaultProxyBuilder::one_way_delay) (a large cap:
 //! propagation delay only), and no delay at all.
 //!
 //! Backpressure: when the destination refuses bytes that are due, reading
@@ -26,7 +26,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use super::CHUNK;
+use super::shared::CHUNK;
 
 /// A chunk waiting for its due time.
 #[derive(Debug)]

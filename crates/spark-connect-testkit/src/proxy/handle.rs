@@ -10,9 +10,10 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::accept::{accept_loop, ticker};
+use super::cut::{CutMode, CutReason, CutSchedule, Direction};
+use super::error::{AddrRole, FaultProxyError};
 use super::shared::{BytePlan, Config, Shared, dir_index};
-use super::stats::ProxyStats;
-use super::{AddrRole, CutMode, CutReason, CutSchedule, Direction, FaultProxyError};
+use super::stats::{ProxyStats, ProxyStatsHandle};
 
 /// Builder for a [`FaultProxy`]; created by [`FaultProxy::builder`].
 ///
@@ -103,7 +104,7 @@ impl FaultProxyBuilder {
     /// Hold every chunk for `delay` in each direction, without limiting
     /// throughput: a long-haul link whose round trip is `2 × delay` (plus up
     /// to about a millisecond of timer rounding per direction), with no loss
-    /// and no bandwidth limit. Up to [`MAX_DELAY_QUEUE`](super::MAX_DELAY_QUEUE)
+    /// and no bandwidth limit. Up to [`MAX_DELAY_QUEUE`](crate::MAX_DELAY_QUEUE)
     /// bytes per direction wait in the proxy; a destination that stops reading
     /// pushes back on the sender through TCP. Only application-level flow
     /// control (HTTP/2 windows, request/response turns) pays the delay: the
@@ -139,7 +140,7 @@ impl FaultProxyBuilder {
     /// ```
     pub fn one_way_delay(mut self, delay: Duration) -> Self {
         self.config.latency = delay;
-        self.config.max_queued = super::MAX_DELAY_QUEUE;
+        self.config.max_queued = super::shared::MAX_DELAY_QUEUE;
         self
     }
 
@@ -192,7 +193,7 @@ impl FaultProxyBuilder {
         let shared = Arc::new(Shared {
             config: self.config,
             upstream: self.upstream,
-            stats: ProxyStats::default(),
+            stats: ProxyStatsHandle::default(),
             cut_tx,
         });
 
@@ -209,7 +210,65 @@ impl FaultProxyBuilder {
     }
 }
 
-/// A running fault-injecting TCP proxy on loopback; see the [module docs](super).
+/// A loopback TCP proxy that breaks connections on purpose.
+///
+/// Put it between a client and a (real or embedded) Spark Connect server to
+/// check that the client survives what networks do: connections reset,
+/// closed or black-holed (silent, with no FIN or RST) mid-stream after a
+/// given number of bytes, on a timer or after a connection has lived for a
+/// while; refused connections; slow links; and a request that is lost before
+/// the server read it.
+///
+/// Everything is deterministic for a given configuration: byte cuts happen at
+/// exact offsets, and [`CutSchedule::seeded`](crate::CutSchedule::seeded) turns a seed into a reproducible
+/// list of cut offsets so a test can run many different schedules.
+///
+/// The proxy only ever listens on and connects to loopback addresses
+/// ([`FaultProxyError::NotLoopback`](crate::FaultProxyError::NotLoopback) otherwise): it is a test tool, never a
+/// way to send traffic anywhere else.
+///
+/// ```
+/// use std::time::Duration;
+/// use spark_connect_testkit::{CutMode, Direction, FaultProxy};
+/// use tokio::io::{AsyncReadExt, AsyncWriteExt};
+/// use tokio::net::{TcpListener, TcpStream};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // An upstream that sends 1 MiB to whoever connects.
+/// let upstream = TcpListener::bind("127.0.0.1:0").await?;
+/// let upstream_addr = upstream.local_addr()?;
+/// tokio::spawn(async move {
+///     while let Ok((mut socket, _)) = upstream.accept().await {
+///         tokio::spawn(async move {
+///             let _ = socket.write_all(&vec![7u8; 1 << 20]).await;
+///         });
+///     }
+/// });
+///
+/// // Reset every connection after 1000 bytes from the server, at most twice.
+/// let proxy = FaultProxy::builder(upstream_addr)
+///     .cut_after_bytes(Direction::ServerToClient, 1000)
+///     .cut_mode(CutMode::Reset)
+///     .max_cuts(2)
+///     .start()
+///     .await?;
+///
+/// let mut client = TcpStream::connect(proxy.local_addr()).await?;
+/// let mut received = Vec::new();
+/// let err = client.read_to_end(&mut received).await.unwrap_err();
+/// assert_eq!(err.kind(), std::io::ErrorKind::ConnectionReset);
+/// // An RST may overtake bytes still in the client's receive queue, so the
+/// // client sees at most the 1000 bytes the proxy forwarded.
+/// assert!(received.len() <= 1000);
+///
+/// let stats = proxy.stats();
+/// assert_eq!(stats.cuts, 1);
+/// assert_eq!(stats.bytes_server_to_client, 1000);
+/// proxy.shutdown().await;
+/// # Ok(())
+/// # }
+/// ```
 ///
 /// Dropping it stops accepting and closes the live connections (as does
 /// [`shutdown`](Self::shutdown), which also waits for the listener to close).
@@ -286,8 +345,14 @@ impl FaultProxy {
         format!("sc://{}", self.local_addr)
     }
 
-    /// A cheap, cloneable handle on what the proxy did so far.
+    /// What the proxy did so far: a copy of its counters.
     pub fn stats(&self) -> ProxyStats {
+        self.shared.stats.snapshot()
+    }
+
+    /// A cheap, cloneable handle that reads the counters and the cut log as
+    /// they change.
+    pub fn stats_handle(&self) -> ProxyStatsHandle {
         self.shared.stats.clone()
     }
 

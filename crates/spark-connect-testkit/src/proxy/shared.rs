@@ -10,8 +10,22 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::stats::ProxyStats;
-use super::{CutMode, CutReason, Direction};
+use super::cut::{CutMode, CutReason, Direction};
+use super::stats::ProxyStatsHandle;
+
+/// How many bytes the proxy reads from a socket at a time; also the unit that
+/// [`FaultProxyBuilder::latency`](crate::FaultProxyBuilder::latency) delays.
+pub(super) const CHUNK: usize = 64 * 1024;
+
+/// The most bytes [`FaultProxyBuilder::one_way_delay`](crate::FaultProxyBuilder::one_way_delay) holds per direction of
+/// a connection before it stops reading: 256 MiB, which caps throughput only
+/// above 5 GiB/s at a 50 ms one-way delay.
+pub const MAX_DELAY_QUEUE: usize = 256 * 1024 * 1024;
+
+/// How long a FIN cut keeps draining a peer's bytes after sending FIN, so the
+/// final close does not turn into an RST (closing a socket with unread bytes
+/// makes the kernel send RST, which would blur FIN with RST for the peer).
+pub(super) const FIN_DRAIN: Duration = Duration::from_secs(2);
 
 /// Byte-cut plan for one direction.
 #[derive(Debug, Clone)]
@@ -62,7 +76,7 @@ pub(super) fn dir_index(d: Direction) -> usize {
 pub(super) struct Shared {
     pub(super) config: Config,
     pub(super) upstream: SocketAddr,
-    pub(super) stats: ProxyStats,
+    pub(super) stats: ProxyStatsHandle,
     /// A change asks every live connection to cut, for the given reason
     /// (timer ticks and [`FaultProxy::cut_all`]); the counter makes each
     /// request a change even when the reason repeats.

@@ -1,13 +1,16 @@
-//! [`ProxyStats`]: the proxy's live counters and cut log.
+//! [`ProxyStatsHandle`]: the proxy's live counters and cut log, and
+//! [`ProxyStats`], a copy of them.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::{CutEvent, Direction};
+use super::cut::{CutEvent, Direction};
 
-/// Cheap cloneable handle on a [`FaultProxy`](super::FaultProxy)'s counters (shared, live).
+/// A cheap, cloneable handle on a [`FaultProxy`](crate::FaultProxy)'s
+/// counters, read as they change; [`snapshot`](Self::snapshot) copies them.
+/// Get one from [`FaultProxy::stats_handle`](crate::FaultProxy::stats_handle).
 #[derive(Debug, Clone, Default)]
-pub struct ProxyStats {
+pub struct ProxyStatsHandle {
     pub(super) inner: Arc<StatsInner>,
 }
 
@@ -22,22 +25,22 @@ pub(super) struct StatsInner {
     pub(super) bytes_client_to_server: AtomicU64,
     pub(super) bytes_server_to_client: AtomicU64,
     pub(super) events: Mutex<Vec<CutEvent>>,
-    /// Proxied connections so far; indexes [`CutSchedule`]s.
+    /// Proxied connections so far; indexes [`CutSchedule`](super::cut::CutSchedule)s.
     pub(super) proxied: AtomicU64,
 }
 
-/// A point-in-time copy of [`ProxyStats`].
+/// A point-in-time copy of [`ProxyStatsHandle`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct StatsSnapshot {
+pub struct ProxyStats {
     /// Connections accepted, refused ones included.
     pub connections: u64,
     /// Connections open right now.
     pub active: u64,
-    /// Connections refused by [`FaultProxyBuilder::refuse_first`](super::FaultProxyBuilder::refuse_first).
+    /// Connections refused by [`FaultProxyBuilder::refuse_first`](crate::FaultProxyBuilder::refuse_first).
     pub refused: u64,
     /// Connections whose request was dropped by
-    /// [`FaultProxyBuilder::lose_first_request`](super::FaultProxyBuilder::lose_first_request) (0 or 1).
+    /// [`FaultProxyBuilder::lose_first_request`](crate::FaultProxyBuilder::lose_first_request) (0 or 1).
     pub lost_requests: u64,
     /// Cuts made, all reasons together.
     pub cuts: u64,
@@ -49,12 +52,12 @@ pub struct StatsSnapshot {
     pub bytes_server_to_client: u64,
 }
 
-impl ProxyStats {
+impl ProxyStatsHandle {
     /// Copy all counters at once (each is read atomically; the set is not a
     /// single atomic snapshot while connections are live).
-    pub fn snapshot(&self) -> StatsSnapshot {
+    pub fn snapshot(&self) -> ProxyStats {
         let s = &self.inner;
-        StatsSnapshot {
+        ProxyStats {
             connections: s.connections.load(Ordering::SeqCst),
             active: s.active.load(Ordering::SeqCst),
             refused: s.refused.load(Ordering::SeqCst),
@@ -116,7 +119,7 @@ impl ProxyStats {
 }
 
 /// Decrements `active` however a connection task ends.
-pub(super) struct ActiveGuard(pub(super) ProxyStats);
+pub(super) struct ActiveGuard(pub(super) ProxyStatsHandle);
 
 impl Drop for ActiveGuard {
     fn drop(&mut self) {

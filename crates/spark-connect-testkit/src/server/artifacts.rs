@@ -11,7 +11,7 @@
 
 use tonic::{Request, Response, Status, Streaming};
 
-use super::service::{Service, kill_switch};
+use super::call::{self, kill_switch};
 use super::state::Shared;
 use super::state::UploadCall;
 use super::upload::Upload;
@@ -20,125 +20,139 @@ use crate::error::SparkException;
 use crate::faults::{Action, Fault, Rpc, lock};
 use spark_connect_retry::proto::{self, add_artifacts_request::Payload};
 
-impl Service {
-    pub(super) async fn rpc_add_artifacts(
-        &self,
-        request: Request<Streaming<proto::AddArtifactsRequest>>,
-    ) -> Result<Response<proto::AddArtifactsResponse>, Status> {
-        let shared = &self.shared;
-        let kill = kill_switch(&request);
-        let fault = self
-            .begin(
-                Rpc::AddArtifacts,
-                &shared.counters.add_artifacts,
-                &request,
-                "",
-                "",
-            )
-            .await?;
-        let mut call = UploadCall::default();
-        let result = self
-            .read_upload(
-                request.into_inner(),
-                fault.as_ref(),
-                kill.as_ref(),
-                &mut call,
-            )
-            .await;
-        lock(&shared.log).uploads.push(call.clone());
-        let response = result?;
-        // A fault without `after_requests` acts once everything was stored.
-        let after_store =
-            fault.filter(|f| f.after.is_none() && !matches!(f.action, Action::Corrupt));
-        self.finish(after_store, kill, &call.session_id, "", Ok(response))
-            .await
-    }
+/// AddArtifacts: reads the stream, applies its fault, stores what it carried.
+pub(super) async fn add_artifacts(
+    shared: &Shared,
+    request: Request<Streaming<proto::AddArtifactsRequest>>,
+) -> Result<Response<proto::AddArtifactsResponse>, Status> {
+    let kill = kill_switch(&request);
+    let fault = call::begin(
+        shared,
+        Rpc::AddArtifacts,
+        &shared.counters.add_artifacts,
+        &request,
+        "",
+        "",
+    )
+    .await?;
+    let mut record = UploadCall::default();
+    let result = read_upload(
+        shared,
+        request.into_inner(),
+        fault.as_ref(),
+        kill.as_ref(),
+        &mut record,
+    )
+    .await;
+    lock(&shared.log).uploads.push(record.clone());
+    let response = result?;
+    // A fault without `after_requests` acts once everything was stored.
+    let after_store = fault.filter(|f| f.after.is_none() && !matches!(f.action, Action::Corrupt));
+    let after_store = after_store.map(|f| (Rpc::AddArtifacts, f));
+    call::finish(
+        shared,
+        after_store,
+        kill,
+        &record.session_id,
+        "",
+        Ok(response),
+    )
+    .await
+}
 
-    /// Reads the stream, then stores what it carried.
-    async fn read_upload(
-        &self,
-        mut stream: Streaming<proto::AddArtifactsRequest>,
-        fault: Option<&Fault>,
-        kill: Option<&KillSwitch>,
-        call: &mut UploadCall,
-    ) -> Result<proto::AddArtifactsResponse, Status> {
-        let shared = &self.shared;
-        let is_corrupt = |f: &&Fault| matches!(f.action, Action::Corrupt);
-        let corrupt_at = fault.filter(is_corrupt).map(|f| f.after.unwrap_or(0));
-        let mut pending = fault.filter(|f| f.after.is_some() && !is_corrupt(f));
-        let mut upload = Upload::default();
-        let mut read = 0u32;
-        loop {
-            if let Some(f) = pending.filter(|f| f.after == Some(read)) {
-                pending = None;
-                self.apply(f, kill, &call.session_id, "").await?;
-            }
-            // An error here is the client's cut: everything staged is dropped.
-            let Some(mut msg) = stream.message().await? else {
-                break;
-            };
-            if corrupt_at == Some(read) {
-                corrupt(&mut msg.payload);
-            }
-            read += 1;
-            call.messages += 1;
-            call.bytes += payload_bytes(msg.payload.as_ref());
-            if call.messages == 1 {
-                shared.get_or_create_session(
-                    &msg.session_id,
-                    msg.client_observed_server_side_session_id.as_deref(),
-                )?;
-                call.session_id = msg.session_id.clone();
-            }
-            upload
-                .push(msg.payload)
-                .map_err(|e| shared.spark_status(&e, Some(&call.session_id)))?;
+/// Reads the stream, then stores what it carried.
+async fn read_upload(
+    shared: &Shared,
+    mut stream: Streaming<proto::AddArtifactsRequest>,
+    fault: Option<&Fault>,
+    kill: Option<&KillSwitch>,
+    record: &mut UploadCall,
+) -> Result<proto::AddArtifactsResponse, Status> {
+    let is_corrupt = |f: &&Fault| matches!(f.action, Action::Corrupt);
+    let corrupt_at = fault.filter(is_corrupt).map(|f| f.after.unwrap_or(0));
+    let mut pending = fault.filter(|f| f.after.is_some() && !is_corrupt(f));
+    let mut upload = Upload::default();
+    let mut read = 0u32;
+    loop {
+        if let Some(f) = pending.filter(|f| f.after == Some(read)) {
+            pending = None;
+            f.log_fired(Rpc::AddArtifacts, "after reading request messages");
+            call::apply(shared, f, kill, &record.session_id, "").await?;
         }
-        if let Some(f) = pending {
-            self.apply(f, kill, &call.session_id, "").await?;
-        }
-        if call.messages == 0 {
-            return Err(SparkException::java(
-                "java.lang.IllegalStateException",
-                "The AddArtifacts stream ended before its first request",
-            )
-            .to_status(None));
-        }
-        let session_id = call.session_id.clone();
-        let staged = upload
-            .finish()
-            .map_err(|e| shared.spark_status(&e, Some(&session_id)))?;
-        let commit = {
-            let mut st = lock(&shared.state);
-            let Some(session) = st.sessions.get_mut(&session_id) else {
-                // Released while the stream was read.
-                return Err(SparkException::session_closed(&session_id).to_status(None));
-            };
-            session.artifacts.commit(staged)
+        // An error here is the client's cut: everything staged is dropped.
+        let Some(mut msg) = stream.message().await? else {
+            break;
         };
-        call.stored = commit.stored;
-        if let Some(e) = commit.error {
-            return Err(shared.spark_status(&e, Some(&session_id)));
+        if let Some(f) = fault.filter(|_| corrupt_at == Some(read)) {
+            f.log_fired(Rpc::AddArtifacts, "corrupting a chunk");
+            corrupt(&mut msg.payload);
         }
-        Ok(proto::AddArtifactsResponse {
-            session_id,
-            server_side_session_id: shared.ssid(),
-            artifacts: commit.summaries,
-        })
+        read += 1;
+        record.messages += 1;
+        record.bytes += payload_bytes(msg.payload.as_ref());
+        if record.messages == 1 {
+            shared.get_or_create_session(
+                &msg.session_id,
+                msg.client_observed_server_side_session_id.as_deref(),
+            )?;
+            record.session_id = msg.session_id.clone();
+        }
+        upload
+            .push(msg.payload)
+            .map_err(|e| shared.spark_status(&e, Some(&record.session_id)))?;
     }
+    if let Some(f) = pending {
+        f.log_fired(Rpc::AddArtifacts, "at the end of the request stream");
+        call::apply(shared, f, kill, &record.session_id, "").await?;
+    }
+    if record.messages == 0 {
+        return Err(SparkException::java(
+            "java.lang.IllegalStateException",
+            "The AddArtifacts stream ended before its first request",
+        )
+        .to_status(None));
+    }
+    let session_id = record.session_id.clone();
+    let staged = upload
+        .finish()
+        .map_err(|e| shared.spark_status(&e, Some(&session_id)))?;
+    let commit = {
+        let mut st = lock(&shared.state);
+        let Some(session) = st.sessions.get_mut(&session_id) else {
+            // Released while the stream was read.
+            return Err(SparkException::session_closed(&session_id).to_status(None));
+        };
+        session.artifacts.commit(staged)
+    };
+    record.stored = commit.stored;
+    if let Some(e) = commit.error {
+        return Err(shared.spark_status(&e, Some(&session_id)));
+    }
+    Ok(proto::AddArtifactsResponse {
+        session_id,
+        server_side_session_id: shared.ssid(),
+        artifacts: commit.summaries,
+    })
+}
 
-    pub(super) async fn rpc_artifact_status(
-        &self,
-        request: Request<proto::ArtifactStatusesRequest>,
-    ) -> Result<Response<proto::ArtifactStatusesResponse>, Status> {
-        let counter = &self.shared.counters.artifact_status;
-        self.session_unary(Rpc::ArtifactStatus, counter, request, artifact_status)
-            .await
-    }
+/// ArtifactStatus, as [`answer_artifact_status`].
+pub(super) async fn artifact_status(
+    shared: &Shared,
+    request: Request<proto::ArtifactStatusesRequest>,
+) -> Result<Response<proto::ArtifactStatusesResponse>, Status> {
+    let counter = &shared.counters.artifact_status;
+    call::session_unary(
+        shared,
+        Rpc::ArtifactStatus,
+        counter,
+        request,
+        answer_artifact_status,
+    )
+    .await
 }
 
 /// ArtifactStatus: `exists` for each name (only `cache/` names can exist).
-fn artifact_status(
+fn answer_artifact_status(
     shared: &Shared,
     req: proto::ArtifactStatusesRequest,
 ) -> Result<proto::ArtifactStatusesResponse, Status> {

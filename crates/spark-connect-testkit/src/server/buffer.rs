@@ -12,7 +12,7 @@ use std::sync::Mutex;
 use tokio::sync::watch;
 use tonic::Status;
 
-use super::PRODUCER_WINDOW;
+use super::settings::PRODUCER_WINDOW;
 use crate::error::SparkException;
 use crate::faults::lock;
 use spark_connect_retry::proto::{self, execute_plan_response as epr};

@@ -9,182 +9,193 @@ use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 
 use super::buffer::{OpState, Operation};
+use super::call::{self, Deferred, kill_switch};
 use super::producer::produce;
 use super::sender::{ExecStream, attach_stream};
-use super::service::{Service, kill_switch};
 use super::state::Shared;
 use crate::error::SparkException;
 use crate::faults::{Rpc, lock};
 use spark_connect_retry::proto;
 use spark_connect_retry::proto::release_execute_request::Release;
 
-impl Service {
-    pub(super) async fn rpc_execute_plan(
-        &self,
-        request: Request<proto::ExecutePlanRequest>,
-    ) -> Result<Response<ExecStream>, Status> {
-        let shared = &self.shared;
-        let kill = kill_switch(&request);
-        let session_id = request.get_ref().session_id.clone();
-        let op_hint = request.get_ref().operation_id.clone().unwrap_or_default();
-        let fault = self
-            .begin(
-                Rpc::ExecutePlan,
-                &shared.counters.execute,
-                &request,
-                &session_id,
-                &op_hint,
-            )
-            .await?;
-        let req = request.into_inner();
-        lock(&shared.log).execute.push(req.clone());
-        shared.get_or_create_session(
+/// ExecutePlan: starts an execution (or attaches to the live one of the
+/// same operation id and plan) and streams it.
+pub(super) async fn execute_plan(
+    shared: &Arc<Shared>,
+    request: Request<proto::ExecutePlanRequest>,
+) -> Result<Response<ExecStream>, Status> {
+    let kill = kill_switch(&request);
+    let session_id = request.get_ref().session_id.clone();
+    let op_hint = request.get_ref().operation_id.clone().unwrap_or_default();
+    let fault = Deferred::new(
+        Rpc::ExecutePlan,
+        call::begin(
+            shared,
+            Rpc::ExecutePlan,
+            &shared.counters.execute,
+            &request,
             &session_id,
-            req.client_observed_server_side_session_id.as_deref(),
-        )?;
-        let op_id = operation_id(&req)?;
-        let work = shared.parse_plan(&session_id, req.plan.as_ref());
-        if req.plan.as_ref().and_then(|p| p.op_type.as_ref()).is_none() {
-            // Like Spark's plan validation before the execution starts: the
-            // error is returned at once and nothing is registered.
-            if let Err(e) = &work {
-                return Err(shared.spark_status(e, Some(&session_id)));
-            }
+            &op_hint,
+        )
+        .await?,
+    );
+    let req = request.into_inner();
+    lock(&shared.log).execute.push(req.clone());
+    shared.get_or_create_session(
+        &session_id,
+        req.client_observed_server_side_session_id.as_deref(),
+    )?;
+    let op_id = operation_id(&req)?;
+    let work = shared.parse_plan(&session_id, req.plan.as_ref());
+    if req.plan.as_ref().and_then(|p| p.op_type.as_ref()).is_none() {
+        // Like Spark's plan validation before the execution starts: the
+        // error is returned at once and nothing is registered.
+        if let Err(e) = &work {
+            return Err(shared.spark_status(e, Some(&session_id)));
         }
+    }
 
-        // Spark 4.1+ "idempotent ExecutePlan": the same plan under a live
-        // operation id attaches to it from the beginning.
-        let op = match shared.find_op(&session_id, &op_id) {
-            Some(existing) => {
-                self.check_reexecute(&existing, &req)?;
-                existing
-            }
+    // Spark 4.1+ "idempotent ExecutePlan": the same plan under a live
+    // operation id attaches to it from the beginning.
+    let op = match shared.find_op(&session_id, &op_id) {
+        Some(existing) => {
+            check_reexecute(shared, &existing, &req)?;
+            existing
+        }
+        None => {
+            let op = register(shared, &req, op_id)?;
+            tokio::spawn(produce(shared.clone(), op.clone(), work));
+            op
+        }
+    };
+    Ok(Response::new(attach_stream(
+        shared.clone(),
+        op,
+        0,
+        fault.into_stream(),
+        kill,
+    )))
+}
+
+/// An ExecutePlan under the id of a live execution may only attach to
+/// it: same plan, and reattachable.
+fn check_reexecute(
+    shared: &Shared,
+    existing: &Operation,
+    req: &proto::ExecutePlanRequest,
+) -> Result<(), Status> {
+    let session_id = Some(req.session_id.as_str());
+    if existing.plan != req.plan {
+        let e = SparkException::operation_already_exists(&existing.id);
+        return Err(shared.spark_status(&e, session_id));
+    }
+    if !existing.reattachable {
+        return Err(shared.spark_status(&SparkException::not_reattachable(), session_id));
+    }
+    Ok(())
+}
+
+/// Registers a new execution in its session.
+fn register(
+    shared: &Shared,
+    req: &proto::ExecutePlanRequest,
+    op_id: String,
+) -> Result<Arc<Operation>, Status> {
+    let op = Arc::new(Operation {
+        id: op_id.clone(),
+        session_id: req.session_id.clone(),
+        reattachable: reattachable(req),
+        tags: req.tags.clone(),
+        chunking: chunking(req),
+        plan: req.plan.clone(),
+        state: Mutex::new(OpState::default()),
+        changed: watch::Sender::new(()),
+    });
+    let mut st = lock(&shared.state);
+    match st.sessions.get_mut(&req.session_id) {
+        Some(s) => {
+            s.ops.insert(op_id, op.clone());
+            Ok(op)
+        }
+        // Released concurrently.
+        None => Err(SparkException::session_closed(&req.session_id).to_status(None)),
+    }
+}
+
+/// ReattachExecute: resumes a reattachable execution after a response id.
+pub(super) async fn reattach_execute(
+    shared: &Arc<Shared>,
+    request: Request<proto::ReattachExecuteRequest>,
+) -> Result<Response<ExecStream>, Status> {
+    let kill = kill_switch(&request);
+    let session_id = request.get_ref().session_id.clone();
+    let op_id = request.get_ref().operation_id.clone();
+    let fault = Deferred::new(
+        Rpc::ReattachExecute,
+        call::begin(
+            shared,
+            Rpc::ReattachExecute,
+            &shared.counters.reattach,
+            &request,
+            &session_id,
+            &op_id,
+        )
+        .await?,
+    );
+    let req = request.into_inner();
+    lock(&shared.log).reattach.push(req.clone());
+    shared.lookup_session(
+        &session_id,
+        req.client_observed_server_side_session_id.as_deref(),
+    )?;
+    let Some(op) = shared.find_op(&session_id, &op_id) else {
+        return Err(shared.spark_status(
+            &SparkException::operation_not_found(&op_id),
+            Some(&session_id),
+        ));
+    };
+    if !op.reattachable {
+        return Err(shared.spark_status(&SparkException::not_reattachable(), Some(&session_id)));
+    }
+    let start_after = match &req.last_response_id {
+        None => 0,
+        Some(id) => match op.index_of(id) {
+            Some(i) => i,
             None => {
-                let op = self.register(&req, op_id)?;
-                tokio::spawn(produce(shared.clone(), op.clone(), work));
-                op
+                let e = SparkException::position_not_found(id);
+                return Err(shared.spark_status(&e, Some(&session_id)));
             }
-        };
-        Ok(Response::new(attach_stream(
-            shared.clone(),
-            op,
-            0,
-            fault,
-            kill,
-        )))
-    }
+        },
+    };
+    Ok(Response::new(attach_stream(
+        shared.clone(),
+        op,
+        start_after,
+        fault.into_stream(),
+        kill,
+    )))
+}
 
-    /// An ExecutePlan under the id of a live execution may only attach to
-    /// it: same plan, and reattachable.
-    fn check_reexecute(
-        &self,
-        existing: &Operation,
-        req: &proto::ExecutePlanRequest,
-    ) -> Result<(), Status> {
-        let session_id = Some(req.session_id.as_str());
-        if existing.plan != req.plan {
-            let e = SparkException::operation_already_exists(&existing.id);
-            return Err(self.shared.spark_status(&e, session_id));
-        }
-        if !existing.reattachable {
-            return Err(self
-                .shared
-                .spark_status(&SparkException::not_reattachable(), session_id));
-        }
-        Ok(())
-    }
-
-    /// Registers a new execution in its session.
-    fn register(
-        &self,
-        req: &proto::ExecutePlanRequest,
-        op_id: String,
-    ) -> Result<Arc<Operation>, Status> {
-        let op = Arc::new(Operation {
-            id: op_id.clone(),
-            session_id: req.session_id.clone(),
-            reattachable: reattachable(req),
-            tags: req.tags.clone(),
-            chunking: chunking(req),
-            plan: req.plan.clone(),
-            state: Mutex::new(OpState::default()),
-            changed: watch::Sender::new(()),
-        });
-        let mut st = lock(&self.shared.state);
-        match st.sessions.get_mut(&req.session_id) {
-            Some(s) => {
-                s.ops.insert(op_id, op.clone());
-                Ok(op)
-            }
-            // Released concurrently.
-            None => Err(SparkException::session_closed(&req.session_id).to_status(None)),
-        }
-    }
-
-    pub(super) async fn rpc_reattach_execute(
-        &self,
-        request: Request<proto::ReattachExecuteRequest>,
-    ) -> Result<Response<ExecStream>, Status> {
-        let shared = &self.shared;
-        let kill = kill_switch(&request);
-        let session_id = request.get_ref().session_id.clone();
-        let op_id = request.get_ref().operation_id.clone();
-        let fault = self
-            .begin(
-                Rpc::ReattachExecute,
-                &shared.counters.reattach,
-                &request,
-                &session_id,
-                &op_id,
-            )
-            .await?;
-        let req = request.into_inner();
-        lock(&shared.log).reattach.push(req.clone());
-        shared.lookup_session(
-            &session_id,
-            req.client_observed_server_side_session_id.as_deref(),
-        )?;
-        let Some(op) = shared.find_op(&session_id, &op_id) else {
-            return Err(shared.spark_status(
-                &SparkException::operation_not_found(&op_id),
-                Some(&session_id),
-            ));
-        };
-        if !op.reattachable {
-            return Err(shared.spark_status(&SparkException::not_reattachable(), Some(&session_id)));
-        }
-        let start_after = match &req.last_response_id {
-            None => 0,
-            Some(id) => match op.index_of(id) {
-                Some(i) => i,
-                None => {
-                    let e = SparkException::position_not_found(id);
-                    return Err(shared.spark_status(&e, Some(&session_id)));
-                }
-            },
-        };
-        Ok(Response::new(attach_stream(
-            shared.clone(),
-            op,
-            start_after,
-            fault,
-            kill,
-        )))
-    }
-
-    pub(super) async fn rpc_release_execute(
-        &self,
-        request: Request<proto::ReleaseExecuteRequest>,
-    ) -> Result<Response<proto::ReleaseExecuteResponse>, Status> {
-        let counters = &self.shared.counters;
-        let counter = match request.get_ref().release {
-            Some(Release::ReleaseUntil(_)) => &counters.release_until,
-            _ => &counters.release_all,
-        };
-        let op_id = request.get_ref().operation_id.clone();
-        self.unary(Rpc::ReleaseExecute, counter, request, &op_id, release)
-            .await
-    }
+/// ReleaseExecute, as [`release`] (the unary bookkeeping around it).
+pub(super) async fn release_execute(
+    shared: &Arc<Shared>,
+    request: Request<proto::ReleaseExecuteRequest>,
+) -> Result<Response<proto::ReleaseExecuteResponse>, Status> {
+    let counters = &shared.counters;
+    let counter = match request.get_ref().release {
+        Some(Release::ReleaseUntil(_)) => &counters.release_until,
+        _ => &counters.release_all,
+    };
+    let op_id = request.get_ref().operation_id.clone();
+    call::unary(
+        shared,
+        Rpc::ReleaseExecute,
+        counter,
+        request,
+        &op_id,
+        release,
+    )
+    .await
 }
 
 /// ReleaseExecute: `release_until` evicts up to an id, `release_all` removes

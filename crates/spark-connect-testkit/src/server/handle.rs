@@ -16,14 +16,14 @@ use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::metadata::MetadataMap;
 
-use super::buffer::Operation;
 use super::service::Service;
+use super::settings::{MAX_MESSAGE_BYTES, Settings};
 use super::state::{Counters, Log, RecordedCall, Shared, State, UploadCall};
-use super::{MAX_MESSAGE_BYTES, Settings, TestServerBuilder};
 use crate::conn::{Connections, KillableTcp};
-use crate::error::SparkException;
+use crate::edit::ResultEdit;
 use crate::faults::{FaultScript, Rpc, lock};
-use spark_connect_retry::proto::{self, spark_connect_service_server::SparkConnectServiceServer};
+use crate::stubs::SparkConnectServiceServer;
+use spark_connect_retry::proto;
 
 /// How many times each RPC was called (including calls that failed or were
 /// hit by a fault). See [`TestServer::calls`].
@@ -76,7 +76,7 @@ pub struct BufferStats {
 
 /// An embedded Spark Connect server on `127.0.0.1` with an ephemeral port.
 ///
-/// See the [module docs](super) for what it implements. Dropping it stops
+/// See the [crate docs](crate) for what it implements. Dropping it stops
 /// the server (in the background); [`shutdown`](Self::shutdown) waits.
 #[derive(Debug)]
 pub struct TestServer {
@@ -89,16 +89,11 @@ pub struct TestServer {
 impl TestServer {
     /// Starts a server with default settings.
     pub async fn start() -> io::Result<TestServer> {
-        TestServerBuilder::default().start().await
-    }
-
-    /// A builder to change the defaults.
-    pub fn builder() -> TestServerBuilder {
-        TestServerBuilder::default()
+        Self::start_with(Settings::default()).await
     }
 
     pub(super) async fn start_with(settings: Settings) -> io::Result<TestServer> {
-        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+        let listener = TcpListener::bind(settings.listen_addr).await?;
         let addr = listener.local_addr()?;
         let (stopping, _) = watch::channel(false);
         let shared = Arc::new(Shared {
@@ -224,9 +219,7 @@ impl TestServer {
     /// `INVALID_HANDLE.SESSION_CHANGED`. Sessions and executions survive;
     /// see [`simulate_restart`](Self::simulate_restart) for a full restart.
     pub fn rotate_server_side_session_id(&self) -> String {
-        let id = uuid::Uuid::new_v4().to_string();
-        *lock(&self.shared.server_side_session_id) = id.clone();
-        id
+        self.shared.rotate_ssid()
     }
 
     /// Simulates a server restart: every open connection is reset (TCP RST),
@@ -235,30 +228,17 @@ impl TestServer {
     /// and requests carrying the old id in
     /// `client_observed_server_side_session_id` get
     /// `INVALID_HANDLE.SESSION_CHANGED`. Returns the new id.
+    /// [`Fault::restart`](crate::Fault::restart) does the same from the fault
+    /// script.
     pub fn simulate_restart(&self) -> String {
-        self.reset_connections();
-        let id = self.rotate_server_side_session_id();
-        let ops: Vec<Arc<Operation>> = {
-            let mut st = lock(&self.shared.state);
-            st.errors.clear();
-            st.closed.clear();
-            st.sessions
-                .drain()
-                .flat_map(|(_, s)| s.ops.into_values())
-                .collect()
-        };
-        for op in ops {
-            op.fail(SparkException::operation_canceled().to_status(None));
-            op.close();
-        }
-        id
+        self.shared.restart()
     }
 
     /// Changes the rows of the `range` queries executed from now on (`None`:
     /// back to the plain ones). Executions already running keep theirs. With
     /// [`simulate_restart`](Self::simulate_restart), a query that gives other
     /// rows when it is run again.
-    pub fn edit_results(&self, edit: Option<crate::ResultEdit>) {
+    pub fn edit_results(&self, edit: Option<ResultEdit>) {
         *lock(&self.shared.edit) = edit;
     }
 

@@ -15,7 +15,7 @@ use super::buffer::{Operation, Step};
 use super::state::Shared;
 use crate::conn::KillSwitch;
 use crate::error::SparkException;
-use crate::faults::{Action, Fault, lock};
+use crate::faults::{Action, Fault, Rpc, lock};
 use spark_connect_retry::proto;
 
 /// The response stream of ExecutePlan and ReattachExecute.
@@ -30,6 +30,8 @@ type Flow = ControlFlow<Option<Status>>;
 /// A fault that fires inside a response stream.
 struct StreamFault {
     fault: Fault,
+    /// The RPC that attached the stream.
+    rpc: Rpc,
     after: u64,
 }
 
@@ -39,13 +41,14 @@ pub(super) fn attach_stream(
     shared: Arc<Shared>,
     op: Arc<Operation>,
     start_after: u64,
-    fault: Option<Fault>,
+    fault: Option<(Rpc, Fault)>,
     kill: Option<KillSwitch>,
 ) -> ExecStream {
     let gen_ = op.attach();
     let (tx, rx) = mpsc::channel(1);
-    let fault = fault.map(|f| StreamFault {
+    let fault = fault.map(|(rpc, f)| StreamFault {
         after: u64::from(f.after.unwrap_or(0)),
+        rpc,
         fault: f,
     });
     tokio::spawn(async move {
@@ -82,13 +85,21 @@ async fn run_sender(
     let mut sender = Sender::new(shared, op, gen_, start_after, kill, tx);
     loop {
         if let Some(f) = fault.take_if(|f| f.after == sender.sent)
-            && let ControlFlow::Break(end) = sender.inject(&f.fault).await
+            && let ControlFlow::Break(end) = sender.inject(&f.fault, f.rpc).await
         {
             return end;
         }
         sender.changed.borrow_and_update();
         let step = op.consume(sender.next, gen_, sender.retry_buffer);
+        let complete = matches!(step, Step::Finished(Ok(())));
         if let ControlFlow::Break(end) = sender.step(step).await {
+            if let (true, Some(f)) = (complete, fault) {
+                // The whole result was shorter than the fault's trigger (a
+                // client's short command stream before its query, say): the
+                // fault waits for the next matching stream instead.
+                f.fault.log_put_back(f.rpc, sender.sent);
+                shared.faults.put_back(f.fault);
+            }
             return end;
         }
     }
@@ -153,7 +164,8 @@ impl<'a> Sender<'a> {
     }
 
     /// Applies the stream's fault, due now.
-    async fn inject(&mut self, fault: &Fault) -> Flow {
+    async fn inject(&mut self, fault: &Fault, rpc: Rpc) -> Flow {
+        fault.log_fired(rpc, &format!("after {} responses of the stream", self.sent));
         match &fault.action {
             Action::Fail(_) | Action::BadStatusDetails => {
                 ControlFlow::Break(fault.status_for(&self.op.session_id, &self.op.id))
@@ -164,6 +176,11 @@ impl<'a> Sender<'a> {
                 if let Some(k) = &self.kill {
                     k.kill();
                 }
+                ControlFlow::Break(None)
+            }
+            Action::Restart => {
+                tokio::time::sleep(fault.reset_grace).await;
+                self.shared.restart();
                 ControlFlow::Break(None)
             }
             Action::Stall(duration) => {
@@ -210,6 +227,12 @@ impl<'a> Sender<'a> {
         if self.op.reattachable && self.over_limit() {
             // Graceful end: OK status, no ResultComplete; the client must
             // reattach.
+            tracing::info!(
+                operation_id = %self.op.id,
+                responses = self.sent,
+                bytes = self.bytes,
+                "graceful stream end"
+            );
             return ControlFlow::Break(None);
         }
         ControlFlow::Continue(())

@@ -7,66 +7,74 @@ use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
 use super::buffer::Operation;
-use super::service::Service;
+use super::call;
 use super::state::Shared;
 use crate::error::SparkException;
 use crate::faults::{Rpc, lock};
 use spark_connect_retry::proto;
 
-impl Service {
-    pub(super) async fn rpc_analyze_plan(
-        &self,
-        request: Request<proto::AnalyzePlanRequest>,
-    ) -> Result<Response<proto::AnalyzePlanResponse>, Status> {
-        let counter = &self.shared.counters.analyze;
-        self.session_unary(Rpc::AnalyzePlan, counter, request, analyze)
-            .await
-    }
+/// AnalyzePlan, as [`answer_analyze`].
+pub(super) async fn analyze_plan(
+    shared: &Shared,
+    request: Request<proto::AnalyzePlanRequest>,
+) -> Result<Response<proto::AnalyzePlanResponse>, Status> {
+    let counter = &shared.counters.analyze;
+    call::session_unary(shared, Rpc::AnalyzePlan, counter, request, answer_analyze).await
+}
 
-    pub(super) async fn rpc_config(
-        &self,
-        request: Request<proto::ConfigRequest>,
-    ) -> Result<Response<proto::ConfigResponse>, Status> {
-        let counter = &self.shared.counters.config;
-        self.session_unary(Rpc::Config, counter, request, config)
-            .await
-    }
+/// Config, as [`answer_config`].
+pub(super) async fn config(
+    shared: &Shared,
+    request: Request<proto::ConfigRequest>,
+) -> Result<Response<proto::ConfigResponse>, Status> {
+    let counter = &shared.counters.config;
+    call::session_unary(shared, Rpc::Config, counter, request, answer_config).await
+}
 
-    pub(super) async fn rpc_interrupt(
-        &self,
-        request: Request<proto::InterruptRequest>,
-    ) -> Result<Response<proto::InterruptResponse>, Status> {
-        let counter = &self.shared.counters.interrupt;
-        self.session_unary(Rpc::Interrupt, counter, request, interrupt)
-            .await
-    }
+/// Interrupt, as [`answer_interrupt`].
+pub(super) async fn interrupt(
+    shared: &Shared,
+    request: Request<proto::InterruptRequest>,
+) -> Result<Response<proto::InterruptResponse>, Status> {
+    let counter = &shared.counters.interrupt;
+    call::session_unary(shared, Rpc::Interrupt, counter, request, answer_interrupt).await
+}
 
-    pub(super) async fn rpc_release_session(
-        &self,
-        request: Request<proto::ReleaseSessionRequest>,
-    ) -> Result<Response<proto::ReleaseSessionResponse>, Status> {
-        let counter = &self.shared.counters.release_session;
-        self.unary(Rpc::ReleaseSession, counter, request, "", release_session)
-            .await
-    }
+/// ReleaseSession, as [`answer_release_session`].
+pub(super) async fn release_session(
+    shared: &Shared,
+    request: Request<proto::ReleaseSessionRequest>,
+) -> Result<Response<proto::ReleaseSessionResponse>, Status> {
+    let counter = &shared.counters.release_session;
+    call::unary(
+        shared,
+        Rpc::ReleaseSession,
+        counter,
+        request,
+        "",
+        answer_release_session,
+    )
+    .await
+}
 
-    pub(super) async fn rpc_fetch_error_details(
-        &self,
-        request: Request<proto::FetchErrorDetailsRequest>,
-    ) -> Result<Response<proto::FetchErrorDetailsResponse>, Status> {
-        let counter = &self.shared.counters.fetch_error_details;
-        self.session_unary(
-            Rpc::FetchErrorDetails,
-            counter,
-            request,
-            fetch_error_details,
-        )
-        .await
-    }
+/// FetchErrorDetails, as [`answer_fetch_error_details`].
+pub(super) async fn fetch_error_details(
+    shared: &Shared,
+    request: Request<proto::FetchErrorDetailsRequest>,
+) -> Result<Response<proto::FetchErrorDetailsResponse>, Status> {
+    let counter = &shared.counters.fetch_error_details;
+    call::session_unary(
+        shared,
+        Rpc::FetchErrorDetails,
+        counter,
+        request,
+        answer_fetch_error_details,
+    )
+    .await
 }
 
 /// AnalyzePlan: `spark_version`, and `schema` (the plan's Spark schema).
-fn analyze(
+fn answer_analyze(
     shared: &Shared,
     req: proto::AnalyzePlanRequest,
 ) -> Result<proto::AnalyzePlanResponse, Status> {
@@ -99,7 +107,10 @@ fn analyze(
 }
 
 /// Config: applies the operation to the session's config.
-fn config(shared: &Shared, req: proto::ConfigRequest) -> Result<proto::ConfigResponse, Status> {
+fn answer_config(
+    shared: &Shared,
+    req: proto::ConfigRequest,
+) -> Result<proto::ConfigResponse, Status> {
     let session_id = &req.session_id;
     let op = req.operation.as_ref().and_then(|o| o.op_type.as_ref());
     let applied = {
@@ -122,7 +133,7 @@ fn config(shared: &Shared, req: proto::ConfigRequest) -> Result<proto::ConfigRes
 
 /// Interrupt: all of the session's executions, those with a tag, or one by
 /// id; running ones end with `OPERATION_CANCELED`.
-fn interrupt(
+fn answer_interrupt(
     shared: &Shared,
     req: proto::InterruptRequest,
 ) -> Result<proto::InterruptResponse, Status> {
@@ -165,7 +176,7 @@ fn interrupt(
 
 /// ReleaseSession: forgets the session and cancels its executions; unless
 /// `allow_reconnect`, later RPCs on it fail with `SESSION_CLOSED`.
-fn release_session(
+fn answer_release_session(
     shared: &Shared,
     req: proto::ReleaseSessionRequest,
 ) -> Result<proto::ReleaseSessionResponse, Status> {
@@ -194,7 +205,7 @@ fn release_session(
 }
 
 /// FetchErrorDetails: serves a recorded error once, to its own session.
-fn fetch_error_details(
+fn answer_fetch_error_details(
     shared: &Shared,
     req: proto::FetchErrorDetailsRequest,
 ) -> Result<proto::FetchErrorDetailsResponse, Status> {

@@ -11,10 +11,11 @@ use tonic::Status;
 
 use tonic::metadata::MetadataMap;
 
-use super::Settings;
 use super::buffer::Operation;
+use super::settings::Settings;
 use super::store::Artifacts;
 use crate::conn::Connections;
+use crate::edit::ResultEdit;
 use crate::error::SparkException;
 use crate::faults::{FaultScript, Rpc, lock};
 use crate::sql_grammar::{Catalog, Source, View, Work};
@@ -100,12 +101,46 @@ pub(super) struct Shared {
     pub(super) connections: Connections,
     pub(super) stopping: watch::Sender<bool>,
     /// Applied to the range queries of later ExecutePlans.
-    pub(super) edit: Mutex<Option<crate::ResultEdit>>,
+    pub(super) edit: Mutex<Option<ResultEdit>>,
 }
 
 impl Shared {
     pub(super) fn ssid(&self) -> String {
         lock(&self.server_side_session_id).clone()
+    }
+
+    /// Replaces the server-side session id; returns the new one.
+    pub(super) fn rotate_ssid(&self) -> String {
+        let id = uuid::Uuid::new_v4().to_string();
+        *lock(&self.server_side_session_id) = id.clone();
+        id
+    }
+
+    /// A restart: every open connection is reset, the server-side session id
+    /// changes, and every session, execution and recorded error is
+    /// forgotten. Returns the new server-side session id.
+    pub(super) fn restart(&self) -> String {
+        let reset = self.connections.kill_all();
+        let id = self.rotate_ssid();
+        let ops: Vec<Arc<Operation>> = {
+            let mut st = lock(&self.state);
+            st.errors.clear();
+            st.closed.clear();
+            st.sessions
+                .drain()
+                .flat_map(|(_, s)| s.ops.into_values())
+                .collect()
+        };
+        tracing::info!(
+            connections_reset = reset,
+            executions_lost = ops.len(),
+            "server restart"
+        );
+        for op in ops {
+            op.fail(SparkException::operation_canceled().to_status(None));
+            op.close();
+        }
+        id
     }
 
     /// A Spark-encoded status; when the session exists the error gets an

@@ -20,10 +20,8 @@ use bytes::Bytes;
 
 use super::upload::Staged;
 use crate::error::SparkException;
+use crate::local::CACHE_PREFIX;
 use spark_connect_retry::proto::add_artifacts_response::ArtifactSummary;
-
-/// The prefix of cached local relations and other cached blobs.
-pub(crate) const CACHE_PREFIX: &str = "cache/";
 
 /// The artifacts of one session.
 #[derive(Debug, Default)]

@@ -1,6 +1,6 @@
 //! Result streams: real Arrow rows, graceful ends, reattach, release and buffer eviction, plan helpers.
 
-use super::*;
+use crate::*;
 
 #[tokio::test]
 async fn range_results_are_real_arrow_with_ids_and_offsets() {

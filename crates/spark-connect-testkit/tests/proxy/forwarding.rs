@@ -1,6 +1,6 @@
 //! Forwarding and lifecycle: a lost first request, half-close, loopback only, unreachable upstreams, shutdown, remotes.
 
-use super::*;
+use crate::*;
 
 #[tokio::test]
 async fn loses_first_request_before_upstream_sees_it() {
@@ -32,7 +32,7 @@ async fn loses_first_request_before_upstream_sees_it() {
     c.write_all(b"second try").await.unwrap();
     c.shutdown().await.unwrap();
     let _ = read_all(&mut c).await;
-    let s = proxy.stats().snapshot();
+    let s = proxy.stats();
     assert_eq!(s.lost_requests, 1);
     assert_eq!(s.bytes_client_to_server, 10);
     assert_eq!(s.cuts, 0);
@@ -59,7 +59,7 @@ async fn clean_forwarding_and_half_close() {
         .await
         .unwrap();
     assert_eq!(got, data);
-    let s = proxy.stats().snapshot();
+    let s = proxy.stats();
     assert_eq!(s.bytes_client_to_server, 300_000);
     assert_eq!(s.bytes_server_to_client, 300_000);
     assert_eq!((s.connections, s.cuts), (1, 0));
@@ -114,7 +114,7 @@ async fn unreachable_upstream_resets_client() {
     let proxy = FaultProxy::builder(port).start().await.unwrap();
     let mut c = connect(&proxy).await;
     assert_eq!(read_all(&mut c).await.1, Some(ErrorKind::ConnectionReset));
-    assert_eq!(proxy.stats().snapshot().upstream_errors, 1);
+    assert_eq!(proxy.stats().upstream_errors, 1);
 }
 
 #[tokio::test]
@@ -125,7 +125,7 @@ async fn shutdown_closes_live_connections_and_listener() {
     assert_eq!(proxy.remote(), format!("sc://{addr}"));
     let mut c = connect(&proxy).await;
     echo_roundtrip(&mut c, b"x").await;
-    let stats = proxy.stats();
+    let stats = proxy.stats_handle();
     proxy.shutdown().await;
     let (_, err) = read_all(&mut c).await;
     assert!(matches!(err, None | Some(ErrorKind::ConnectionReset)));

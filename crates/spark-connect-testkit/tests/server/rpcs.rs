@@ -1,6 +1,6 @@
 //! The other RPCs: handle errors, SQL grammar, config/analyze/interrupt/release-session, session ids, auth.
 
-use super::*;
+use crate::*;
 
 #[tokio::test]
 async fn handle_errors_and_idempotent_execute() {

@@ -1,6 +1,6 @@
 //! Cuts: exact offsets each way, RST or FIN, refusals, seeded schedules, timed and manual cuts.
 
-use super::*;
+use crate::*;
 
 #[tokio::test]
 async fn cuts_server_to_client_with_rst_at_exact_offset() {
@@ -15,10 +15,10 @@ async fn cuts_server_to_client_with_rst_at_exact_offset() {
     assert_eq!(err, Some(ErrorKind::ConnectionReset));
     assert_eq!(got, pattern(12_345));
 
-    let stats = proxy.stats().snapshot();
+    let stats = proxy.stats();
     assert_eq!(stats.cuts, 1);
     assert_eq!(stats.bytes_server_to_client, 12_345);
-    let events = proxy.stats().cut_events();
+    let events = proxy.stats_handle().cut_events();
     assert_eq!(events.len(), 1);
     assert_eq!(
         events[0].reason,
@@ -41,7 +41,7 @@ async fn cuts_server_to_client_with_fin_as_clean_eof() {
     let (got, err) = read_all(&mut c).await;
     assert_eq!(err, None, "FIN must read as a clean end of stream");
     assert_eq!(got, pattern(70_000));
-    assert_eq!(proxy.stats().cuts(), 1);
+    assert_eq!(proxy.stats().cuts, 1);
 }
 
 #[tokio::test]
@@ -58,13 +58,13 @@ async fn cuts_client_to_server_at_exact_offset() {
     let _ = c.write_all(&pattern(1 << 20)).await;
     let upstream_got = timeout(BOUND, totals.recv()).await.unwrap().unwrap();
     assert_eq!(upstream_got, 5_000);
-    assert_eq!(proxy.stats().bytes(Direction::ClientToServer), 5_000);
+    assert_eq!(proxy.stats_handle().bytes(Direction::ClientToServer), 5_000);
     let (_, err) = read_all(&mut c).await;
     // FIN first; the drain may end in a reset once we stop reading the
     // client's remaining bytes, so only check the client learns it is over.
     assert!(matches!(err, None | Some(ErrorKind::ConnectionReset)));
     assert_eq!(
-        proxy.stats().cut_events()[0].reason,
+        proxy.stats_handle().cut_events()[0].reason,
         CutReason::Bytes(Direction::ClientToServer)
     );
 }
@@ -102,7 +102,7 @@ async fn refuses_first_connections_with_reset() {
     }
     let mut c = connect(&proxy).await;
     echo_roundtrip(&mut c, b"hello after refusals").await;
-    let s = proxy.stats().snapshot();
+    let s = proxy.stats();
     assert_eq!((s.connections, s.refused, s.cuts), (3, 2, 0));
 }
 
@@ -126,7 +126,7 @@ async fn max_cuts_then_forwards_cleanly() {
         assert_eq!(err, None);
         assert_eq!(got, pattern(200_000));
     }
-    let s = proxy.stats().snapshot();
+    let s = proxy.stats();
     assert_eq!(s.cuts, 2);
     assert_eq!(s.connections, 4);
     assert_eq!(s.bytes_server_to_client, 2 * 1_000 + 2 * 200_000);
@@ -162,7 +162,7 @@ async fn twenty_seeded_cut_schedules() {
         let (got, err) = read_all(&mut c).await;
         assert_eq!((got.len(), err), (64 * 1024, None), "seed {seed}");
         let offsets: Vec<u64> = proxy
-            .stats()
+            .stats_handle()
             .cut_events()
             .iter()
             .map(|e| e.server_to_client)
@@ -185,7 +185,7 @@ async fn cut_every_cuts_live_connections_on_a_timer() {
     echo_roundtrip(&mut c, b"before the tick").await;
     let (_, err) = read_all(&mut c).await; // waits (virtually) for the tick
     assert_eq!(err, Some(ErrorKind::ConnectionReset));
-    let events = proxy.stats().cut_events();
+    let events = proxy.stats_handle().cut_events();
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].reason, CutReason::Timer);
     assert_eq!(events[0].client_to_server, 15);
@@ -194,7 +194,7 @@ async fn cut_every_cuts_live_connections_on_a_timer() {
     let mut c = connect(&proxy).await;
     tokio::time::sleep(Duration::from_secs(12)).await;
     echo_roundtrip(&mut c, b"after the budget").await;
-    assert_eq!(proxy.stats().cuts(), 1);
+    assert_eq!(proxy.stats().cuts, 1);
 }
 
 #[tokio::test(start_paused = true)]
@@ -212,7 +212,10 @@ async fn cut_after_lifetime() {
     let (_, err) = read_all(&mut c).await;
     assert_eq!(err, None);
     assert!(t0.elapsed() >= Duration::from_secs(5));
-    assert_eq!(proxy.stats().cut_events()[0].reason, CutReason::Lifetime);
+    assert_eq!(
+        proxy.stats_handle().cut_events()[0].reason,
+        CutReason::Lifetime
+    );
 }
 
 #[tokio::test]
@@ -226,7 +229,7 @@ async fn cut_all_is_manual_and_counted() {
     proxy.cut_all();
     assert_eq!(read_all(&mut a).await.1, Some(ErrorKind::ConnectionReset));
     assert_eq!(read_all(&mut b).await.1, Some(ErrorKind::ConnectionReset));
-    let events = proxy.stats().cut_events();
+    let events = proxy.stats_handle().cut_events();
     assert_eq!(events.len(), 2);
     assert!(events.iter().all(|e| e.reason == CutReason::Manual));
     // New connections are unaffected.

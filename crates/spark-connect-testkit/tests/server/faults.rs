@@ -1,6 +1,6 @@
 //! Injected faults: statuses with retry info, TCP resets, lost requests, stalls, malformed details.
 
-use super::*;
+use crate::*;
 
 #[tokio::test]
 async fn fault_statuses_with_retry_info_and_spark_encoding() {
@@ -14,7 +14,7 @@ async fn fault_statuses_with_retry_info_and_spark_encoding() {
         .faults()
         .push(
             Fault::unavailable()
-                .with_retry_info(Duration::from_millis(30))
+                .retry_info(Duration::from_millis(30))
                 .on(Rpc::ExecutePlan)
                 .times(2),
         )
@@ -31,7 +31,7 @@ async fn fault_statuses_with_retry_info_and_spark_encoding() {
                 "HY000",
                 "Busy.",
             ))
-            .with_retry_info(Duration::ZERO)
+            .retry_info(Duration::ZERO)
             .on(Rpc::Config),
         );
     assert_eq!(server.faults().pending(), 5);

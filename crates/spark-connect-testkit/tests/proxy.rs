@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use spark_connect_testkit::proxy::{
+use spark_connect_testkit::{
     AddrRole, CutMode, CutReason, CutSchedule, Direction, FaultProxy, FaultProxyError,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -16,14 +16,13 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::time::{Instant, timeout};
 
-#[path = "fault_proxy/black_hole.rs"]
-mod black_hole;
-#[path = "fault_proxy/cuts.rs"]
-mod cuts;
-#[path = "fault_proxy/delay.rs"]
-mod delay;
-#[path = "fault_proxy/forwarding.rs"]
-mod forwarding;
+// The theme's tests, one file each: tests/proxy/*.rs.
+mod proxy {
+    mod black_hole;
+    mod cuts;
+    mod delay;
+    mod forwarding;
+}
 
 /// Every await on a socket is bounded so a bug fails the test instead of hanging it.
 /// (Virtual under `start_paused`, so timer faults in those tests stay below it.)

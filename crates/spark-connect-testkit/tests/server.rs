@@ -13,12 +13,12 @@ use tonic::transport::Channel;
 use tonic::{Code, Status};
 use tonic_types::StatusExt;
 
-#[path = "testing_server/faults.rs"]
-mod faults;
-#[path = "testing_server/rpcs.rs"]
-mod rpcs;
-#[path = "testing_server/streams.rs"]
-mod streams;
+// The theme's tests, one file each: tests/server/*.rs.
+mod server {
+    mod faults;
+    mod rpcs;
+    mod streams;
+}
 
 type Client = SparkConnectServiceClient<Channel>;
 

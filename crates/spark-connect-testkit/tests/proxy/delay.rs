@@ -1,6 +1,6 @@
 //! Latency and one-way delay: bytes intact and in order, each delay paid where it should be.
 
-use super::*;
+use crate::*;
 
 #[tokio::test(start_paused = true)]
 async fn latency_is_applied_per_chunk_each_way() {
@@ -19,7 +19,7 @@ async fn latency_is_applied_per_chunk_each_way() {
     let elapsed = t0.elapsed();
     assert!(elapsed >= Duration::from_secs(2), "{elapsed:?}");
     assert!(elapsed < Duration::from_secs(3), "{elapsed:?}");
-    assert_eq!(proxy.stats().bytes(Direction::ServerToClient), 400);
+    assert_eq!(proxy.stats_handle().bytes(Direction::ServerToClient), 400);
 }
 
 #[tokio::test]
@@ -38,7 +38,10 @@ async fn one_way_delay_keeps_bytes_intact_and_in_order() {
     assert_eq!(err, None);
     assert_eq!(got.len(), len);
     assert!(got == pattern(len), "bytes differ");
-    assert_eq!(proxy.stats().bytes(Direction::ServerToClient), len as u64);
+    assert_eq!(
+        proxy.stats_handle().bytes(Direction::ServerToClient),
+        len as u64
+    );
 
     let proxy = FaultProxy::builder(echo().await)
         .one_way_delay(Duration::from_millis(5))
@@ -86,7 +89,7 @@ async fn one_way_delay_costs_each_round_trip_twice_the_delay() {
     // Paused clock: 4 round trips x 2 directions x 250 ms of virtual time.
     let elapsed = t0.elapsed();
     assert!(elapsed >= Duration::from_secs(2), "{elapsed:?}");
-    assert_eq!(proxy.stats().bytes(Direction::ServerToClient), 400);
+    assert_eq!(proxy.stats_handle().bytes(Direction::ServerToClient), 400);
 }
 
 #[tokio::test(start_paused = true)]

@@ -1,0 +1,121 @@
+//! [`TestServerBuilder`]: the settings of a [`TestServer`] before it starts.
+
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::handle::TestServer;
+use super::settings::Settings;
+
+/// Configures and starts a [`TestServer`]. Get one from
+/// [`TestServer::builder`].
+#[derive(Debug, Clone, Default)]
+pub struct TestServerBuilder {
+    settings: Settings,
+}
+
+impl TestServerBuilder {
+    /// Listen on this address instead of `127.0.0.1:0` (an ephemeral
+    /// loopback port). [`TestServer::addr`] tells the port bound for port 0.
+    pub fn listen_addr(mut self, addr: SocketAddr) -> Self {
+        self.settings.listen_addr = addr;
+        self
+    }
+
+    /// Bytes of already-sent responses kept for reattach, behind the current
+    /// one (default [`DEFAULT_RETRY_BUFFER_BYTES`](crate::DEFAULT_RETRY_BUFFER_BYTES)). 0 keeps none, so a
+    /// reattach from anything but the last response id fails with
+    /// `INVALID_CURSOR.POSITION_NOT_AVAILABLE`.
+    pub fn retry_buffer_bytes(mut self, bytes: usize) -> Self {
+        self.settings.retry_buffer_bytes = bytes;
+        self
+    }
+
+    /// End each reattachable stream gracefully (status OK, no
+    /// `ResultComplete`) after this many responses. Default: unlimited.
+    pub fn max_responses_per_stream(mut self, n: u64) -> Self {
+        self.settings.max_responses_per_stream = Some(n.max(1));
+        self
+    }
+
+    /// End each reattachable stream gracefully once more than this many
+    /// bytes were sent on it (the response crossing the limit is still sent,
+    /// like Spark's `senderMaxStreamSize`). Default: unlimited.
+    pub fn max_bytes_per_stream(mut self, bytes: u64) -> Self {
+        self.settings.max_bytes_per_stream = Some(bytes);
+        self
+    }
+
+    /// End each reattachable stream gracefully after this long (`None`:
+    /// never; so is a duration too large for the clock, such as
+    /// `Duration::MAX`). Default [`DEFAULT_MAX_STREAM_DURATION`](crate::DEFAULT_MAX_STREAM_DURATION).
+    pub fn max_stream_duration(mut self, duration: Option<Duration>) -> Self {
+        self.settings.max_stream_duration = duration;
+        self
+    }
+
+    /// Rows per `ArrowBatch` response (default [`DEFAULT_ROWS_PER_BATCH`](crate::DEFAULT_ROWS_PER_BATCH);
+    /// 0 is treated as 1).
+    pub fn rows_per_batch(mut self, rows: u64) -> Self {
+        self.settings.rows_per_batch = rows.max(1);
+        self
+    }
+
+    /// Pause the execution this long after producing each batch, to keep it
+    /// running while a test interrupts or releases it. Default: none.
+    pub fn batch_delay(mut self, delay: Duration) -> Self {
+        self.settings.batch_delay = delay;
+        self
+    }
+
+    /// Send an `ExecutionProgress` response before every `ArrowBatch`, as
+    /// the real server does every `spark.connect.progress.reportInterval`,
+    /// and one before a temporary view command ends. Clients must skip
+    /// them. Default: off.
+    pub fn execution_progress(mut self, on: bool) -> Self {
+        self.settings.execution_progress = on;
+        self
+    }
+
+    /// Send the result's schema (Spark's `DataType`) in a response of its
+    /// own before the first batch, as the real server does. Default: on.
+    pub fn schema_response(mut self, on: bool) -> Self {
+        self.settings.schema_response = on;
+        self
+    }
+
+    /// The largest Arrow chunk sent to a client that allows result chunking
+    /// (`ResultChunkingOptions`); a client's smaller preferred size (at least
+    /// 1 KiB) wins. Default [`DEFAULT_MAX_CHUNK_BYTES`](crate::DEFAULT_MAX_CHUNK_BYTES).
+    pub fn max_chunk_bytes(mut self, bytes: usize) -> Self {
+        self.settings.max_chunk_bytes = bytes.max(1024);
+        self
+    }
+
+    /// Require `authorization: Bearer <token>` on every RPC
+    /// (`UNAUTHENTICATED` otherwise), like `spark.connect.authenticate.token`.
+    pub fn required_token(mut self, token: impl Into<String>) -> Self {
+        self.settings.required_token = Some(token.into());
+        self
+    }
+
+    /// The version `AnalyzePlan.spark_version` reports (default
+    /// [`DEFAULT_SPARK_VERSION`](crate::DEFAULT_SPARK_VERSION)).
+    pub fn spark_version(mut self, version: impl Into<String>) -> Self {
+        self.settings.spark_version = version.into();
+        self
+    }
+
+    /// Binds the listen address (default `127.0.0.1:0`) and starts serving
+    /// on the current tokio runtime.
+    pub async fn start(self) -> io::Result<TestServer> {
+        TestServer::start_with(self.settings).await
+    }
+}
+
+impl TestServer {
+    /// A builder to change the defaults.
+    pub fn builder() -> TestServerBuilder {
+        TestServerBuilder::default()
+    }
+}
