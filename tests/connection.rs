@@ -11,4 +11,5 @@ mod connection {
     mod http2_windows;
     mod proto_compat;
     mod reconnect;
+    mod tls;
 }

@@ -66,6 +66,10 @@ mod needs {
     pub const VICTIM_NAME: &str = "SPARK_CONNECT_TEST_VICTIM";
     pub const RESTART: &str = "SPARK_CONNECT_TEST_REMOTE_RESTART";
     pub const RESTART_NAME: &str = "SPARK_CONNECT_TEST_RESTART";
+    /// The base port of `scripts/proxies.sh` (nginx, haproxy over TLS).
+    pub const PROXIES: &str = "SPARK_CONNECT_TEST_PROXIES";
+    /// The proxies' throwaway CA file.
+    pub const PROXY_CA: &str = "SPARK_CONNECT_TEST_PROXY_CA";
 }
 
 /// One test of this binary: its name, the variables it needs, its body.
@@ -157,6 +161,7 @@ fn is_set(var: &str) -> bool {
 mod real_spark {
     mod cuts;
     mod params;
+    mod proxies;
     mod restart;
     mod resume;
     mod rpcs;

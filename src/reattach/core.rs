@@ -405,6 +405,14 @@ impl ReattachCore {
         if failure.is_deadline() {
             return self.retry_now(status, EmptySegment::DeadlineExceeded, retrying);
         }
+        // A stream reset or truncated between client and server (a proxy's
+        // read timeout, a reload's hard stop) says nothing about the
+        // execution, which the server keeps: resumed at once, as a stall
+        // is. A generic call would not be retried (the work may have run);
+        // a reattach by response id cannot run it twice.
+        if failure.kind() == crate::policy::FailureKind::Ambiguous {
+            return self.retry_now(status, EmptySegment::Cut, retrying);
+        }
         match self.decide_failure(retrying, &failure) {
             Some(delay) => self.reattach(delay, retrying),
             None => self.fail(status),
@@ -433,6 +441,7 @@ impl ReattachCore {
                 match reason {
                     RetryReason::Policy { .. } => self.counters.policy_retries += 1,
                     RetryReason::RetryNow => self.counters.immediate_retries += 1,
+                    RetryReason::Transparent => self.counters.transparent_retries += 1,
                 }
                 Ok(delay)
             }
@@ -445,6 +454,13 @@ impl ReattachCore {
         let state = self.retry.get_or_insert_with(|| retrying.new_state());
         let matched = state.matching(failure);
         match retrying.decide_failure(state, failure, matched) {
+            RetryDecision::Retry {
+                delay,
+                reason: RetryReason::Transparent,
+            } => {
+                self.counters.transparent_retries += 1;
+                Some(delay)
+            }
             RetryDecision::Retry { delay, .. } => {
                 self.counters.policy_retries += 1;
                 Some(delay)

@@ -76,6 +76,9 @@ pub enum EmptySegment {
     SegmentDeadline,
     /// No message within the idle timeout.
     Stalled,
+    /// The stream was cut by something between client and server (a reset,
+    /// or an end inside a message).
+    Cut,
 }
 
 impl fmt::Display for EmptySegment {
@@ -86,6 +89,7 @@ impl fmt::Display for EmptySegment {
             EmptySegment::DeadlineExceeded => "answered DEADLINE_EXCEEDED",
             EmptySegment::SegmentDeadline => "let the segment deadline pass without a response",
             EmptySegment::Stalled => "sent nothing within the idle timeout",
+            EmptySegment::Cut => "had its stream cut (reset, or ended inside a message)",
         })
     }
 }

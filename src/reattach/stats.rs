@@ -20,8 +20,12 @@ pub struct StreamStats {
     pub re_executes: u64,
     /// Policy retries (each after a sleep).
     pub policy_retries: u64,
-    /// Immediate retries (NOT_FOUND, deadline, stall).
+    /// Immediate retries (NOT_FOUND, deadline, stall, a cut stream).
     pub immediate_retries: u64,
+    /// Transparent re-sends of requests that never reached the server
+    /// (gRFC A6: a GOAWAY, a refused stream, a request dropped unsent by a
+    /// closing connection), without a wait or the retry budget.
+    pub transparent_retries: u64,
     /// Streams that ended cleanly without ResultComplete.
     pub graceful_ends: u64,
     /// Streams given up as silent (no message within the idle timeout), each followed by a reattach.

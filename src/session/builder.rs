@@ -58,6 +58,8 @@ pub struct SparkSessionBuilder {
     configs: BuilderConfigs,
     renew_stale_session: bool,
     resume_queries: bool,
+    #[cfg(feature = "tls")]
+    tls: super::tls::TlsSettings,
 }
 
 impl SparkSessionBuilder {
@@ -263,6 +265,56 @@ impl SparkSessionBuilder {
         self.resume_queries = enabled;
         self
     }
+    /// Trust this CA (PEM, one or more certificates) for the server's
+    /// certificate, instead of the platform's roots; turns TLS on. May be
+    /// given several times, and beside the connection string's
+    /// `tls_ca_file`. Checked at [`build`](Self::build). See
+    /// [`tls`](super::tls).
+    ///
+    /// ```
+    /// use spark_connect_retry::session::{SparkError, SparkSession};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let err = SparkSession::builder().remote("sc://localhost").tls_ca_pem("not a PEM").build();
+    /// assert!(matches!(err, Err(SparkError::Channel(_))));
+    /// assert!(err.unwrap_err().to_string().contains("CA"));
+    /// # }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.add_ca_pem(pem.into());
+        self
+    }
+    /// [`tls_ca_pem`](Self::tls_ca_pem) from a file, read at [`build`](Self::build).
+    #[cfg(feature = "tls")]
+    pub fn tls_ca_file(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.tls.add_ca_file(path.into());
+        self
+    }
+    /// Present this client certificate and key (PEM) when the server asks
+    /// (mutual TLS); turns TLS on. The key never shows in `Debug`, logs or
+    /// errors. Replaces the connection string's `tls_cert_file` / `tls_key_file`.
+    #[cfg(feature = "tls")]
+    pub fn tls_client_identity_pem(
+        mut self,
+        cert: impl Into<Vec<u8>>,
+        key: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls.identity_pem(cert.into(), key.into());
+        self
+    }
+    /// [`tls_client_identity_pem`](Self::tls_client_identity_pem) from files,
+    /// read at [`build`](Self::build).
+    #[cfg(feature = "tls")]
+    pub fn tls_client_identity_files(
+        mut self,
+        cert: impl Into<std::path::PathBuf>,
+        key: impl Into<std::path::PathBuf>,
+    ) -> Self {
+        self.tls.identity_files(cert.into(), key.into());
+        self
+    }
     /// Send RPCs through this service stack instead of a channel built from
     /// the connection string (for example a channel wrapped in the retry
     /// layer, or a test proxy). Token and metadata headers are still added.
@@ -318,15 +370,28 @@ impl SparkSessionBuilder {
                 let timeout = self.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
                 // A reconnecting channel: a stall reattach dials a fresh
                 // connection instead of waiting on a dead one.
-                let tonic = ReconnectingChannel::new(
-                    ChannelBuilder::new(&config)
-                        .connect_timeout(timeout)
-                        .http2_flow_control(flow_control)
-                        .endpoint()?,
-                );
-                grpc_channel(InterceptedService::new(tonic, auth))
+                let builder = ChannelBuilder::new(&config)
+                    .connect_timeout(timeout)
+                    .http2_flow_control(flow_control);
+                #[cfg(feature = "tls")]
+                let builder = builder.tls_settings(self.tls.clone());
+                let tonic = ReconnectingChannel::new(builder.endpoint()?);
+                let channel = grpc_channel(InterceptedService::new(tonic, auth));
+                // A TLS handshake that fails on a certificate fails every
+                // attempt alike: made a non-retryable error naming the cause.
+                #[cfg(feature = "tls")]
+                let channel = {
+                    let target = config.authority();
+                    BoxCloneSyncService::new(
+                        channel.map_err(move |s| super::tls::rewrite_handshake_failure(s, &target)),
+                    )
+                };
+                channel
             }
         };
+        // An HTTP error a proxy answered itself, mapped before tonic reads its body.
+        let channel =
+            BoxCloneSyncService::new(channel.map_result(|r| r.and_then(super::http_status::check)));
         let client = SparkClient::new(channel)
             .max_decoding_message_size(config.max_message_size())
             .max_encoding_message_size(config.max_message_size());

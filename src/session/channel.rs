@@ -42,6 +42,8 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Status};
 
 #[cfg(feature = "tls")]
+use super::tls::{RedactedTls, TlsSettings};
+#[cfg(feature = "tls")]
 use tonic::transport::ClientTlsConfig;
 
 use super::conn_string::ConnectionString;
@@ -70,6 +72,10 @@ pub enum ChannelError {
     /// The [`Http2FlowControl`] given to [`ChannelBuilder::http2_flow_control`] is invalid.
     #[error("invalid HTTP/2 flow control: {0}")]
     FlowControl(&'static str),
+    /// A private CA or client identity cannot be used (a file missing, not PEM).
+    #[cfg(feature = "tls")]
+    #[error("invalid TLS configuration: {0}")]
+    Tls(#[source] super::tls::TlsConfigError),
 }
 
 /// Builds a tonic [`Endpoint`] / [`Channel`] from a [`ConnectionString`].
@@ -93,7 +99,9 @@ pub struct ChannelBuilder {
     connect_timeout: Duration,
     flow_control: Option<Http2FlowControl>,
     #[cfg(feature = "tls")]
-    tls: Option<ClientTlsConfig>,
+    tls: Option<RedactedTls>,
+    #[cfg(feature = "tls")]
+    tls_settings: TlsSettings,
 }
 
 impl ChannelBuilder {
@@ -105,6 +113,8 @@ impl ChannelBuilder {
             flow_control: None,
             #[cfg(feature = "tls")]
             tls: None,
+            #[cfg(feature = "tls")]
+            tls_settings: TlsSettings::default(),
         }
     }
 
@@ -139,14 +149,26 @@ impl ChannelBuilder {
     /// private CA. Only used when the connection string asks for TLS.
     #[cfg(feature = "tls")]
     pub fn tls_config(mut self, tls: ClientTlsConfig) -> Self {
-        self.tls = Some(tls);
+        self.tls = Some(RedactedTls(tls));
+        self
+    }
+
+    /// Private CAs and a client identity besides the connection string's
+    /// `tls_*` files (the session builder's).
+    #[cfg(feature = "tls")]
+    pub(crate) fn tls_settings(mut self, settings: TlsSettings) -> Self {
+        self.tls_settings = settings;
         self
     }
 
     /// Builds the endpoint without connecting.
     pub fn endpoint(&self) -> Result<Endpoint, ChannelError> {
         let cs = &self.config;
-        let scheme = if cs.use_tls() { "https" } else { "http" };
+        let scheme = if cs.use_tls() || self.tls_requested() {
+            "https"
+        } else {
+            "http"
+        };
         let mut endpoint = Endpoint::from_shared(format!("{scheme}://{}", cs.authority()))
             .map_err(ChannelError::Endpoint)?
             .connect_timeout(self.connect_timeout)
@@ -172,18 +194,37 @@ impl ChannelBuilder {
                 .keep_alive_while_idle(keepalive.without_calls);
         }
 
-        if cs.use_tls() {
+        if cs.use_tls() || self.tls_requested() {
             endpoint = self.apply_tls(endpoint)?;
         }
         Ok(endpoint)
     }
 
+    /// TLS asked for besides the connection string: a CA or identity given
+    /// to the session builder.
+    fn tls_requested(&self) -> bool {
+        #[cfg(feature = "tls")]
+        return self.tls_settings.is_set();
+        #[cfg(not(feature = "tls"))]
+        false
+    }
+
     #[cfg(feature = "tls")]
     fn apply_tls(&self, endpoint: Endpoint) -> Result<Endpoint, ChannelError> {
-        let tls = self
-            .tls
-            .clone()
-            .unwrap_or_else(|| ClientTlsConfig::new().with_native_roots());
+        let tls = match &self.tls {
+            Some(RedactedTls(tls)) => tls.clone(),
+            None => {
+                let files = self.config.tls_files();
+                TlsSettings::from_files(
+                    files.ca.as_deref(),
+                    files.cert.as_deref(),
+                    files.key.as_deref(),
+                )
+                .map(|s| s.merged(&self.tls_settings))
+                .and_then(|s| s.client_config())
+                .map_err(ChannelError::Tls)?
+            }
+        };
         endpoint.tls_config(tls).map_err(ChannelError::Endpoint)
     }
 

@@ -441,6 +441,12 @@ pub enum SparkError {
         /// How the result changed.
         change: ResultChange,
     },
+    /// A TLS handshake failed in a way no retry fixes (an unknown CA, a
+    /// certificate for another host name, an expired certificate, a client
+    /// certificate missing or refused): the call was made once.
+    #[cfg(feature = "tls")]
+    #[error("[TLS_HANDSHAKE_FAILED] {0}")]
+    Tls(#[source] crate::session::tls::TlsHandshakeError),
     /// A caller-provided operation id is not a UUID.
     #[error("operation id {0:?} is not a UUID")]
     InvalidOperationId(String),
@@ -485,6 +491,10 @@ impl SparkError {
 
 impl From<tonic::Status> for SparkError {
     fn from(s: tonic::Status) -> Self {
+        #[cfg(feature = "tls")]
+        if let Some(tls) = crate::session::tls::TlsHandshakeError::from_status(&s) {
+            return SparkError::Tls(tls.clone());
+        }
         SparkError::Server(Box::new(ServerError::from_status(s)))
     }
 }
@@ -492,7 +502,7 @@ impl From<tonic::Status> for SparkError {
 impl From<ReattachError> for SparkError {
     fn from(e: ReattachError) -> Self {
         match e {
-            ReattachError::Status(s) => SparkError::Server(Box::new(ServerError::from_status(s))),
+            ReattachError::Status(s) => SparkError::from(s),
             ReattachError::ResponseAlreadyReceived { status, .. } => {
                 SparkError::ResponseAlreadyReceived(Box::new(ServerError::from_status(status)))
             }

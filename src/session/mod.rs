@@ -46,6 +46,7 @@ mod digest;
 mod error;
 mod flow_control;
 mod generation;
+mod http_status;
 #[cfg(feature = "arrow")]
 mod local_data;
 mod options;
@@ -60,6 +61,8 @@ pub mod schema;
 mod spark;
 mod stale;
 mod tags;
+#[cfg(feature = "tls")]
+pub mod tls;
 #[cfg(feature = "arrow")]
 mod upload;
 #[cfg(feature = "arrow")]

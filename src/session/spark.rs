@@ -321,6 +321,10 @@ impl SparkSession {
         operation_id: Option<&str>,
         g: &Generation,
     ) -> SparkError {
+        #[cfg(feature = "tls")]
+        if let Some(tls) = crate::session::tls::TlsHandshakeError::from_status(&status) {
+            return SparkError::Tls(tls.clone());
+        }
         let mut err = ServerError::from_status(status);
         if let Some(op) = operation_id {
             err.set_operation_id(op);

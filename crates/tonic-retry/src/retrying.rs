@@ -251,6 +251,9 @@ pub struct LoopStats {
     pub policy_retries: u32,
     /// Immediate retries.
     pub immediate_retries: u32,
+    /// Transparent re-sends of requests that never reached the server
+    /// (gRFC A6; no wait, no budget spent).
+    pub transparent_retries: u32,
     /// Total time asked of the sleeper (saturating at `Duration::MAX`).
     pub slept: Duration,
 }
@@ -494,6 +497,7 @@ impl Retrying {
                         },
                     ),
                     RetryReason::RetryNow => ("immediate", "retry_now"),
+                    RetryReason::Transparent => ("transparent", "unsent"),
                 };
                 tracing::debug!(
                     attempt,
@@ -559,6 +563,10 @@ impl Retrying {
                     reason: RetryReason::RetryNow,
                     ..
                 } => stats.immediate_retries += 1,
+                RetryDecision::Retry {
+                    reason: RetryReason::Transparent,
+                    ..
+                } => stats.transparent_retries += 1,
                 RetryDecision::GiveUp(GiveUpReason::RetryNowElapsed) => {
                     let error = match error {
                         AttemptError::RetryNow(Some(cause)) => {

@@ -25,6 +25,8 @@
 //! | `grpc_initial_stream_window_size` | `16777216` (16 MiB) | `65535..=2147483647` |
 //! | `grpc_initial_connection_window_size` | `33554432` (32 MiB) | `65535..=2147483647`, at least the stream window |
 //! | `grpc_http2_bdp_probe` | `false` | `true` / `false`, any case; `true` (hyper's adaptive window) excludes both window sizes |
+//! | `tls_ca_file` | none (the platform's roots) | a PEM file of CA certificates to trust instead; turns TLS on |
+//! | `tls_cert_file`, `tls_key_file` | none | a PEM client certificate and its key (mutual TLS), both or neither; turns TLS on |
 //! | anything else | — | sent as gRPC metadata on every call |
 //!
 //! # Parsing rules
@@ -84,7 +86,10 @@
 //!   without percent-encoding), which is decoded into binary metadata.
 //! * **Environment.** Empty environment variables count as unset. The token falls back to the
 //!   environment only when the string has no `token` parameter.
-//! * **TLS** is used when `use_ssl=true`, or when there is a token and the host is not exactly
+//! * **`tls_*` keys** are this client's own (the Spark document has none for a private CA;
+//!   see [`crate::session::tls`]). PySpark and Scala send them as headers: a file path,
+//!   never a certificate or key. The files are read when the channel is built.
+//! * **TLS** is used when `use_ssl=true`, when a `tls_*` key is given, or when there is a token and the host is not exactly
 //!   `localhost` (case-sensitive, as upstream). `use_ssl=false` does not switch TLS off in that
 //!   case. A token with host `localhost` goes over plaintext, as upstream does.
 //! * **Secrets in errors.** Errors never quote a value, only the name of the offending part
@@ -217,6 +222,21 @@ pub struct ConnectionString {
     keepalive: Keepalive,
     flow_control: Http2FlowControl,
     metadata: MetadataMap,
+    tls_files: TlsFiles,
+}
+
+/// The `tls_*` file parameters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct TlsFiles {
+    pub(crate) ca: Option<std::path::PathBuf>,
+    pub(crate) cert: Option<std::path::PathBuf>,
+    pub(crate) key: Option<std::path::PathBuf>,
+}
+
+impl TlsFiles {
+    fn any(&self) -> bool {
+        self.ca.is_some() || self.cert.is_some() || self.key.is_some()
+    }
 }
 
 /// The keys of `metadata`, for `Debug` output that must not show values
@@ -248,6 +268,7 @@ impl fmt::Debug for ConnectionString {
             .field("keepalive", &self.keepalive)
             .field("flow_control", &self.flow_control)
             .field("metadata_keys", &metadata_keys)
+            .field("tls_files", &self.tls_files)
             .finish()
     }
 }
@@ -324,6 +345,7 @@ impl ConnectionString {
             keepalive: Keepalive::default(),
             flow_control: Http2FlowControl::default(),
             metadata: MetadataMap::new(),
+            tls_files: TlsFiles::default(),
         };
         let mut windows = WindowParams::default();
         let mut user_agent = None;
@@ -381,6 +403,15 @@ impl ConnectionString {
                         windows.connection = Some(parse_window(CONNECTION_WINDOW_KEY, &value)?);
                     }
                     BDP_PROBE_KEY => windows.bdp_probe = parse_bool(BDP_PROBE_KEY, &value)?,
+                    "tls_ca_file" => {
+                        cs.tls_files.ca = Some(non_empty("tls_ca_file", value)?.into())
+                    }
+                    "tls_cert_file" => {
+                        cs.tls_files.cert = Some(non_empty("tls_cert_file", value)?.into());
+                    }
+                    "tls_key_file" => {
+                        cs.tls_files.key = Some(non_empty("tls_key_file", value)?.into());
+                    }
                     _ => extra.push((key.into_owned(), value.into_owned())),
                 }
             }
@@ -466,16 +497,21 @@ impl ConnectionString {
         self.token.as_ref()
     }
 
+    /// The `tls_ca_file` / `tls_cert_file` / `tls_key_file` parameters.
+    pub(crate) fn tls_files(&self) -> &TlsFiles {
+        &self.tls_files
+    }
+
     /// The `use_ssl` parameter as written. See [`ConnectionString::use_tls`] for the
     /// effective setting.
     pub fn use_ssl(&self) -> bool {
         self.use_ssl
     }
 
-    /// Whether the channel uses TLS: `use_ssl=true`, or a token with a host other than
-    /// exactly `localhost`.
+    /// Whether the channel uses TLS: `use_ssl=true`, a `tls_*` file parameter, or a token
+    /// with a host other than exactly `localhost`.
     pub fn use_tls(&self) -> bool {
-        self.use_ssl || (self.token.is_some() && self.host != "localhost")
+        self.use_ssl || self.tls_files.any() || (self.token.is_some() && self.host != "localhost")
     }
 
     /// User id for `UserContext`, from the string, `SPARK_USER` or `USER`.

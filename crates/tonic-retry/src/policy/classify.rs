@@ -13,6 +13,7 @@
 //! | first match in `source()` chain | [`FailureKind`] | grpc-core sees | retried by [`DefaultClassifier`] |
 //! |---|---|---|---|
 //! | no source, `Unknown` "protocol error: missing grpc-status trailer…" | `Ambiguous` (truncated stream) | — | no |
+//! | no source, `Internal` "Unexpected EOF decoding stream." | `Ambiguous` (ended inside a message) | — | no |
 //! | no source | `Server` | the code | the code's rule |
 //! | `tonic::TimeoutExpired` | `Deadline` | DEADLINE_EXCEEDED | no |
 //! | `tonic::ConnectError` | `Unprocessed` | UNAVAILABLE | yes |

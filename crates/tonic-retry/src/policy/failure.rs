@@ -54,6 +54,7 @@ impl Pushback {
 pub struct Failure<'a> {
     status: &'a Status,
     kind: FailureKind,
+    unsent: bool,
     retry_info: Option<Duration>,
     pushback: Option<Pushback>,
 }
@@ -64,6 +65,7 @@ impl<'a> Failure<'a> {
         Failure {
             status,
             kind: classify_failure(status),
+            unsent: never_reached_a_server(status),
             retry_info: crate::status::retry_info(status),
             pushback: None,
         }
@@ -86,6 +88,17 @@ impl<'a> Failure<'a> {
     /// Where the status came from.
     pub fn kind(&self) -> FailureKind {
         self.kind
+    }
+    /// The request provably never reached the server over a connection
+    /// that was up: dropped unsent by a closing connection
+    /// (`hyper::Error::is_canceled`), above a GOAWAY's last stream id
+    /// (remote GOAWAY, NO_ERROR) or refused (`REFUSED_STREAM`). gRFC A6
+    /// re-sends these transparently, without spending the retry budget
+    /// ([`RetryState::on_failure`](super::RetryState::on_failure)). A
+    /// connect failure is not one of them: the server may be down, and
+    /// re-sending at once would spin.
+    pub fn is_unsent(&self) -> bool {
+        self.unsent
     }
     /// The `google.rpc.RetryInfo` delay in the status details, if any.
     pub fn retry_info(&self) -> Option<Duration> {
@@ -131,11 +144,18 @@ impl FailureKind {
 }
 
 const MISSING_TRAILER_PREFIX: &str = "protocol error: missing grpc-status trailer";
+/// tonic's status when the body ends inside a message (a proxy cut the
+/// stream with END_STREAM mid-message): a truncated stream, like a missing
+/// trailer.
+const TRUNCATED_MESSAGE: &str = "Unexpected EOF decoding stream.";
 
 /// Classify `status` by its source chain; see the module docs for the table.
 pub fn classify_failure(status: &Status) -> FailureKind {
     let Some(source) = status.source() else {
         if status.code() == Code::Unknown && status.message().starts_with(MISSING_TRAILER_PREFIX) {
+            return FailureKind::Ambiguous;
+        }
+        if status.code() == Code::Internal && status.message() == TRUNCATED_MESSAGE {
             return FailureKind::Ambiguous;
         }
         return FailureKind::Server;
@@ -148,6 +168,39 @@ pub fn classify_failure(status: &Status) -> FailureKind {
         next = err.source();
     }
     FailureKind::Local
+}
+
+/// See [`Failure::is_unsent`].
+fn never_reached_a_server(status: &Status) -> bool {
+    let mut next: Option<&(dyn StdError + 'static)> = status.source();
+    while let Some(err) = next {
+        if err.is::<tonic::TimeoutExpired>() || err.is::<tonic::ConnectError>() {
+            return false;
+        }
+        if let Some(inner) = err.downcast_ref::<Status>() {
+            return never_reached_a_server(inner);
+        }
+        if let Some(h) = err.downcast_ref::<hyper::Error>() {
+            if h.is_canceled() {
+                return true;
+            }
+            if h.is_timeout() {
+                return false;
+            }
+        }
+        if let Some(h2) = err.downcast_ref::<h2::Error>() {
+            let reason = h2.reason();
+            return h2.is_remote()
+                && !h2.is_io()
+                && ((h2.is_go_away() && reason == Some(h2::Reason::NO_ERROR))
+                    || reason == Some(h2::Reason::REFUSED_STREAM));
+        }
+        if err.is::<std::io::Error>() {
+            return false;
+        }
+        next = err.source();
+    }
+    false
 }
 
 fn classify_link(err: &(dyn StdError + 'static)) -> Option<FailureKind> {
@@ -195,4 +248,96 @@ fn classify_link(err: &(dyn StdError + 'static)) -> Option<FailureKind> {
         return Some(FailureKind::MaybeProcessed);
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stream_ended_inside_a_message_is_ambiguous() {
+        // tonic's own status when END_STREAM arrives mid-message.
+        let cut = Status::internal("Unexpected EOF decoding stream.");
+        assert_eq!(classify_failure(&cut), FailureKind::Ambiguous);
+        // The same code with another message is the server's.
+        let server = Status::internal("Unexpected EOF decoding stream. (from the server)");
+        assert_eq!(classify_failure(&server), FailureKind::Server);
+    }
+
+    /// One gRPC-shaped request over a real tonic channel to `addr`, as the status
+    /// a driver sees.
+    async fn call(addr: std::net::SocketAddr) -> Status {
+        use tower::ServiceExt;
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect_lazy();
+        let request = http::Request::builder()
+            .method("POST")
+            .uri(format!("http://{addr}/echo.Echo/Unary"))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(tonic::body::Body::empty())
+            .unwrap();
+        let err = channel.oneshot(request).await.expect_err("refused");
+        Status::from_error(err.into())
+    }
+
+    #[tokio::test]
+    async fn a_refused_stream_is_unsent_and_retried_transparently_within_a_bound() {
+        use crate::policy::{MAX_TRANSPARENT_RETRIES, RetryDecision, RetryPolicy, RetryReason};
+        // A raw HTTP/2 peer that refuses every stream (RST_STREAM(REFUSED_STREAM)).
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let mut conn = h2::server::handshake(tcp).await.unwrap();
+            while let Some(Ok((_, mut respond))) = conn.accept().await {
+                respond.send_reset(h2::Reason::REFUSED_STREAM);
+            }
+        });
+        let status = call(addr).await;
+        let failure = Failure::new(&status);
+        assert!(failure.is_unsent(), "{status:?}");
+        assert_eq!(failure.kind(), FailureKind::Unprocessed);
+        // No budget at all: the transparent re-sends still happen, then the policy decides.
+        let policy = RetryPolicy::builder().max_retries(Some(0)).build().unwrap();
+        let mut state = crate::policy::RetryState::new(
+            std::sync::Arc::from(vec![policy]),
+            std::time::Duration::from_secs(60),
+        );
+        for _ in 0..MAX_TRANSPARENT_RETRIES {
+            let matched = state.matching(&failure);
+            let d = state.on_failure(&failure, matched, &mut || 0.5);
+            assert_eq!(
+                d,
+                RetryDecision::Retry {
+                    delay: std::time::Duration::ZERO,
+                    reason: RetryReason::Transparent
+                }
+            );
+        }
+        let matched = state.matching(&failure);
+        assert!(matches!(
+            state.on_failure(&failure, matched, &mut || 0.5),
+            RetryDecision::GiveUp(_)
+        ));
+        assert_eq!(state.transparent_retries(), MAX_TRANSPARENT_RETRIES);
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_is_not_unsent() {
+        // The server may be down: backed off by the policy, never re-sent at once.
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        drop(listener);
+        let status = call(addr).await;
+        let failure = Failure::new(&status);
+        assert_eq!(failure.kind(), FailureKind::Unprocessed);
+        assert!(!failure.is_unsent(), "{status:?}");
+        assert!(!Failure::new(&Status::unavailable("server says")).is_unsent());
+    }
 }

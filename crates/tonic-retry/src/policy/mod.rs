@@ -71,7 +71,9 @@ use builder::ms_to_duration;
 pub use builder::{CUSTOM_POLICY_NAME, InvalidPolicy, MAX_POLICY_DURATION, RetryPolicyBuilder};
 
 pub use classify::{Classifier, CodeClassifier, DefaultClassifier, FnClassifier};
-pub use state::{GiveUpReason, PolicyState, RetryDecision, RetryReason, RetryState};
+pub use state::{
+    GiveUpReason, MAX_TRANSPARENT_RETRIES, PolicyState, RetryDecision, RetryReason, RetryState,
+};
 
 use std::fmt;
 use std::sync::Arc;

@@ -42,7 +42,15 @@ pub enum RetryReason {
     },
     /// The immediate-retry marker (PySpark's `RetryException`).
     RetryNow,
+    /// gRFC A6's transparent retry: the request never reached the server
+    /// ([`Failure::is_unsent`]), re-sent at once without spending the
+    /// policy's budget, at most [`MAX_TRANSPARENT_RETRIES`] times per call.
+    Transparent,
 }
+
+/// Transparent retries ([`RetryReason::Transparent`]) one call may make;
+/// after them an unsent request is judged by the policies like any failure.
+pub const MAX_TRANSPARENT_RETRIES: u32 = 5;
 
 /// Why a loop gave up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +93,8 @@ pub struct RetryState {
     retry_now_started: Option<Duration>,
     retry_now_bound: Duration,
     retries: u32,
+    /// Transparent retries granted so far (counted in `retries` too).
+    transparent: u32,
     /// The waits granted so far, and why the loop gave up (if it did):
     /// kept for logs and give-up errors ([`crate::retrying::GaveUp`]).
     waited: Duration,
@@ -101,6 +111,7 @@ impl RetryState {
             retry_now_started: None,
             retry_now_bound,
             retries: 0,
+            transparent: 0,
             waited: Duration::ZERO,
             gave_up: None,
         }
@@ -109,6 +120,11 @@ impl RetryState {
     /// Retries granted so far (policy retries and immediate retries).
     pub fn retries(&self) -> u32 {
         self.retries
+    }
+
+    /// Transparent retries granted so far ([`RetryReason::Transparent`]).
+    pub fn transparent_retries(&self) -> u32 {
+        self.transparent
     }
 
     /// The total wait of the retries granted so far.
@@ -173,6 +189,16 @@ impl RetryState {
         matched: Option<usize>,
         jitter_sample: &mut dyn FnMut() -> f64,
     ) -> RetryDecision {
+        // gRFC A6: a request the server never saw is re-sent at once, free,
+        // whatever the policies say (a bounded number of times).
+        if failure.is_unsent() && self.transparent < MAX_TRANSPARENT_RETRIES {
+            self.transparent += 1;
+            self.retries += 1;
+            return RetryDecision::Retry {
+                delay: Duration::ZERO,
+                reason: RetryReason::Transparent,
+            };
+        }
         let Some(index) = matched.filter(|&i| i < self.policies.len()) else {
             return RetryDecision::GiveUp(GiveUpReason::NotRetryable);
         };
