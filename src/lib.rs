@@ -32,6 +32,7 @@
 //! |---|---|---|
 //! | `arrow` | yes | decode results into arrow `RecordBatch`es, Arrow in (`create_dataframe`, uploads) |
 //! | `tls` | yes | TLS (rustls) for `use_ssl=true` connection strings |
+//! | `chrono` | no | chrono's `NaiveDate`, `NaiveDateTime` and `DateTime` as SQL parameters ([`session::params`]) |
 //!
 //! The retry policy, loop and layer come from [`tonic_retry`], which has no
 //! Spark in it; the embedded test server and the fault proxy live in the

@@ -60,8 +60,9 @@ pub enum Event {
 }
 
 /// A stream to open.
-// One `Open` lives per segment, moved once to the driver: the size of the
-// ExecutePlan variant (it grew with SQL parameters) costs nothing measurable.
+// The ExecutePlan request is larger (its plan carries the SQL parameters'
+// maps), but an `Open` lives only from the decision to the send, one at a
+// time: boxing it would cost an allocation per stream for nothing.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Open {

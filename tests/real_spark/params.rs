@@ -298,28 +298,28 @@ async fn a_parameterized_query_cut_mid_stream_is_exact() {
         .unwrap();
     let spark = session(&proxy.remote());
     let run = async {
-        let mut stream = spark
+        let mixed = spark
             .sql_with(
                 "SELECT id, id * :k AS x FROM range(?, ?)",
                 Params::named().bind("k", 2i64),
             )
             .await;
         // Named and positional markers cannot be mixed: Spark says so.
-        let e = stream
-            .as_mut()
-            .expect_err("a mixed query fails")
-            .to_string();
+        let e = match mixed {
+            Ok(_) => panic!("a mixed query fails"),
+            Err(e) => e.to_string(),
+        };
         assert!(
             e.contains("UNBOUND_SQL_PARAMETER") || e.contains("INVALID_QUERY_MIXED"),
             "{e}"
         );
-        stream = spark
+        let mut stream = spark
             .sql_with(
                 "SELECT id, id * :k AS x FROM range(:n)",
                 Params::named().bind("k", 2i64).bind("n", N),
             )
-            .await;
-        let mut stream = stream.unwrap();
+            .await
+            .unwrap();
         let mut check = Check {
             in_order: true,
             ..Default::default()

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use super::error::{SparkException, unsupported};
+use crate::error::{SparkException, unsupported};
 use spark_connect_retry::proto::expression::{ExprType, Literal, literal::LiteralType};
 use spark_connect_retry::proto::{Expression, Sql};
 

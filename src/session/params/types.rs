@@ -112,6 +112,11 @@ impl fmt::Display for SqlType {
 /// fractional digits than `scale` is sent padded with zeros (`"1.5"` as
 /// `DECIMAL(5,3)` is `1.500`).
 ///
+/// Spark 4.3 types a decimal parameter by its digits, whatever precision
+/// is declared (`"12.34"` as `DECIMAL(10,3)` arrives as `12.340`,
+/// `DECIMAL(5,3)`): the scale is kept, the precision bounds the value.
+/// PySpark's `Decimal` arguments are typed the same way.
+///
 /// ```
 /// use spark_connect_retry::session::params::{Decimal, SqlType, Value};
 ///
