@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Classifier, RetryPolicy};
+use super::{Classifier, MAX_POLICY_MS, RetryPolicy};
 
 /// The longest duration a policy accepts for any of its waits
 /// (`initial_backoff`, `max_backoff`, `jitter`, `min_jitter_threshold`,
@@ -18,19 +18,22 @@ use super::{Classifier, RetryPolicy};
 /// clock reading and sums over `u32::MAX` waits without overflow.
 pub const MAX_POLICY_DURATION: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 
-/// [`MAX_POLICY_DURATION`] in milliseconds.
-const MAX_POLICY_MS: f64 = 365.0 * 24.0 * 60.0 * 60.0 * 1000.0;
-
-pub(super) fn ms_to_duration(ms: f64) -> Duration {
-    // Checked on entry to be in 0..=MAX_POLICY_MS; clamped again so that no
-    // value can make `from_secs_f64` panic.
-    Duration::from_secs_f64(ms.clamp(0.0, MAX_POLICY_MS) / 1000.0)
-}
-
 /// A duration in (fractional) milliseconds, saturating: `Duration::MAX` is
 /// far above [`MAX_POLICY_DURATION`] and is rejected as such.
 fn duration_ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
+}
+
+impl RetryPolicy {
+    /// A builder that starts from [`RetryPolicy::default`].
+    ///
+    /// A policy built without [`name`](RetryPolicyBuilder::name) keeps the
+    /// default's name only if nothing was changed; a changed classifier or
+    /// number makes it [`CUSTOM_POLICY_NAME`] (`"custom"`), so logs never
+    /// present a custom policy as the default.
+    pub fn builder() -> RetryPolicyBuilder {
+        RetryPolicyBuilder::starting_from(RetryPolicy::default)
+    }
 }
 
 /// A policy parameter failed validation.

@@ -67,7 +67,14 @@ mod state;
 
 pub use failure::{Failure, FailureKind, Pushback, classify_failure};
 
-use builder::ms_to_duration;
+/// [`MAX_POLICY_DURATION`] in milliseconds.
+const MAX_POLICY_MS: f64 = 365.0 * 24.0 * 60.0 * 60.0 * 1000.0;
+
+fn ms_to_duration(ms: f64) -> Duration {
+    // Checked on entry to be in 0..=MAX_POLICY_MS; clamped again so that no
+    // value can make `from_secs_f64` panic.
+    Duration::from_secs_f64(ms.clamp(0.0, MAX_POLICY_MS) / 1000.0)
+}
 pub use builder::{CUSTOM_POLICY_NAME, InvalidPolicy, MAX_POLICY_DURATION, RetryPolicyBuilder};
 
 pub use classify::{Classifier, CodeClassifier, DefaultClassifier, FnClassifier};
@@ -149,16 +156,6 @@ impl Default for RetryPolicy {
 pub const DEFAULT_POLICY_NAME: &str = "default";
 
 impl RetryPolicy {
-    /// A builder that starts from [`RetryPolicy::default`].
-    ///
-    /// A policy built without [`name`](RetryPolicyBuilder::name) keeps the
-    /// default's name only if nothing was changed; a changed classifier or
-    /// number makes it [`CUSTOM_POLICY_NAME`] (`"custom"`), so logs never
-    /// present a custom policy as the default.
-    pub fn builder() -> RetryPolicyBuilder {
-        RetryPolicyBuilder::starting_from(RetryPolicy::default)
-    }
-
     /// Whether the numbers (everything but the name and the classifier)
     /// are those of `other`.
     fn same_numbers(&self, other: &RetryPolicy) -> bool {
