@@ -389,9 +389,6 @@ impl SparkSessionBuilder {
                 channel
             }
         };
-        // An HTTP error a proxy answered itself, mapped before tonic reads its body.
-        let channel =
-            BoxCloneSyncService::new(channel.map_result(|r| r.and_then(super::http_status::check)));
         let client = SparkClient::new(channel)
             .max_decoding_message_size(config.max_message_size())
             .max_encoding_message_size(config.max_message_size());

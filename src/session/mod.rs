@@ -46,7 +46,6 @@ mod digest;
 mod error;
 mod flow_control;
 mod generation;
-mod http_status;
 #[cfg(feature = "arrow")]
 mod local_data;
 mod options;

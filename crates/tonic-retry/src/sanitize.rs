@@ -1,4 +1,5 @@
-//! A guard against malformed `grpc-status-details-bin` headers.
+//! Guards on every response before tonic reads it: malformed
+//! `grpc-status-details-bin` headers, and HTTP errors without a gRPC status.
 //!
 //! tonic 0.14 **panics** when a server sends a `grpc-status-details-bin`
 //! header or trailer that is not valid base64 (upstream grpc/grpc-rust#2618),
@@ -8,6 +9,27 @@
 //! when it is not base64 replaces the status with a non-retryable `INTERNAL`
 //! whose message names the problem and the original code. Valid headers pass
 //! through untouched, padded or not.
+//!
+//! A load balancer that refuses a call itself (nginx `return 503`, HAProxy
+//! with no server up, a 504 after its own timeout, a 429 from a rate
+//! limiter) answers with an HTTP status, an HTML body and no `grpc-status`.
+//! tonic decodes that body as gRPC frames and fails with a non-retryable
+//! `INTERNAL`, so a retry policy never sees the status gRPC prescribes. The
+//! guard gives such a response the `grpc-status` of gRPC's HTTP-to-gRPC
+//! mapping (`doc/http-grpc-status-mapping.md`), so tonic and the retry layer
+//! read it as a trailers-only status and never touch the body:
+//!
+//! | HTTP | gRPC |
+//! |---|---|
+//! | 400 | INTERNAL |
+//! | 401 | UNAUTHENTICATED |
+//! | 403 | PERMISSION_DENIED |
+//! | 404 | UNIMPLEMENTED |
+//! | 429, 502, 503, 504 | UNAVAILABLE |
+//! | any other non-200 | UNKNOWN |
+//!
+//! A response that carries `grpc-status` (a gRPC server's own error, even
+//! over an HTTP error status) is left as it is.
 //!
 //! Every channel this crate builds is wrapped in it, and the tower retry
 //! layer applies it too.
@@ -32,8 +54,9 @@ use base64::Engine;
 use base64::engine::general_purpose::GeneralPurpose;
 use base64::engine::{DecodePaddingMode, GeneralPurposeConfig};
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue};
+use http::{HeaderMap, HeaderValue, StatusCode};
 use http_body::{Body, Frame};
+use tonic::Code;
 use tower::Layer;
 use tower::Service;
 
@@ -80,6 +103,47 @@ pub fn sanitize_status_headers(headers: &mut HeaderMap) -> bool {
     true
 }
 
+/// gRPC's code for an HTTP status that came without `grpc-status`.
+fn code_for_http(status: StatusCode) -> Code {
+    match status {
+        StatusCode::BAD_REQUEST => Code::Internal,
+        StatusCode::UNAUTHORIZED => Code::Unauthenticated,
+        StatusCode::FORBIDDEN => Code::PermissionDenied,
+        StatusCode::NOT_FOUND => Code::Unimplemented,
+        StatusCode::TOO_MANY_REQUESTS
+        | StatusCode::BAD_GATEWAY
+        | StatusCode::SERVICE_UNAVAILABLE
+        | StatusCode::GATEWAY_TIMEOUT => Code::Unavailable,
+        _ => Code::Unknown,
+    }
+}
+
+/// Gives a non-200 response without `grpc-status` the status of gRPC's
+/// HTTP-to-gRPC mapping, as a trailers-only response. Returns `true` if it
+/// changed anything.
+fn map_http_error(status: StatusCode, headers: &mut HeaderMap) -> bool {
+    if status == StatusCode::OK || headers.contains_key(GRPC_STATUS) {
+        return false;
+    }
+    let code = code_for_http(status);
+    headers.insert(GRPC_STATUS, HeaderValue::from(code as i32));
+    let message = format!(
+        "HTTP {} without grpc-status (answered by a proxy or load balancer)",
+        status.as_u16()
+    );
+    if let Ok(v) = HeaderValue::from_str(&message) {
+        headers.insert(GRPC_MESSAGE, v);
+    }
+    true
+}
+
+/// Both guards on a response head: the status an HTTP error maps to, and a
+/// malformed `grpc-status-details-bin` replaced.
+pub(crate) fn sanitize_head(head: &mut http::response::Parts) {
+    map_http_error(head.status, &mut head.headers);
+    sanitize_status_headers(&mut head.headers);
+}
+
 /// Layer producing [`Sanitize`].
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SanitizeLayer;
@@ -91,7 +155,8 @@ impl<S> Layer<S> for SanitizeLayer {
     }
 }
 
-/// Checks `grpc-status-details-bin` in response headers and trailers.
+/// Checks `grpc-status-details-bin` in response headers and trailers, and
+/// maps an HTTP error without `grpc-status` (see the [module docs](self)).
 #[derive(Debug, Clone)]
 pub struct Sanitize<S> {
     inner: S,
@@ -158,7 +223,7 @@ pub(crate) fn sanitize_response<B, T>(
     wrap: impl FnOnce(B) -> T,
 ) -> http::Response<T> {
     let (mut parts, body) = res.into_parts();
-    sanitize_status_headers(&mut parts.headers);
+    sanitize_head(&mut parts);
     http::Response::from_parts(parts, wrap(body))
 }
 
@@ -213,6 +278,41 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_http_error_without_grpc_status_gets_the_mapped_status() {
+        for (http, code) in [
+            (400, Code::Internal),
+            (401, Code::Unauthenticated),
+            (403, Code::PermissionDenied),
+            (404, Code::Unimplemented),
+            (429, Code::Unavailable),
+            (502, Code::Unavailable),
+            (503, Code::Unavailable),
+            (504, Code::Unavailable),
+            (500, Code::Unknown),
+            (302, Code::Unknown),
+        ] {
+            let http = StatusCode::from_u16(http).unwrap();
+            let mut h = HeaderMap::new();
+            h.insert("content-type", HeaderValue::from_static("text/html"));
+            assert!(map_http_error(http, &mut h), "HTTP {http}");
+            let status = tonic::Status::from_header_map(&h).expect("a status");
+            assert_eq!(status.code(), code, "HTTP {http}");
+            assert!(status.message().contains(&http.as_u16().to_string()));
+        }
+    }
+
+    #[test]
+    fn a_grpc_answer_keeps_its_own_status() {
+        let mut h = HeaderMap::new();
+        assert!(!map_http_error(StatusCode::OK, &mut h));
+        assert!(h.is_empty());
+        // A gRPC server's own error, even over an HTTP error status.
+        h.insert("grpc-status", HeaderValue::from_static("8"));
+        assert!(!map_http_error(StatusCode::SERVICE_UNAVAILABLE, &mut h));
+        assert_eq!(h.get("grpc-status").unwrap(), "8");
+    }
 
     #[test]
     fn valid_details_untouched_invalid_replaced() {

@@ -26,7 +26,8 @@ pub type GrpcChannel = BoxCloneSyncService<
 
 /// Box `service` (for example a tonic `Channel`) into a [`GrpcChannel`],
 /// guarded by [`SanitizeLayer`] against tonic's panic on malformed status
-/// details, and by [`RequestErrorLayer`] so that a request tonic cannot
+/// details and against HTTP errors without a gRPC status (mapped as gRPC
+/// prescribes), and by [`RequestErrorLayer`] so that a request tonic cannot
 /// encode fails with its own status.
 pub fn grpc_channel<S, B>(service: S) -> GrpcChannel
 where

@@ -13,7 +13,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
+use http::{HeaderMap, HeaderValue, Request, Response};
 use http_body::Body as _;
 use tonic::body::Body;
 use tonic::{Code, Status};
@@ -24,7 +24,7 @@ use super::decide::Outcome;
 use super::method::ResponseKind;
 use crate::headers::{GRPC_PREVIOUS_RPC_ATTEMPTS, GRPC_STATUS, GRPC_TIMEOUT};
 use crate::policy::Pushback;
-use crate::sanitize::{sanitize_status_headers, sanitized_body};
+use crate::sanitize::{sanitize_head, sanitize_status_headers, sanitized_body};
 use crate::transport::BoxError;
 
 /// The inner services the layer drives, with their bounds named once: a
@@ -156,24 +156,14 @@ where
     B::Error: Into<BoxError>,
 {
     let (mut head, body) = res.into_parts();
-    sanitize_status_headers(&mut head.headers);
+    // An HTTP error without grpc-status gets the mapped one here.
+    sanitize_head(&mut head);
     if head.headers.contains_key(GRPC_STATUS) {
         // Trailers-only: the status is in the headers.
         let status = failed_status(&head.headers);
         let pushback = Pushback::from_headers(&head.headers);
         let res = Response::from_parts(head, sanitized_body(body));
         return judged(res, status, pushback);
-    }
-    if head.status != StatusCode::OK {
-        let status = Status::new(
-            code_from_http(head.status),
-            format!(
-                "grpc-status header missing, mapped from HTTP status code {}",
-                head.status.as_u16()
-            ),
-        );
-        let res = Response::from_parts(head, sanitized_body(body));
-        return judged(res, Some(status), None);
     }
     // Free for a tonic body (a `Channel`'s); another is boxed once.
     let mut body = Body::new(body);
@@ -263,22 +253,6 @@ fn replayed(
         error: None,
     };
     Response::from_parts(head, body.into_body())
-}
-
-/// The gRPC mapping of HTTP status codes, for responses without `grpc-status`
-/// (e.g. a proxy's 503), so the policy sees what tonic would report.
-fn code_from_http(status: StatusCode) -> Code {
-    match status {
-        StatusCode::BAD_REQUEST => Code::Internal,
-        StatusCode::UNAUTHORIZED => Code::Unauthenticated,
-        StatusCode::FORBIDDEN => Code::PermissionDenied,
-        StatusCode::NOT_FOUND => Code::Unimplemented,
-        StatusCode::TOO_MANY_REQUESTS
-        | StatusCode::BAD_GATEWAY
-        | StatusCode::SERVICE_UNAVAILABLE
-        | StatusCode::GATEWAY_TIMEOUT => Code::Unavailable,
-        _ => Code::Unknown,
-    }
 }
 
 /// Parse a `grpc-timeout` header (`1*8DIGIT unit`); garbage is ignored.

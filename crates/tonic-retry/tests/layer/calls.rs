@@ -164,3 +164,70 @@ async fn a_negative_pushback_stops_retries() {
     assert_eq!(err.code(), Code::Unavailable);
     assert_eq!(server.calls(), 1);
 }
+
+/// A raw HTTP/2 peer that answers every request as a load balancer with no
+/// backend does: HTTP 503, an HTML body, no `grpc-status`. Counts requests.
+async fn proxy_answering_503() -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicU32>,
+) {
+    use std::sync::atomic::Ordering;
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    let requests = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let seen = requests.clone();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let Ok(mut conn) = h2::server::handshake(tcp).await else {
+                    return;
+                };
+                while let Some(Ok((_, mut respond))) = conn.accept().await {
+                    seen.fetch_add(1, Ordering::SeqCst);
+                    let head = http::Response::builder()
+                        .status(503)
+                        .header("content-type", "text/html")
+                        .body(())
+                        .unwrap();
+                    if let Ok(mut body) = respond.send_response(head, false) {
+                        let html = "<html><body>503 Service Temporarily Unavailable</body></html>";
+                        let _ = body.send_data(bytes::Bytes::from_static(html.as_bytes()), true);
+                    }
+                }
+            });
+        }
+    });
+    (addr, requests)
+}
+
+#[tokio::test]
+async fn an_http_503_without_grpc_status_is_unavailable_and_retried() {
+    let (addr, requests) = proxy_answering_503().await;
+    let sleeper = RecordingSleeper::new();
+    let layer = RetryLayer::from_service_config(&config(RETRY_SAY), base(&sleeper));
+    let err = client(addr, layer).say(hello(0)).await.unwrap_err();
+    // gRPC's HTTP-to-gRPC mapping: 503 is UNAVAILABLE, which the config retries
+    // (tonic alone reads the HTML as frames and reports INTERNAL).
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    assert!(
+        err.message().contains("HTTP 503 without grpc-status"),
+        "{err:?}"
+    );
+    assert_eq!(requests.load(std::sync::atomic::Ordering::SeqCst), 5);
+    assert_eq!(sleeper.sleeps_ms().len(), 4);
+}
+
+#[tokio::test]
+async fn a_channel_from_grpc_channel_maps_an_http_error_too() {
+    let (addr, _) = proxy_answering_503().await;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_lazy();
+    let mut plain =
+        tonic_retry_echo::EchoClient::new(tonic_retry::transport::grpc_channel(channel));
+    let err = plain.say(hello(0)).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+}
