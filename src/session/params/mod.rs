@@ -97,9 +97,10 @@ impl Params {
     /// use spark_connect_retry::proto::expression::{ExprType, literal::LiteralType};
     /// use spark_connect_retry::session::params::Params;
     ///
-    /// let sql = Params::named()
+    /// let params = Params::named()
     ///     .bind("id", 5i32)
-    ///     .bind("name", "'; DROP TABLE t; --")
+    ///     .bind("name", "'; DROP TABLE t; --");
+    /// let sql = Params::from(params)
     ///     .sql_relation("SELECT * FROM t WHERE id = :id AND name = :name")
     ///     .unwrap();
     /// let literal = |name: &str| match &sql.named_arguments[name].expr_type {
@@ -235,25 +236,22 @@ impl From<PositionalParams> for Params {
     }
 }
 
-impl NamedParams {
-    /// [`Params::sql_relation`] of these parameters.
-    pub fn sql_relation(&self, query: &str) -> Result<proto::Sql, ParamError> {
-        Params::from(self.clone()).sql_relation(query)
-    }
-}
-
-impl PositionalParams {
-    /// [`Params::sql_relation`] of these parameters.
-    pub fn sql_relation(&self, query: &str) -> Result<proto::Sql, ParamError> {
-        Params::from(self.clone()).sql_relation(query)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::proto::expression::ExprType;
     use crate::proto::expression::literal::LiteralType;
+
+    /// `sql_relation` straight on named or positional parameters.
+    trait Relation {
+        fn sql_relation(self, query: &str) -> Result<proto::Sql, ParamError>;
+    }
+
+    impl<P: Into<Params>> Relation for P {
+        fn sql_relation(self, query: &str) -> Result<proto::Sql, ParamError> {
+            Params::sql_relation(&self.into(), query)
+        }
+    }
 
     fn lit(e: &proto::Expression) -> LiteralType {
         match &e.expr_type {

@@ -306,6 +306,17 @@ impl TimestampNtz {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_system_time_is_truncated_toward_the_past() {
+        use std::time::{Duration, UNIX_EPOCH};
+        let t = |d| super::Timestamp::from_system_time(d).map(|t| t.micros_since_epoch());
+        assert_eq!(t(UNIX_EPOCH + Duration::from_nanos(1_500_999)), Some(1_500));
+        assert_eq!(t(UNIX_EPOCH - Duration::from_micros(2)), Some(-2));
+        // 0.5 µs before the epoch is in the microsecond that starts at -1.
+        assert_eq!(t(UNIX_EPOCH - Duration::from_nanos(500)), Some(-1));
+        assert_eq!(t(UNIX_EPOCH - Duration::from_nanos(2_001)), Some(-3));
+    }
+
     use super::*;
 
     #[test]

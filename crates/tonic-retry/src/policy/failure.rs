@@ -97,7 +97,7 @@ impl<'a> Failure<'a> {
     /// ([`RetryState::on_failure`](super::RetryState::on_failure)). A
     /// connect failure is not one of them: the server may be down, and
     /// re-sending at once would spin.
-    pub fn is_unsent(&self) -> bool {
+    pub(crate) fn is_unsent(&self) -> bool {
         self.unsent
     }
     /// The `google.rpc.RetryInfo` delay in the status details, if any.
@@ -284,7 +284,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_refused_stream_is_unsent_and_retried_transparently_within_a_bound() {
-        use crate::policy::{MAX_TRANSPARENT_RETRIES, RetryDecision, RetryPolicy, RetryReason};
+        use crate::policy::state::MAX_TRANSPARENT_RETRIES;
+        use crate::policy::{RetryDecision, RetryPolicy, RetryReason};
         // A raw HTTP/2 peer that refuses every stream (RST_STREAM(REFUSED_STREAM)).
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
             .await

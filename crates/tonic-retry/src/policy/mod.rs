@@ -78,9 +78,7 @@ fn ms_to_duration(ms: f64) -> Duration {
 pub use builder::{CUSTOM_POLICY_NAME, InvalidPolicy, MAX_POLICY_DURATION, RetryPolicyBuilder};
 
 pub use classify::{Classifier, CodeClassifier, DefaultClassifier, FnClassifier};
-pub use state::{
-    GiveUpReason, MAX_TRANSPARENT_RETRIES, PolicyState, RetryDecision, RetryReason, RetryState,
-};
+pub use state::{GiveUpReason, PolicyState, RetryDecision, RetryReason, RetryState};
 
 use std::fmt;
 use std::sync::Arc;
@@ -153,7 +151,7 @@ impl Default for RetryPolicy {
 }
 
 /// The name of [`RetryPolicy::default`] in logs.
-pub const DEFAULT_POLICY_NAME: &str = "default";
+const DEFAULT_POLICY_NAME: &str = "default";
 
 impl RetryPolicy {
     /// Whether the numbers (everything but the name and the classifier)

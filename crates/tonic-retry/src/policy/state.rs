@@ -42,15 +42,17 @@ pub enum RetryReason {
     },
     /// The immediate-retry marker (`AttemptError::RetryNow`).
     RetryNow,
-    /// gRFC A6's transparent retry: the request never reached the server
-    /// ([`Failure::is_unsent`]), re-sent at once without spending the
-    /// policy's budget, at most [`MAX_TRANSPARENT_RETRIES`] times per call.
+    /// gRFC A6's transparent retry: the request provably never reached the
+    /// server (dropped unsent by a closing connection, above a GOAWAY's last
+    /// stream id, or refused with `REFUSED_STREAM`; not a connect failure),
+    /// re-sent at once without spending the policy's budget, at most 5 times
+    /// per call.
     Transparent,
 }
 
 /// Transparent retries ([`RetryReason::Transparent`]) one call may make;
 /// after them an unsent request is judged by the policies like any failure.
-pub const MAX_TRANSPARENT_RETRIES: u32 = 5;
+pub(crate) const MAX_TRANSPARENT_RETRIES: u32 = 5;
 
 /// Why a loop gave up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
