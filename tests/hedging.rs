@@ -453,65 +453,11 @@ fn hedging_a_method_declares_it_idempotent() {
     assert!(method.is_idempotent() && method.hedging().is_some());
 }
 
-/// The events of calls made inside an `observed` span, whatever other
-/// tests of this binary do meanwhile.
-mod observed {
-    use std::sync::Mutex;
-
-    use tracing::field::{Field, Visit};
-    use tracing_subscriber::layer::{Context, SubscriberExt};
-    use tracing_subscriber::util::SubscriberInitExt;
-
-    pub static EVENTS: Mutex<Vec<String>> = Mutex::new(Vec::new());
-
-    struct Fields(Vec<String>);
-
-    impl Visit for Fields {
-        fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-            if field.name() != "message" {
-                self.0.push(format!("{}={value:?}", field.name()));
-            }
-        }
-        fn record_str(&mut self, field: &Field, value: &str) {
-            self.0.push(format!("{}={value}", field.name()));
-        }
-    }
-
-    struct Capture;
-
-    impl<S> tracing_subscriber::Layer<S> for Capture
-    where
-        S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
-    {
-        fn on_event(&self, e: &tracing::Event<'_>, ctx: Context<'_, S>) {
-            let inside = ctx
-                .event_scope(e)
-                .is_some_and(|mut scope| scope.any(|s| s.name() == "observed"));
-            if inside && e.metadata().name().contains("layer") {
-                let mut f = Fields(vec![]);
-                e.record(&mut f);
-                EVENTS.lock().unwrap().push(f.0.join(" "));
-            }
-        }
-    }
-
-    pub fn init() {
-        static INIT: std::sync::Once = std::sync::Once::new();
-        INIT.call_once(|| {
-            tracing_subscriber::registry()
-                .with(Capture)
-                .with(tracing_subscriber::filter::LevelFilter::DEBUG)
-                .init();
-        });
-    }
-}
-
 /// The same `grpc attempt` events as retries: the attempt number (from 1), `hedge`
 /// as the reason, and which attempt won.
 #[tokio::test]
 async fn events_name_the_hedges_and_the_winner() {
-    use tracing::Instrument;
-    observed::init();
+    use tonic_retry_echo::capture::capture;
     let server = Server_::new(|k| match k {
         0 | 1 => ready(Err(Status::unavailable("busy"))),
         _ => ready(Ok(())),
@@ -519,12 +465,16 @@ async fn events_name_the_hedges_and_the_winner() {
     let addr = serve(server.clone()).await;
     let sleeper = VirtualSleeper::default();
     let mut client = client(addr, layer(&sleeper, policy(3, NEVER)));
-    let call = async { config(&mut client).await.unwrap() };
-    let span = tracing::info_span!("observed");
-    assert_eq!(call.instrument(span).await, "attempt 2");
+    let (reply, events) = capture(async { config(&mut client).await.unwrap() }).await;
+    assert_eq!(reply, "attempt 2");
+    let layer_events: Vec<String> = events
+        .iter()
+        .filter(|e| e.target.starts_with("tonic_retry::layer"))
+        .map(|e| e.fields.join(" "))
+        .collect();
     let m = "rpc.service=spark.connect.SparkConnectService rpc.method=Config";
     assert_eq!(
-        *observed::EVENTS.lock().unwrap(),
+        layer_events,
         [
             format!("{m} attempt=1 rpc.grpc.status_code=14 reason=hedge"),
             format!("{m} attempt=2 reason=hedge"),

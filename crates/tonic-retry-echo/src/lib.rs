@@ -4,7 +4,10 @@
 //! crate is a plain generated tonic client ([`EchoClient`]) and a server
 //! ([`Scripted`]) whose every call runs a script that may fail it, delay
 //! it, or answer it, so an example can say "the first call fails with
-//! UNAVAILABLE" in one line. It is not published.
+//! UNAVAILABLE" in one line. [`capture`] is the tracing capture every test
+//! binary of the workspace that asserts on events uses. It is not published.
+
+pub mod capture;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -3,7 +3,7 @@
 //! the test feeds message by message), and the tracing capture.
 #![allow(dead_code)] // each test binary uses part of this module
 
-pub mod capture;
+pub use tonic_retry_echo::capture;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;

@@ -1,13 +1,22 @@
-//! The tracing capture of tonic-retry's test binaries.
+//! Capturing the workspace crates' `tracing` events in a test, without races
+//! (`spark_connect_retry` and `tonic_retry`), for every test binary that
+//! asserts on events.
 //!
-//! A subscriber set per test (`with_default`) races with tracing's global
-//! callsite-interest cache when tests run in parallel: an event first hit
-//! while another test's subscriber was not interested can stay disabled.
-//! So a test binary that captures events installs one global subscriber
-//! with [`init`] before any of the crate's code runs, and each test
-//! collects the events of its own thread with [`capture`]. A
-//! `#[tokio::test]` runs its futures on the test's thread, so the events
-//! are the test's own.
+//! Why not a scoped subscriber (`tracing::subscriber::set_default`) per test:
+//! tracing caches each callsite's interest globally, once, when the first
+//! thread reaches it. While at most one dispatcher is registered, that interest
+//! is asked of the *registering thread's* default only. So when another test's
+//! thread (which has no subscriber) reaches a callsite first, the callsite is
+//! cached as "never", and a scoped subscriber on the test's own thread misses
+//! its events for the rest of the process. Whether that happens depends on
+//! which test thread gets there first: a flaky test (docs/flaky-tests.md has
+//! the reproducer).
+//!
+//! Instead, a test binary that captures events installs one global subscriber
+//! with [`init`] before any of the crate's code runs (every test of such a
+//! binary calls it first, directly or through a shared helper), and each test
+//! collects the events of its own thread with [`capture`]. A `#[tokio::test]`
+//! runs its futures on the test's thread, so the events are the test's own.
 
 use std::cell::RefCell;
 use std::sync::Once;
@@ -16,7 +25,7 @@ use tracing_subscriber::Layer as _;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
-/// One event of the crate, as a test sees it.
+/// One event of a workspace crate, as a test sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Event {
     /// The event's target (its module path).
@@ -76,7 +85,9 @@ pub fn init() {
     INIT.call_once(|| {
         let fmt = tracing_subscriber::fmt::layer()
             .with_test_writer()
-            .with_filter(tracing_subscriber::EnvFilter::new("tonic_retry=debug"));
+            .with_filter(tracing_subscriber::EnvFilter::new(
+                "spark_connect_retry=debug,tonic_retry=debug",
+            ));
         tracing_subscriber::registry()
             .with(fmt)
             .with(Capture)
@@ -126,7 +137,9 @@ where
     }
     fn on_event(&self, e: &tracing::Event<'_>, ctx: tracing_subscriber::layer::Context<'_, S>) {
         let meta = e.metadata();
-        if !meta.target().starts_with("tonic_retry") {
+        if !(meta.target().starts_with("spark_connect_retry")
+            || meta.target().starts_with("tonic_retry"))
+        {
             return;
         }
         CAPTURED.with(|c| {
