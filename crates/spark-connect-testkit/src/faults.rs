@@ -51,6 +51,8 @@ pub const BAD_STATUS_DETAILS: &str = "!!!not-base64!!!";
 
 /// An RPC of the Spark Connect service, as a fault target and in call records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+// Fault scripts name RPCs as the protocol spells them (`rpc = "ExecutePlan"`).
+#[cfg_attr(feature = "cli", derive(serde::Deserialize))]
 #[non_exhaustive]
 pub enum Rpc {
     /// Matches every RPC (only meaningful as a fault target).

@@ -139,23 +139,6 @@ enum Kind {
     Restart,
 }
 
-/// The RPC names as the protocol spells them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-enum RpcName {
-    Any,
-    ExecutePlan,
-    ReattachExecute,
-    ReleaseExecute,
-    Config,
-    AnalyzePlan,
-    Interrupt,
-    ReleaseSession,
-    FetchErrorDetails,
-    AddArtifacts,
-    ArtifactStatus,
-    Other,
-}
-
 /// gRPC status codes as gRPC spells them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -182,7 +165,7 @@ enum CodeName {
 #[serde(deny_unknown_fields)]
 struct RawFault {
     kind: Spanned<Kind>,
-    rpc: Option<Spanned<RpcName>>,
+    rpc: Option<Spanned<Rpc>>,
     times: Option<Spanned<u32>>,
     after_responses: Option<Spanned<u32>>,
     after_requests: Option<Spanned<u32>>,
@@ -344,7 +327,7 @@ fn check_fault(text: &str, f: RawFault) -> Result<FaultSpec, ScriptError> {
     let rpc = match (&f.rpc, kind) {
         (None, Kind::CorruptChunk) => Rpc::AddArtifacts,
         (None, _) => Rpc::Any,
-        (Some(r), Kind::CorruptChunk) if *r.get_ref() != RpcName::AddArtifacts => {
+        (Some(r), Kind::CorruptChunk) if *r.get_ref() != Rpc::AddArtifacts => {
             return Err(error_at(
                 text,
                 r.span(),
@@ -352,7 +335,7 @@ fn check_fault(text: &str, f: RawFault) -> Result<FaultSpec, ScriptError> {
                 "kind = \"corrupt_chunk\" only acts on rpc = \"AddArtifacts\"".to_owned(),
             ));
         }
-        (Some(r), _) => rpc(*r.get_ref()),
+        (Some(r), _) => *r.get_ref(),
     };
     let times = match f.times {
         Some(t) if *t.get_ref() == 0 => {
@@ -404,23 +387,6 @@ fn kind_label(kind: Kind) -> &'static str {
         Kind::BadStatusDetails => "bad_status_details",
         Kind::CorruptChunk => "corrupt_chunk",
         Kind::Restart => "restart",
-    }
-}
-
-fn rpc(name: RpcName) -> Rpc {
-    match name {
-        RpcName::Any => Rpc::Any,
-        RpcName::ExecutePlan => Rpc::ExecutePlan,
-        RpcName::ReattachExecute => Rpc::ReattachExecute,
-        RpcName::ReleaseExecute => Rpc::ReleaseExecute,
-        RpcName::Config => Rpc::Config,
-        RpcName::AnalyzePlan => Rpc::AnalyzePlan,
-        RpcName::Interrupt => Rpc::Interrupt,
-        RpcName::ReleaseSession => Rpc::ReleaseSession,
-        RpcName::FetchErrorDetails => Rpc::FetchErrorDetails,
-        RpcName::AddArtifacts => Rpc::AddArtifacts,
-        RpcName::ArtifactStatus => Rpc::ArtifactStatus,
-        RpcName::Other => Rpc::Other,
     }
 }
 
