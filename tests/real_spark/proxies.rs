@@ -115,6 +115,46 @@ async fn slow_query_with(
     Ok((check, stream.stats()))
 }
 
+/// Runs `query` within [`BOUND`], checks its `n` rows exactly, and reports
+/// what the stream went through.
+async fn exact(
+    what: &str,
+    n: i64,
+    sleeper: &RecordingSleeper,
+    query: impl std::future::Future<Output = Result<(Check, StreamStats), SparkError>>,
+) -> StreamStats {
+    let (check, stats) = tokio::time::timeout(BOUND, query)
+        .await
+        .expect("hung")
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_exact(&check, n);
+    report(what, &stats, sleeper);
+    stats
+}
+
+/// The cut was resumed by a reattach, never by running the query again.
+fn assert_resumed(stats: &StreamStats, why: &str) {
+    assert!(stats.reattaches >= 1, "{why}: {stats:?}");
+    assert_eq!(stats.re_executes, 0, "{why}: {stats:?}");
+}
+
+/// `SELECT count(*)` of `table`.
+async fn count_rows(spark: &SparkSession, table: &str) -> i64 {
+    let batches = spark
+        .sql(&format!("SELECT count(*) FROM {table}"))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    batches[0]
+        .column(0)
+        .as_any()
+        .downcast_ref::<Int64Array>()
+        .unwrap()
+        .value(0)
+}
+
 fn report(what: &str, stats: &StreamStats, sleeper: &RecordingSleeper) {
     eprintln!(
         "{what}: reattaches {}, re-executes {}, policy retries {}, immediate retries {}, \
@@ -139,19 +179,18 @@ async fn nginx_reload_mid_query_3m_rows_exact() {
     let _turn = TURN.lock().await;
     let sleeper = RecordingSleeper::new();
     let spark = lb.session(NGINX, &sleeper);
-    let (check, stats) = tokio::time::timeout(
-        BOUND,
-        slow_query_with(&spark, 200_000, || lb.script(&["reload", "nginx"])),
+    let reload = || lb.script(&["reload", "nginx"]);
+    let stats = exact(
+        "nginx reload",
+        THREE_M,
+        &sleeper,
+        slow_query_with(&spark, 200_000, reload),
     )
-    .await
-    .expect("hung")
-    .unwrap();
-    assert_exact(&check, THREE_M);
-    report("nginx reload", &stats, &sleeper);
-    // The old worker closes the connection 2 s after the reload
-    // (worker_shutdown_timeout): the stream is resumed, never re-executed.
-    assert!(stats.reattaches >= 1, "{stats:?}");
-    assert_eq!(stats.re_executes, 0, "{stats:?}");
+    .await;
+    assert_resumed(
+        &stats,
+        "the old worker closes the connection 2 s after the reload",
+    );
     spark.close().await.expect("close");
 }
 
@@ -164,12 +203,13 @@ async fn nginx_keepalive_requests_1_goaway_after_every_request() {
     let _turn = TURN.lock().await;
     let sleeper = RecordingSleeper::new();
     let spark = lb.session(NGINX_ONE_REQUEST, &sleeper);
-    let (check, stats) = tokio::time::timeout(BOUND, query_rows(&spark, THREE_M))
-        .await
-        .expect("hung")
-        .unwrap();
-    assert_exact(&check, THREE_M);
-    report("nginx keepalive_requests 1", &stats, &sleeper);
+    exact(
+        "nginx keepalive_requests 1",
+        THREE_M,
+        &sleeper,
+        query_rows(&spark, THREE_M),
+    )
+    .await;
     // Every call on a connection nginx is closing after one request: the
     // calls after the GOAWAY go to a new connection.
     let mut transparent = 0;
@@ -211,23 +251,27 @@ async fn nginx_read_timeout_cuts_a_silent_stream_and_it_resumes() {
     let _turn = TURN.lock().await;
     let sleeper = RecordingSleeper::new();
     let spark = lb.session(NGINX_SHORT_TIMEOUTS, &sleeper);
-    let (check, stats) =
-        tokio::time::timeout(BOUND, query_rows_as(&spark, &silent_midway(THREE_M, 3_500)))
-            .await
-            .expect("hung")
-            .unwrap();
-    assert_exact(&check, THREE_M);
-    report("nginx grpc_read_timeout 1s", &stats, &sleeper);
-    // Spark reports progress every 2 s: the silence is cut at least once.
-    assert!(stats.reattaches >= 1, "{stats:?}");
-    assert_eq!(stats.re_executes, 0, "{stats:?}");
+    let silent = silent_midway(THREE_M, 3_500);
+    let stats = exact(
+        "nginx grpc_read_timeout 1s",
+        THREE_M,
+        &sleeper,
+        query_rows_as(&spark, &silent),
+    )
+    .await;
+    assert_resumed(
+        &stats,
+        "Spark reports progress every 2 s: the silence is cut",
+    );
     // Idle for longer than keepalive_timeout: nginx closed the connection.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let (check, _) = tokio::time::timeout(BOUND, query_rows(&spark, 1000))
-        .await
-        .expect("hung")
-        .unwrap();
-    assert_exact(&check, 1000);
+    exact(
+        "after the idle close",
+        1000,
+        &sleeper,
+        query_rows(&spark, 1000),
+    )
+    .await;
     spark.close().await.expect("close");
 }
 
@@ -240,20 +284,15 @@ async fn haproxy_reload_mid_query_3m_rows_exact() {
     let _turn = TURN.lock().await;
     let sleeper = RecordingSleeper::new();
     let spark = lb.session(HAPROXY, &sleeper);
-    let (check, stats) = tokio::time::timeout(
-        BOUND,
-        slow_query_with(&spark, 200_000, || lb.script(&["reload", "haproxy"])),
+    let reload = || lb.script(&["reload", "haproxy"]);
+    let stats = exact(
+        "haproxy reload",
+        THREE_M,
+        &sleeper,
+        slow_query_with(&spark, 200_000, reload),
     )
-    .await
-    .expect("hung")
-    .unwrap();
-    assert_exact(&check, THREE_M);
-    report("haproxy reload", &stats, &sleeper);
-    assert!(
-        stats.reattaches >= 1,
-        "hard-stop-after 2s cuts the old process: {stats:?}"
-    );
-    assert_eq!(stats.re_executes, 0, "{stats:?}");
+    .await;
+    assert_resumed(&stats, "hard-stop-after 2s cuts the old process");
     spark.close().await.expect("close");
 }
 
@@ -266,15 +305,15 @@ async fn haproxy_timeout_server_cuts_a_silent_stream_and_it_resumes() {
     let _turn = TURN.lock().await;
     let sleeper = RecordingSleeper::new();
     let spark = lb.session(HAPROXY, &sleeper);
-    let (check, stats) =
-        tokio::time::timeout(BOUND, query_rows_as(&spark, &silent_midway(THREE_M, 3_500)))
-            .await
-            .expect("hung")
-            .unwrap();
-    assert_exact(&check, THREE_M);
-    report("haproxy timeout server 1s", &stats, &sleeper);
-    assert!(stats.reattaches >= 1, "{stats:?}");
-    assert_eq!(stats.re_executes, 0, "{stats:?}");
+    let silent = silent_midway(THREE_M, 3_500);
+    let stats = exact(
+        "haproxy timeout server 1s",
+        THREE_M,
+        &sleeper,
+        query_rows_as(&spark, &silent),
+    )
+    .await;
+    assert_resumed(&stats, "timeout server 1s cuts the silence");
     spark.close().await.expect("close");
 }
 
@@ -294,21 +333,15 @@ async fn haproxy_backend_down_then_up_mid_query_3m_rows_exact() {
         .unwrap();
     let lb = Arc::new(lb);
     let up = lb.clone();
-    let (check, stats) = tokio::time::timeout(
-        BOUND,
-        slow_query_with(&spark, 200_000, move || {
-            up.script(&["backend", "down"]);
-            std::thread::spawn(move || {
-                std::thread::sleep(Duration::from_millis(1500));
-                up.script(&["backend", "up"]);
-            });
-        }),
-    )
-    .await
-    .expect("hung")
-    .unwrap();
-    assert_exact(&check, THREE_M);
-    report("haproxy backend down and up", &stats, &sleeper);
+    let down_then_up = move || {
+        up.script(&["backend", "down"]);
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(1500));
+            up.script(&["backend", "up"]);
+        });
+    };
+    let query = slow_query_with(&spark, 200_000, down_then_up);
+    let stats = exact("haproxy backend down and up", THREE_M, &sleeper, query).await;
     assert_eq!(stats.re_executes, 0, "{stats:?}");
     spark.close().await.expect("close");
 }
@@ -322,19 +355,7 @@ async fn insert_once(spark: &SparkSession, table: &str) -> i64 {
             .await
             .expect("the INSERT"),
     );
-    let batches = spark
-        .sql(&format!("SELECT count(*) FROM {table}"))
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
-    batches[0]
-        .column(0)
-        .as_any()
-        .downcast_ref::<Int64Array>()
-        .unwrap()
-        .value(0)
+    count_rows(spark, table).await
 }
 
 real_test!(
@@ -433,20 +454,11 @@ async fn http_errors_from_the_proxy_map_to_unavailable_and_a_command_runs_once()
             .expect("hung");
     opener.join().unwrap();
     drop(inserted.expect("the INSERT once the proxy passes"));
-    let batches = spark
-        .sql(&format!("SELECT count(*) FROM {table}"))
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
-    let rows = batches[0]
-        .column(0)
-        .as_any()
-        .downcast_ref::<Int64Array>()
-        .unwrap()
-        .value(0);
-    assert_eq!(rows, 1, "the INSERT ran exactly once");
+    assert_eq!(
+        count_rows(&spark, &table).await,
+        1,
+        "the INSERT ran exactly once"
+    );
     drop(spark.sql(&format!("DROP TABLE {table}")).await.unwrap());
     spark.close().await.expect("close");
 }
