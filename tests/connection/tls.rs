@@ -202,79 +202,74 @@ async fn a_private_ca_from_the_builder_or_the_connection_string_works() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-#[tokio::test]
-async fn a_wrong_ca_fails_at_once_naming_the_unknown_issuer() {
+/// A session trusting `trusted`, against a front presenting a certificate
+/// of `issuer` for `hosts` (expired or not), fails at once with `failure`,
+/// its message saying `why`.
+async fn fails_at_once(
+    issuer: &Ca,
+    hosts: &[&str],
+    expired: bool,
+    trusted: &Ca,
+    failure: TlsFailure,
+    why: &str,
+) {
     let server = TestServer::start().await.unwrap();
-    let ca = Ca::new("the server's CA");
-    let other = Ca::new("another CA");
-    let front = front(server.addr(), ca.leaf(&["localhost"], false), None).await;
+    let front = front(server.addr(), issuer.leaf(hosts, expired), None).await;
     let sleeper = RecordingSleeper::new();
     let spark = session(front.addr.port(), &sleeper)
-        .tls_ca_pem(other.pem.clone())
+        .tls_ca_pem(trusted.pem.clone())
         .build()
         .unwrap();
     let err = tokio::time::timeout(BOUND, query(&spark))
         .await
         .unwrap()
         .unwrap_err();
-    assert_eq!(
-        handshake_failure(&err, &front, &sleeper),
-        TlsFailure::UnknownIssuer
-    );
-    assert!(
-        err.to_string().contains("not signed by a trusted CA"),
-        "{err}"
-    );
+    assert_eq!(handshake_failure(&err, &front, &sleeper), failure);
+    assert!(err.to_string().contains(why), "{err}");
+}
+
+#[tokio::test]
+async fn a_wrong_ca_fails_at_once_naming_the_unknown_issuer() {
+    let (ca, other) = (Ca::new("the server's CA"), Ca::new("another CA"));
+    let why = "not signed by a trusted CA";
+    fails_at_once(
+        &ca,
+        &["localhost"],
+        false,
+        &other,
+        TlsFailure::UnknownIssuer,
+        why,
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn a_certificate_for_another_host_fails_at_once() {
-    let server = TestServer::start().await.unwrap();
     let ca = Ca::new("test CA");
-    let front = front(
-        server.addr(),
-        ca.leaf(&["spark.other.example"], false),
-        None,
+    let why = "not valid for this host name";
+    fails_at_once(
+        &ca,
+        &["spark.other.example"],
+        false,
+        &ca,
+        TlsFailure::WrongHostName,
+        why,
     )
     .await;
-    let sleeper = RecordingSleeper::new();
-    let spark = session(front.addr.port(), &sleeper)
-        .tls_ca_pem(ca.pem.clone())
-        .build()
-        .unwrap();
-    let err = tokio::time::timeout(BOUND, query(&spark))
-        .await
-        .unwrap()
-        .unwrap_err();
-    assert_eq!(
-        handshake_failure(&err, &front, &sleeper),
-        TlsFailure::WrongHostName
-    );
-    assert!(
-        err.to_string().contains("not valid for this host name"),
-        "{err}"
-    );
 }
 
 #[tokio::test]
 async fn an_expired_certificate_fails_at_once() {
-    let server = TestServer::start().await.unwrap();
     let ca = Ca::new("test CA");
-    let front = front(server.addr(), ca.leaf(&["localhost"], true), None).await;
-    let sleeper = RecordingSleeper::new();
-    let spark = session(front.addr.port(), &sleeper)
-        .tls_ca_pem(ca.pem.clone())
-        .build()
-        .unwrap();
-    let err = tokio::time::timeout(BOUND, query(&spark))
-        .await
-        .unwrap()
-        .unwrap_err();
-    assert_eq!(
-        handshake_failure(&err, &front, &sleeper),
-        TlsFailure::Expired
-    );
-    assert!(err.to_string().contains("expired"), "{err}");
+    fails_at_once(
+        &ca,
+        &["localhost"],
+        true,
+        &ca,
+        TlsFailure::Expired,
+        "expired",
+    )
+    .await;
 }
 
 #[tokio::test]
