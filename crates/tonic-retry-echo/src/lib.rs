@@ -4,8 +4,11 @@
 //! crate is a plain generated tonic client ([`EchoClient`]) and a server
 //! ([`Scripted`]) whose every call runs a script that may fail it, delay
 //! it, or answer it, so an example can say "the first call fails with
-//! UNAVAILABLE" in one line. [`capture`] is the tracing capture every test
-//! binary of the workspace that asserts on events uses. It is not published.
+//! UNAVAILABLE" in one line. [`CollectorClient`] and [`Collector`] are a
+//! client-streaming service of their own (so that the echo's servers need
+//! not implement it), for tests of replayed request streams. [`capture`] is
+//! the tracing capture every test binary of the workspace that asserts on
+//! events uses. It is not published.
 
 pub mod capture;
 
@@ -26,6 +29,8 @@ mod pb {
     tonic::include_proto!("echo");
 }
 
+pub use pb::collector_client::CollectorClient;
+pub use pb::collector_server::{Collector, CollectorServer};
 pub use pb::echo_client::EchoClient;
 pub use pb::echo_server::{Echo, EchoServer};
 pub use pb::{EchoReply, EchoRequest};

@@ -1,8 +1,12 @@
 //! What tonic-retry's test binaries share: clients through a layer, the
 //! loopback servers (the scripted echo server, and [`Gated`], whose streams
-//! the test feeds message by message), and the tracing capture.
+//! the test feeds message by message, and [`recorded::Recorded`], which
+//! records what each attempt carried), and the tracing capture.
 #![allow(dead_code)] // each test binary uses part of this module
 
+pub mod recorded;
+
+#[allow(unused_imports)] // each test binary uses part of this module
 pub use tonic_retry_echo::capture;
 
 use std::collections::VecDeque;
@@ -17,6 +21,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tonic::{Request, Response, Status};
 use tonic_retry::layer::{RetryLayer, RetryService, ServiceConfig};
+use tonic_retry::policy::RetryPolicy;
 use tonic_retry::retrying::{RecordingSleeper, Retrying};
 use tonic_retry_echo::{Echo, EchoClient, EchoReply, EchoRequest, EchoServer};
 use tower::ServiceBuilder;
@@ -45,6 +50,24 @@ pub fn base(sleeper: &RecordingSleeper) -> Retrying {
     Retrying::default()
         .with_sleeper(sleeper.clone())
         .with_seed(7)
+}
+
+/// The gRPC default policy without jitter (100 ms doubling to 1 s, 4
+/// retries), through a recording sleeper: every wait exact.
+pub fn exact(sleeper: &RecordingSleeper) -> Retrying {
+    let policy = RetryPolicy::builder()
+        .proportional_jitter(0.0)
+        .build()
+        .unwrap();
+    Retrying::new(vec![policy]).with_sleeper(sleeper.clone())
+}
+
+/// A `Say` request with `message`.
+pub fn say(message: &str) -> EchoRequest {
+    EchoRequest {
+        message: message.to_owned(),
+        count: 0,
+    }
 }
 
 /// A service config that must parse.
