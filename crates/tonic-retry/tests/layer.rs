@@ -6,6 +6,7 @@ mod support;
 mod layer {
     mod calls;
     mod events;
+    mod hedging;
     mod overrides;
     mod streams;
 }

@@ -10,30 +10,26 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::{Stream, StreamExt};
-use spark_connect_retry::layer::{
-    HedgingPolicy, RetryLayer, RetryService, RetryStats, RetryStatsHandle, RetryThrottle,
-    SparkConnectLayer,
-};
-use spark_connect_retry::proto::spark_connect_service_client::SparkConnectServiceClient;
-use spark_connect_retry::proto::*;
-use spark_connect_retry::retrying::{BoxFuture, ManualClock, Retrying, Sleeper};
-use spark_connect_testkit::{SparkConnectService, SparkConnectServiceServer};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::metadata::MetadataValue;
 use tonic::transport::{Channel, Endpoint, Server};
 use tonic::{Code, Request, Response, Status};
+use tonic_retry::layer::{
+    HedgingPolicy, RetryLayer, RetryService, RetryStats, RetryStatsHandle, RetryThrottle,
+};
+use tonic_retry::retrying::{BoxFuture, ManualClock, Retrying, Sleeper};
+use tonic_retry_echo::{Echo, EchoClient, EchoReply, EchoRequest, EchoServer};
 use tower::ServiceBuilder;
 
-const CONFIG: &str = "/spark.connect.SparkConnectService/Config";
-const REATTACH: &str = "/spark.connect.SparkConnectService/ReattachExecute";
-const EXECUTE: &str = "/spark.connect.SparkConnectService/ExecutePlan";
+const SAY: &str = "/echo.Echo/Say";
+const REPEAT: &str = "/echo.Echo/Repeat";
 /// A hedging delay no test reaches: a hedge is sent only by the rule tested.
 const NEVER: Duration = Duration::from_secs(3600);
 /// A guard against a hang (a failing test), not a timed assertion.
 const HANG: Duration = Duration::from_secs(20);
-/// The request every `Config` call sends, replayed to each hedge.
+/// The request every `Say` call sends, replayed to each hedge.
 const BODY: &str = "a request body replayed to every hedge";
 
 type Script = dyn Fn(u32) -> BoxFuture<Result<(), Status>> + Send + Sync;
@@ -45,7 +41,7 @@ type Script = dyn Fn(u32) -> BoxFuture<Result<(), Status>> + Send + Sync;
 struct Server_ {
     script: Arc<Script>,
     arrivals: Arc<Mutex<Vec<u32>>>,
-    /// The session id of every `Config` request, as the server read it.
+    /// The message of every `Say` request, as the server read it.
     bodies: Arc<Mutex<Vec<String>>>,
     cancelled: Arc<Semaphore>,
     cancelled_count: Arc<AtomicU32>,
@@ -119,35 +115,30 @@ fn with_pushback(value: &'static str) -> Status {
     Status::with_metadata(Code::Unavailable, "pushback", md)
 }
 
-type Stream_ = Pin<Box<dyn Stream<Item = Result<ExecutePlanResponse, Status>> + Send>>;
+type Stream_ = Pin<Box<dyn Stream<Item = Result<EchoReply, Status>> + Send>>;
 
 #[tonic::async_trait]
-impl SparkConnectService for Server_ {
-    async fn config(
-        &self,
-        req: Request<ConfigRequest>,
-    ) -> Result<Response<ConfigResponse>, Status> {
+impl Echo for Server_ {
+    async fn say(&self, req: Request<EchoRequest>) -> Result<Response<EchoReply>, Status> {
         let (k, mut guard) = self.arrive(&req);
-        let body = req.get_ref().session_id.clone();
+        let body = req.get_ref().message.clone();
         self.bodies.lock().unwrap().push(body);
         let r = (self.script)(k).await;
         guard.done = true;
         r?;
-        Ok(Response::new(ConfigResponse {
-            session_id: format!("attempt {k}"),
-            ..Default::default()
+        Ok(Response::new(EchoReply {
+            message: format!("attempt {k}"),
         }))
     }
+
+    type RepeatStream = Stream_;
+
     /// A stream: the script decides before its first message, then a second.
-    async fn reattach_execute(
-        &self,
-        req: Request<ReattachExecuteRequest>,
-    ) -> Result<Response<Stream_>, Status> {
+    async fn repeat(&self, req: Request<EchoRequest>) -> Result<Response<Stream_>, Status> {
         let (k, guard) = self.arrive(&req);
         let script = self.script.clone();
-        let msg = move |i: u32| ExecutePlanResponse {
-            response_id: format!("{k}.{i}"),
-            ..Default::default()
+        let msg = move |i: u32| EchoReply {
+            message: format!("{k}.{i}"),
         };
         let first = futures_util::stream::once(async move {
             let mut guard = guard;
@@ -165,7 +156,7 @@ async fn serve(svc: Server_) -> SocketAddr {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(
         Server::builder()
-            .add_service(SparkConnectServiceServer::new(svc))
+            .add_service(EchoServer::new(svc))
             .serve_with_incoming(TcpListenerStream::new(listener)),
     );
     addr
@@ -201,13 +192,13 @@ impl VirtualSleeper {
     }
 }
 
-type Client = SparkConnectServiceClient<RetryService<Channel>>;
+type Client = EchoClient<RetryService<Channel>>;
 
 fn client(addr: SocketAddr, layer: RetryLayer) -> Client {
     let channel = Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect_lazy();
-    SparkConnectServiceClient::new(ServiceBuilder::new().layer(layer).service(channel))
+    EchoClient::new(ServiceBuilder::new().layer(layer).service(channel))
 }
 
 fn policy(max: u32, delay: Duration) -> HedgingPolicy {
@@ -216,23 +207,23 @@ fn policy(max: u32, delay: Duration) -> HedgingPolicy {
         .non_fatal([Code::Unavailable])
 }
 
-/// Spark Connect's layer, `Config` and `ReattachExecute` hedged.
+/// A layer with `Say` and `Repeat` hedged.
 fn layer(sleeper: &VirtualSleeper, policy: HedgingPolicy) -> RetryLayer {
-    RetryLayer::spark_connect(sleeper.retrying())
-        .hedge(CONFIG, policy.clone())
-        .hedge(REATTACH, policy)
+    RetryLayer::new(sleeper.retrying())
+        .hedge(SAY, policy.clone())
+        .hedge(REPEAT, policy)
 }
 
-async fn config(client: &mut Client) -> Result<String, Status> {
-    let req = ConfigRequest {
-        session_id: BODY.to_owned(),
-        ..Default::default()
+async fn say(client: &mut Client) -> Result<String, Status> {
+    let req = EchoRequest {
+        message: BODY.to_owned(),
+        count: 0,
     };
-    Ok(client.config(req).await?.into_inner().session_id)
+    Ok(client.say(req).await?.into_inner().message)
 }
 
 /// A scripted server, a virtual sleeper, and a client whose layer hedges
-/// `Config` and `ReattachExecute` with `policy`.
+/// `Say` and `Repeat` with `policy`.
 struct Setup {
     server: Server_,
     sleeper: VirtualSleeper,
@@ -268,7 +259,7 @@ async fn a_slow_first_attempt_is_beaten_by_the_hedge_and_cancelled() {
         policy(2, Duration::from_millis(5)),
     )
     .await;
-    assert_eq!(config(&mut t.client).await.unwrap(), "attempt 1");
+    assert_eq!(say(&mut t.client).await.unwrap(), "attempt 1");
     assert_eq!(t.sleeper.waits(), [Duration::from_millis(5)]);
     assert_eq!(hedges(t.stats.snapshot()), (2, 1, 1, 1));
     t.server.saw_cancelled(1).await;
@@ -282,7 +273,7 @@ async fn all_at_once_the_first_ok_wins_and_every_loser_is_cancelled() {
         policy(4, Duration::ZERO),
     )
     .await;
-    assert_eq!(config(&mut t.client).await.unwrap(), "attempt 2");
+    assert_eq!(say(&mut t.client).await.unwrap(), "attempt 2");
     assert_eq!(hedges(t.stats.snapshot()), (4, 3, 1, 3));
     t.server.saw_cancelled(3).await;
     assert_eq!(
@@ -304,7 +295,7 @@ async fn a_non_fatal_code_sends_the_next_hedge_at_once() {
         policy(3, NEVER),
     )
     .await;
-    assert_eq!(config(&mut t.client).await.unwrap(), "attempt 1");
+    assert_eq!(say(&mut t.client).await.unwrap(), "attempt 1");
     assert_eq!(
         t.sleeper.waits(),
         [NEVER, NEVER],
@@ -324,7 +315,7 @@ async fn a_fatal_code_commits_and_cancels_the_others() {
         policy(3, Duration::ZERO),
     )
     .await;
-    let err = config(&mut t.client).await.unwrap_err();
+    let err = say(&mut t.client).await.unwrap_err();
     assert_eq!((err.code(), err.message()), (Code::Internal, "broken"));
     assert_eq!(hedges(t.stats.snapshot()), (3, 2, 1, 2));
     t.server.saw_cancelled(2).await;
@@ -333,7 +324,7 @@ async fn a_fatal_code_commits_and_cancels_the_others() {
 #[tokio::test]
 async fn negative_pushback_stops_the_hedges() {
     let mut t = setup(|_| ready(Err(with_pushback("-1"))), policy(5, NEVER)).await;
-    let err = config(&mut t.client).await.unwrap_err();
+    let err = say(&mut t.client).await.unwrap_err();
     assert_eq!((err.code(), err.message()), (Code::Unavailable, "pushback"));
     assert_eq!(t.server.arrivals(), [0]);
     assert_eq!(hedges(t.stats.snapshot()), (1, 0, 0, 0));
@@ -349,7 +340,7 @@ async fn positive_pushback_delays_the_next_hedge() {
         policy(3, NEVER),
     )
     .await;
-    assert_eq!(config(&mut t.client).await.unwrap(), "attempt 1");
+    assert_eq!(say(&mut t.client).await.unwrap(), "attempt 1");
     assert_eq!(t.sleeper.waits(), [NEVER, Duration::from_millis(40), NEVER]);
     assert_eq!(t.server.arrivals(), [0, 1]);
 }
@@ -381,7 +372,7 @@ async fn throttling_under_a_burst() {
     let client = client(addr, layer);
     let calls = (0..6).map(|_| {
         let mut c = client.clone();
-        async move { config(&mut c).await.map_err(|s| s.code()) }
+        async move { say(&mut c).await.map_err(|s| s.code()) }
     });
     let control = async {
         for _ in 0..20_000 {
@@ -409,13 +400,13 @@ async fn throttling_under_a_burst() {
 async fn the_deadline_bounds_the_hedges() {
     let server = Server_::new(|_| forever());
     let addr = serve(server.clone()).await;
-    let layer = RetryLayer::spark_connect(Retrying::default())
-        .hedge(CONFIG, policy(5, Duration::from_secs(1)))
+    let layer = RetryLayer::new(Retrying::default())
+        .hedge(SAY, policy(5, Duration::from_secs(1)))
         .default_deadline(Duration::from_millis(2500));
     let stats = layer.stats_handle();
     let mut client = client(addr, layer);
     let start = tokio::time::Instant::now();
-    let err = config(&mut client).await.unwrap_err();
+    let err = say(&mut client).await.unwrap_err();
     assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
     assert_eq!(start.elapsed(), Duration::from_millis(2500), "paused time");
     let s = stats.snapshot();
@@ -433,13 +424,13 @@ async fn a_stream_is_committed_by_its_first_message() {
     .await;
     let mut stream = t
         .client
-        .reattach_execute(ReattachExecuteRequest::default())
+        .repeat(EchoRequest::default())
         .await
         .unwrap()
         .into_inner();
     let mut ids = vec![];
     while let Some(m) = stream.message().await.unwrap() {
-        ids.push(m.response_id);
+        ids.push(m.message);
     }
     assert_eq!(ids, ["1.0", "1.1"]);
     assert_eq!(hedges(t.stats.snapshot()), (2, 1, 1, 1));
@@ -448,8 +439,8 @@ async fn a_stream_is_committed_by_its_first_message() {
 
 #[test]
 fn hedging_a_method_declares_it_idempotent() {
-    let layer = RetryLayer::spark_connect(Retrying::default()).hedge(EXECUTE, policy(2, NEVER));
-    let method = layer.method_config(EXECUTE);
+    let layer = RetryLayer::new(Retrying::default()).hedge(REPEAT, policy(2, NEVER));
+    let method = layer.method_config(REPEAT);
     assert!(method.is_idempotent() && method.hedging().is_some());
 }
 
@@ -457,7 +448,7 @@ fn hedging_a_method_declares_it_idempotent() {
 /// as the reason, and which attempt won.
 #[tokio::test]
 async fn events_name_the_hedges_and_the_winner() {
-    use tonic_retry_echo::capture::capture;
+    use crate::support::capture::capture;
     let server = Server_::new(|k| match k {
         0 | 1 => ready(Err(Status::unavailable("busy"))),
         _ => ready(Ok(())),
@@ -465,14 +456,14 @@ async fn events_name_the_hedges_and_the_winner() {
     let addr = serve(server.clone()).await;
     let sleeper = VirtualSleeper::default();
     let mut client = client(addr, layer(&sleeper, policy(3, NEVER)));
-    let (reply, events) = capture(async { config(&mut client).await.unwrap() }).await;
+    let (reply, events) = capture(async { say(&mut client).await.unwrap() }).await;
     assert_eq!(reply, "attempt 2");
     let layer_events: Vec<String> = events
         .iter()
         .filter(|e| e.target.starts_with("tonic_retry::layer"))
         .map(|e| e.fields.join(" "))
         .collect();
-    let m = "rpc.service=spark.connect.SparkConnectService rpc.method=Config";
+    let m = "rpc.service=echo.Echo rpc.method=Say";
     assert_eq!(
         layer_events,
         [
