@@ -1,6 +1,25 @@
-//! Connection resets and refusals, and when a non-idempotent call may be replayed.
+//! Connection resets and refusals, and when a non-idempotent call may be
+//! replayed, against the recording echo server.
 
-use super::*;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpStream};
+use tonic::metadata::{MetadataMap, MetadataValue};
+use tonic::{Code, Status};
+use tonic_retry::layer::{MethodConfig, RetryLayer};
+use tonic_retry::retrying::{BoxFuture, RecordingSleeper, Retrying, Sleeper};
+use tonic_types::{ErrorDetails, StatusExt};
+
+use crate::support::recorded::{Recorded, ready, unavailable_n};
+use crate::support::{client, exact, say};
+
+fn with_pushback(code: Code, value: &'static str) -> Status {
+    let mut md = MetadataMap::new();
+    md.insert("grpc-retry-pushback-ms", MetadataValue::from_static(value));
+    Status::with_metadata(code, "pushback", md)
+}
 
 /// A TCP proxy that resets (SO_LINGER 0 + close) its first `resets`
 /// connections after reading the client's first bytes, and forwards the rest.
@@ -31,21 +50,18 @@ async fn rst_proxy(upstream: SocketAddr, resets: u32) -> SocketAddr {
 
 #[tokio::test]
 async fn connection_reset_is_retried() {
-    let server = Scripted::new(unavailable_n(0));
-    let upstream = serve(server.clone()).await;
+    let server = Recorded::new(unavailable_n(0));
+    let upstream = server.spawn().await;
     let proxy = rst_proxy(upstream, 1).await;
     let sleeper = RecordingSleeper::new();
-    let layer = RetryLayer::spark_connect(retrying(&sleeper));
+    let layer =
+        RetryLayer::new(exact(&sleeper)).method("/echo.Echo/Say", MethodConfig::idempotent());
     let stats = layer.stats_handle();
     let mut c = client(proxy, layer);
-    let res = c
-        .config(config_req("after-rst"))
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(res.session_id, "after-rst");
+    let res = c.say(say("after-rst")).await.unwrap().into_inner();
+    assert_eq!(res.message, "after-rst");
     assert_eq!(
-        server.config_calls(),
+        server.say_calls(),
         1,
         "the reset attempt never reached the server"
     );
@@ -54,20 +70,20 @@ async fn connection_reset_is_retried() {
 
 #[tokio::test]
 async fn non_idempotent_not_replayed_after_server_saw_it() {
-    let server = Scripted::new(unavailable_n(1));
-    let addr = serve(server.clone()).await;
+    let server = Recorded::new(unavailable_n(1));
+    let addr = server.spawn().await;
     let sleeper = RecordingSleeper::new();
     // RetryLayer::new: every method non-idempotent.
-    let mut c = client(addr, RetryLayer::new(retrying(&sleeper)));
-    let err = c.config(config_req("s")).await.unwrap_err();
+    let mut c = client(addr, RetryLayer::new(exact(&sleeper)));
+    let err = c.say(say("s")).await.unwrap_err();
     assert_eq!(err.code(), Code::Unavailable);
-    assert_eq!(server.config_calls(), 1);
+    assert_eq!(server.say_calls(), 1);
     assert!(sleeper.sleeps().is_empty());
 }
 
 #[tokio::test]
 async fn non_idempotent_replayed_after_admission_rejection() {
-    let server = Scripted::new(|i| {
+    let server = Recorded::new(|i| {
         ready(match i {
             0 => Err(Status::with_error_details(
                 Code::ResourceExhausted,
@@ -78,11 +94,11 @@ async fn non_idempotent_replayed_after_admission_rejection() {
             _ => Ok(()),
         })
     });
-    let addr = serve(server.clone()).await;
+    let addr = server.spawn().await;
     let sleeper = RecordingSleeper::new();
-    let mut c = client(addr, RetryLayer::new(retrying(&sleeper)));
-    c.config(config_req("s")).await.unwrap();
-    assert_eq!(server.config_calls(), 3);
+    let mut c = client(addr, RetryLayer::new(exact(&sleeper)));
+    c.say(say("s")).await.unwrap();
+    assert_eq!(server.say_calls(), 3);
     assert_eq!(sleeper.sleeps_ms(), vec![300, 20]);
 }
 
@@ -121,20 +137,24 @@ async fn non_idempotent_replayed_after_connection_refused() {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         l.local_addr().unwrap()
     };
-    let server = Scripted::new(unavailable_n(0));
+    let server = Recorded::new(unavailable_n(0));
     let s2 = server.clone();
     let rec = RecordingSleeper::new();
     let sleeper = HookSleeper {
         rec: rec.clone(),
         hook: Arc::new(Mutex::new(Some(Box::pin(async move {
             let l = TcpListener::bind(addr).await.unwrap();
-            serve_on(l, s2).await;
+            s2.serve_on(l);
         })))),
     };
-    let layer = RetryLayer::new(Retrying::default().with_sleeper(sleeper).with_seed(1));
+    let policy = tonic_retry::policy::RetryPolicy::builder()
+        .proportional_jitter(0.0)
+        .build()
+        .unwrap();
+    let layer = RetryLayer::new(Retrying::new(vec![policy]).with_sleeper(sleeper));
     let mut c = client(addr, layer);
-    let res = c.config(config_req("late")).await.unwrap().into_inner();
-    assert_eq!(res.session_id, "late");
-    assert_eq!(server.config_calls(), 1);
-    assert_eq!(rec.sleeps_ms(), vec![50]);
+    let res = c.say(say("late")).await.unwrap().into_inner();
+    assert_eq!(res.message, "late");
+    assert_eq!(server.say_calls(), 1);
+    assert_eq!(rec.sleeps_ms(), vec![100]);
 }

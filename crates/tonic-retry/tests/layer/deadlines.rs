@@ -1,6 +1,21 @@
-//! Per-attempt timeouts, the overall deadline, throttling, and bodies over the replay cap.
+//! Per-attempt timeouts, the overall deadline, throttling, and bodies over
+//! the replay cap, against the recording echo server.
 
-use super::*;
+use std::time::Duration;
+
+use tonic::{Code, Request, Status};
+use tonic_retry::layer::{MethodConfig, RetryLayer, RetryThrottle};
+use tonic_retry::policy::RetryPolicy;
+use tonic_retry::retrying::{BoxFuture, RecordingSleeper, Retrying};
+use tonic_types::{ErrorDetails, StatusExt};
+
+use crate::support::recorded::{Recorded, ready, unavailable_n};
+use crate::support::{client, exact, say};
+
+/// A layer with `Say` idempotent over `retrying`.
+fn layer(retrying: Retrying) -> RetryLayer {
+    RetryLayer::new(retrying).method("/echo.Echo/Say", MethodConfig::idempotent())
+}
 
 fn slow(first_n: u32, d: Duration) -> impl Fn(u32) -> BoxFuture<Result<(), Status>> {
     move |i| {
@@ -15,17 +30,17 @@ fn slow(first_n: u32, d: Duration) -> impl Fn(u32) -> BoxFuture<Result<(), Statu
 
 #[tokio::test]
 async fn per_attempt_timeout_retries_slow_attempt() {
-    let server = Scripted::new(slow(1, Duration::from_secs(5)));
-    let addr = serve(server.clone()).await;
+    let server = Recorded::new(slow(1, Duration::from_secs(5)));
+    let addr = server.spawn().await;
     let sleeper = RecordingSleeper::new();
-    let layer = RetryLayer::spark_connect(retrying(&sleeper))
+    let layer = layer(exact(&sleeper))
         .per_attempt_timeout(Duration::from_millis(100))
         .default_deadline(Duration::from_secs(10));
     let started = std::time::Instant::now();
     let mut c = client(addr, layer);
-    c.config(config_req("s")).await.unwrap();
+    c.say(say("s")).await.unwrap();
     assert!(started.elapsed() < Duration::from_secs(3));
-    assert_eq!(server.config_calls(), 2);
+    assert_eq!(server.say_calls(), 2);
     // Each attempt's grpc-timeout is min(per-attempt, remaining) = 100 ms.
     for t in server.timeouts.lock().unwrap().iter() {
         let t = t.as_deref().unwrap();
@@ -36,22 +51,24 @@ async fn per_attempt_timeout_retries_slow_attempt() {
 
 #[tokio::test]
 async fn overall_deadline_stops_the_loop() {
-    let server = Scripted::new(slow(u32::MAX, Duration::from_secs(5)));
-    let addr = serve(server.clone()).await;
+    let server = Recorded::new(slow(u32::MAX, Duration::from_secs(5)));
+    let addr = server.spawn().await;
     // Waits of 1 ms, so the deadline (not the wait check) ends the loop.
+    // A budget the deadline ends first.
     let policy = RetryPolicy::builder()
+        .max_retries(Some(15))
         .initial_backoff(Duration::from_millis(1))
         .backoff_multiplier(1.0)
         .build()
         .unwrap();
     let sleeper = RecordingSleeper::new();
     let layer =
-        RetryLayer::spark_connect(Retrying::new(vec![policy]).with_sleeper(sleeper.clone()))
+        layer(Retrying::new(vec![policy]).with_sleeper(sleeper.clone()))
             .per_attempt_timeout(Duration::from_millis(100))
             .default_deadline(Duration::from_millis(350));
     let started = std::time::Instant::now();
     let err = client(addr, layer)
-        .config(config_req("s"))
+        .say(say("s"))
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
@@ -61,58 +78,56 @@ async fn overall_deadline_stops_the_loop() {
         "{took:?}"
     );
     // Attempts at 0, 100, 200 ms (100 ms each) and 300 ms (the 50 ms left).
-    let calls = server.config_calls();
+    let calls = server.say_calls();
     assert!((3..=4).contains(&calls), "{calls}");
     assert!(err.message().contains("deadline of 350 ms"), "{err:?}");
 }
 
 #[tokio::test]
 async fn request_grpc_timeout_is_the_overall_deadline() {
-    let server = Scripted::new(slow(u32::MAX, Duration::from_secs(5)));
-    let addr = serve(server.clone()).await;
+    let server = Recorded::new(slow(u32::MAX, Duration::from_secs(5)));
+    let addr = server.spawn().await;
     let sleeper = RecordingSleeper::new();
-    let mut c = client(addr, RetryLayer::spark_connect(retrying(&sleeper)));
-    let mut req = Request::new(config_req("s"));
+    let mut c = client(addr, layer(exact(&sleeper)));
+    let mut req = Request::new(say("s"));
     req.set_timeout(Duration::from_millis(150));
     let started = std::time::Instant::now();
-    let err = c.config(req).await.unwrap_err();
+    let err = c.say(req).await.unwrap_err();
     assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
     assert!(started.elapsed() < Duration::from_secs(2));
-    assert_eq!(server.config_calls(), 1);
+    assert_eq!(server.say_calls(), 1);
 }
 
 #[tokio::test]
 async fn no_attempt_scheduled_past_the_deadline() {
-    let server = Scripted::new(|_| {
+    let server = Recorded::new(|_| {
         ready(Err(Status::with_error_details(
             Code::Unavailable,
             "come back later",
             ErrorDetails::with_retry_info(Some(Duration::from_secs(10))),
         )))
     });
-    let addr = serve(server.clone()).await;
+    let addr = server.spawn().await;
     let sleeper = RecordingSleeper::new();
     let layer =
-        RetryLayer::spark_connect(retrying(&sleeper)).default_deadline(Duration::from_secs(1));
+        layer(exact(&sleeper)).default_deadline(Duration::from_secs(1));
     let err = client(addr, layer)
-        .config(config_req("s"))
+        .say(say("s"))
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::Unavailable);
     assert_eq!(err.message(), "come back later");
-    assert_eq!(server.config_calls(), 1);
+    assert_eq!(server.say_calls(), 1);
     assert!(sleeper.sleeps().is_empty());
 }
 
 #[tokio::test]
 async fn throttling_under_a_burst() {
     async fn burst(throttle: bool) -> (u32, u64) {
-        let server = Scripted::new(unavailable_n(u32::MAX));
-        let addr = serve(server.clone()).await;
+        let server = Recorded::new(unavailable_n(u32::MAX));
+        let addr = server.spawn().await;
         let policy = RetryPolicy::builder().max_retries(Some(3)).build().unwrap();
-        let mut layer = RetryLayer::spark_connect(
-            Retrying::new(vec![policy]).with_sleeper(RecordingSleeper::new()),
-        );
+        let mut layer = layer(Retrying::new(vec![policy]).with_sleeper(RecordingSleeper::new()));
         if throttle {
             layer = layer.throttle(RetryThrottle::new(10, 0.1).unwrap());
         }
@@ -121,13 +136,13 @@ async fn throttling_under_a_burst() {
         let calls: Vec<_> = (0..40)
             .map(|i| {
                 let mut c = c.clone();
-                tokio::spawn(async move { c.config(config_req(&i.to_string())).await })
+                tokio::spawn(async move { c.say(say(&i.to_string())).await })
             })
             .collect();
         for h in calls {
             assert_eq!(h.await.unwrap().unwrap_err().code(), Code::Unavailable);
         }
-        (server.config_calls(), stats.throttled())
+        (server.say_calls(), stats.throttled())
     }
     let (unthrottled_calls, none) = burst(false).await;
     assert_eq!((unthrottled_calls, none), (160, 0));
@@ -138,24 +153,24 @@ async fn throttling_under_a_burst() {
 
 #[tokio::test]
 async fn body_over_the_cap_passes_through() {
-    let server = Scripted::new(unavailable_n(1));
-    let addr = serve(server.clone()).await;
+    let server = Recorded::new(unavailable_n(1));
+    let addr = server.spawn().await;
     let sleeper = RecordingSleeper::new();
-    let layer = RetryLayer::spark_connect(retrying(&sleeper)).max_request_buffer(1024);
+    let layer = layer(exact(&sleeper)).max_request_buffer(1024);
     let stats = layer.stats_handle();
     let mut c = client(addr, layer);
     let big: String = (0..200_000)
         .map(|i| char::from(b'a' + (i % 26) as u8))
         .collect();
     // Over the cap: sent once, its UNAVAILABLE not retried.
-    let err = c.config(config_req(&big)).await.unwrap_err();
+    let err = c.say(say(&big)).await.unwrap_err();
     assert_eq!(err.code(), Code::Unavailable);
-    assert_eq!(server.config_calls(), 1);
+    assert_eq!(server.say_calls(), 1);
     // The next one succeeds, byte for byte.
-    let res = c.config(config_req(&big)).await.unwrap().into_inner();
-    assert_eq!(res.session_id, big);
+    let res = c.say(say(&big)).await.unwrap().into_inner();
+    assert_eq!(res.message, big);
     assert_eq!(stats.passthrough_too_large(), 2);
     assert_eq!(stats.retries(), 0);
     // A small one is still retried.
-    c.config(config_req("small")).await.unwrap();
+    c.say(say("small")).await.unwrap();
 }
