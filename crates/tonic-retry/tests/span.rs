@@ -2,14 +2,15 @@
 //! call starts, and the final status code recorded when it ends. Its own
 //! test binary, so its subscriber is the only one.
 
+mod support;
+
 use std::sync::{Arc, Mutex};
 
-use spark_connect_retry::layer::{RetryLayer, SparkConnectLayer};
-use spark_connect_retry::proto::ConfigRequest;
-use spark_connect_retry::proto::spark_connect_service_client::SparkConnectServiceClient;
-use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
-use spark_connect_testkit::{Fault, Rpc, TestServer, plans};
-use tower::ServiceBuilder;
+use tonic_retry::layer::{MethodConfig, RetryLayer};
+use tonic_retry::retrying::RecordingSleeper;
+
+use support::recorded::{Recorded, unavailable_n};
+use support::{client, exact, say};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing_subscriber::layer::{Context, SubscriberExt};
@@ -48,29 +49,19 @@ async fn span_has_the_rpc_fields_and_the_final_code() {
         .with(tracing_subscriber::filter::LevelFilter::DEBUG);
     let _guard = tracing::subscriber::set_default(subscriber);
 
-    let server = TestServer::start().await.unwrap();
-    server
-        .faults()
-        .push(Fault::unavailable().on(Rpc::Config).times(1));
+    let server = Recorded::new(unavailable_n(1));
+    let addr = server.spawn().await;
     let sleeper = RecordingSleeper::new();
-    let layer = RetryLayer::spark_connect(Retrying::default().with_sleeper(sleeper.clone()));
-    let channel = tonic::transport::Endpoint::from_shared(server.endpoint())
-        .unwrap()
-        .connect_lazy();
-    let mut client =
-        SparkConnectServiceClient::new(ServiceBuilder::new().layer(layer).service(channel));
-    let req = ConfigRequest {
-        session_id: plans::new_id(),
-        ..Default::default()
-    };
-    client.config(req).await.unwrap();
-    assert_eq!(sleeper.sleeps_ms(), vec![50], "one retry");
+    let layer =
+        RetryLayer::new(exact(&sleeper)).method("/echo.Echo/Say", MethodConfig::idempotent());
+    client(addr, layer).say(say("s")).await.unwrap();
+    assert_eq!(sleeper.sleeps_ms(), vec![100], "one retry");
     assert_eq!(
         *spans.0.lock().unwrap(),
         [
             "rpc.system=grpc",
-            "rpc.service=spark.connect.SparkConnectService",
-            "rpc.method=Config",
+            "rpc.service=echo.Echo",
+            "rpc.method=Say",
             "rpc.grpc.status_code=0",
         ]
     );
