@@ -1,4 +1,11 @@
-//! Property tests for the policy arithmetic and the retry loop.
+//! The policy and the retry loop: property tests of the arithmetic here;
+//! failures classified over real sockets in the files of `policy/`.
+
+mod support;
+
+mod policy {
+    mod transport;
+}
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
