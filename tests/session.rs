@@ -1,5 +1,5 @@
 //! `SparkSession` against the embedded fault-injecting server: queries,
-//! errors, renewals, resumed queries, uploads and artifacts, message limits,
+//! errors and what retries log, renewals, resumed queries, uploads and artifacts, message limits,
 //! a server that goes away, and the README's quick start.
 
 mod support;
@@ -10,6 +10,7 @@ mod session {
     mod artifacts;
     mod embedded;
     mod errors;
+    mod logging;
     mod message_size;
     mod params;
     mod readme;

@@ -1,9 +1,11 @@
 //! The policy and the retry loop: property tests of the arithmetic here;
-//! failures classified over real sockets in the files of `policy/`.
+//! failures classified over real sockets and the loop's give-up events in
+//! the files of `policy/`.
 
 mod support;
 
 mod policy {
+    mod give_up;
     mod transport;
 }
 

@@ -1,16 +1,21 @@
-//! What the retry loop logs: PySpark logs one `[RETRIES_EXCEEDED]` warning
-//! when it gives up, and so do we.
+//! What the session's retries log: PySpark's `[RETRIES_EXCEEDED]` warning
+//! when the loop gives up (PySpark logs one, and so do we), and events that
+//! name the call, the session, the attempt and the wait. (The loop's own
+//! events, in any wording: tonic-retry's `policy/give_up.rs`.)
 //!
 //! The events are captured through one global subscriber that every test here
 //! installs before it runs the loop (`support`'s docs say why a scoped
 //! subscriber per test would be flaky).
 
-mod support;
-
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use spark_connect_retry::policy::RetryPolicy;
 use spark_connect_retry::retrying::{RETRIES_EXCEEDED, RecordingSleeper, Retrying};
+use spark_connect_retry::session::SparkSession;
+use spark_connect_testkit::{Fault, Rpc, TestServer};
 use tonic::Status;
+
+use crate::support;
 
 /// Runs the default loop against a server that is always UNAVAILABLE; returns
 /// the attempts, the sleeps and the WARN messages of the crate.
@@ -37,6 +42,8 @@ async fn give_up_forever(retrying: Retrying) -> (u32, usize, Vec<String>) {
     )
 }
 
+/// PySpark's default policy: 16 attempts, 15 waits, then one warning in
+/// PySpark's words.
 #[tokio::test]
 async fn give_up_warns_once() {
     let (attempts, sleeps, warnings) = give_up_forever(Retrying::default()).await;
@@ -44,22 +51,8 @@ async fn give_up_warns_once() {
     assert_eq!(warnings, vec![RETRIES_EXCEEDED.to_owned()]);
 }
 
-/// The same loop run twice warns twice: one warning per call that gives up,
-/// not one per process (the capture does not lose the second).
-#[tokio::test]
-async fn each_call_that_gives_up_warns_once() {
-    for _ in 0..2 {
-        let (_, _, warnings) = give_up_forever(Retrying::default()).await;
-        assert_eq!(warnings, vec![RETRIES_EXCEEDED.to_owned()]);
-    }
-}
-
 // What a person reading the logs needs: which call, which attempt, which
 // status, how long the wait, which policy; and on give-up, what was tried.
-
-use spark_connect_retry::policy::RetryPolicy;
-use spark_connect_retry::session::SparkSession;
-use spark_connect_testkit::{Fault, Rpc, TestServer};
 
 /// The fields of `event` (and its spans) `names`, as `name=value`, for
 /// an assertion that shows all of them when it fails.
