@@ -1,6 +1,8 @@
 //! Getting to a server: `sc://` connection strings, the channel the session
 //! builds (TLS rule, token, keepalive, limits), HTTP/2 windows, renewed
-//! connections, and wire compatibility of the protocol with newer servers.
+//! connections, the Spark Connect method table of the retry layer
+//! (`SparkConnectLayer`), and wire compatibility of the protocol with newer
+//! servers.
 
 mod support;
 
@@ -11,5 +13,6 @@ mod connection {
     mod http2_windows;
     mod proto_compat;
     mod reconnect;
+    mod spark_layer;
     mod tls;
 }
