@@ -5,7 +5,8 @@
 //! Arms, each its own connection to one loopback server:
 //!
 //! * `raw`: the generated client over a `Channel`;
-//! * `ours`: through `RetryLayer::spark_connect`;
+//! * `ours`: through a `RetryLayer` with `Say` idempotent (every call
+//!   buffered for replay);
 //! * `reference`: a `tower::retry::Retry` per call over a cloneable shared
 //!   request body, with a small `tower::retry::Policy` that retries
 //!   trailers-only statuses and connection errors (the design of
@@ -32,11 +33,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::HeaderMap;
 use http_body::Frame;
-use spark_connect_retry::layer::{RetryLayer, SparkConnectLayer};
-use spark_connect_retry::proto::spark_connect_service_client::SparkConnectServiceClient;
-use spark_connect_retry::proto::*;
-use spark_connect_retry::retrying::{BoxFuture, Retrying};
-use spark_connect_testkit::{SparkConnectService, SparkConnectServiceServer};
+use tonic_retry::layer::{MethodConfig, RetryLayer};
+use tonic_retry::retrying::{BoxFuture, Retrying};
+use tonic_retry_echo::{EchoClient, EchoReply, EchoRequest, EchoServer};
 use tonic::client::GrpcService;
 use tonic::transport::{Channel, Endpoint, Server};
 use tonic::{Request, Response, Status};
@@ -45,19 +44,28 @@ use tower::{Service, ServiceBuilder};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// The server: `Say` echoes at once.
 struct Echo;
 
 #[tonic::async_trait]
-impl SparkConnectService for Echo {
-    async fn config(
-        &self,
-        req: Request<ConfigRequest>,
-    ) -> Result<Response<ConfigResponse>, Status> {
-        Ok(Response::new(ConfigResponse {
-            session_id: req.into_inner().session_id,
-            ..Default::default()
+impl tonic_retry_echo::Echo for Echo {
+    async fn say(&self, req: Request<EchoRequest>) -> Result<Response<EchoReply>, Status> {
+        Ok(Response::new(EchoReply {
+            message: req.into_inner().message,
         }))
     }
+
+    type RepeatStream = tokio_stream::Empty<Result<EchoReply, Status>>;
+
+    async fn repeat(&self, _: Request<EchoRequest>) -> Result<Response<Self::RepeatStream>, Status> {
+        Err(Status::unimplemented("the bench calls Say only"))
+    }
+}
+
+/// The layer of the `ours` arm: the echo's `Say` retried, so every call is
+/// buffered for replay (the cost measured).
+fn ours_layer() -> RetryLayer {
+    RetryLayer::new(Retrying::default()).method("/echo.Echo/Say", MethodConfig::idempotent())
 }
 
 // ---------------------------------------------------------------------------
@@ -275,15 +283,15 @@ const ROUNDS: usize = 9;
 const PAIR_CALLS_PER_TASK: usize = 100;
 const ARMS: [&str; 4] = ["raw", "ours", "reference", "sanitize"];
 
-fn req() -> ConfigRequest {
-    ConfigRequest {
-        session_id: "00112233-4455-6677-8899-aabbccddeeff".into(),
-        ..Default::default()
+fn req() -> EchoRequest {
+    EchoRequest {
+        message: "00112233-4455-6677-8899-aabbccddeeff".into(),
+        count: 0,
     }
 }
 
 /// The latency of one call.
-async fn one_call<T>(client: &mut SparkConnectServiceClient<T>) -> Duration
+async fn one_call<T>(client: &mut EchoClient<T>) -> Duration
 where
     T: GrpcService<tonic::body::Body>,
     T::Error: Into<tonic::codegen::StdError>,
@@ -291,7 +299,7 @@ where
     <T::ResponseBody as http_body::Body>::Error: Into<tonic::codegen::StdError> + Send,
 {
     let t = Instant::now();
-    client.config(req()).await.expect("call");
+    client.say(req()).await.expect("call");
     t.elapsed()
 }
 
@@ -311,7 +319,7 @@ fn cpu_ns() -> u64 {
 /// wall-clock time, calls per second of the process's CPU time). On a
 /// shared host the second is far steadier: time the process spends
 /// preempted by others counts in the first only.
-async fn concurrent<T>(client: SparkConnectServiceClient<T>, per_task: usize) -> (f64, f64)
+async fn concurrent<T>(client: EchoClient<T>, per_task: usize) -> (f64, f64)
 where
     T: GrpcService<tonic::body::Body> + Clone + Send + 'static,
     T::Future: Send,
@@ -325,7 +333,7 @@ where
             let mut c = client.clone();
             tokio::spawn(async move {
                 for _ in 0..per_task {
-                    c.config(req()).await.expect("call");
+                    c.say(req()).await.expect("call");
                 }
             })
         })
@@ -364,7 +372,7 @@ async fn serve() -> SocketAddr {
     );
     tokio::spawn(
         Server::builder()
-            .add_service(SparkConnectServiceServer::new(Echo))
+            .add_service(EchoServer::new(Echo))
             .serve_with_incoming(incoming),
     );
     addr
@@ -379,15 +387,15 @@ fn channel(addr: SocketAddr) -> Channel {
 /// A sequential child: one `#sample` line with each arm's p50 in µs.
 async fn sequential() {
     let addr = serve().await;
-    let mut raw = SparkConnectServiceClient::new(channel(addr));
-    let layer = RetryLayer::spark_connect(Retrying::default());
+    let mut raw = EchoClient::new(channel(addr));
+    let layer = ours_layer();
     let stats = layer.stats_handle();
     let mut ours =
-        SparkConnectServiceClient::new(ServiceBuilder::new().layer(layer).service(channel(addr)));
-    let mut refr = SparkConnectServiceClient::new(reference(channel(addr)));
-    let mut sanitized = SparkConnectServiceClient::new(
+        EchoClient::new(ServiceBuilder::new().layer(layer).service(channel(addr)));
+    let mut refr = EchoClient::new(reference(channel(addr)));
+    let mut sanitized = EchoClient::new(
         ServiceBuilder::new()
-            .layer(spark_connect_retry::sanitize::SanitizeLayer)
+            .layer(tonic_retry::sanitize::SanitizeLayer)
             .service(channel(addr)),
     );
     for _ in 0..1000 {
@@ -438,13 +446,13 @@ async fn sequential() {
 /// order rotating).
 async fn concurrency() {
     let addr = serve().await;
-    let raw = SparkConnectServiceClient::new(channel(addr));
-    let ours = SparkConnectServiceClient::new(
+    let raw = EchoClient::new(channel(addr));
+    let ours = EchoClient::new(
         ServiceBuilder::new()
-            .layer(RetryLayer::spark_connect(Retrying::default()))
+            .layer(ours_layer())
             .service(channel(addr)),
     );
-    let refr = SparkConnectServiceClient::new(reference(channel(addr)));
+    let refr = EchoClient::new(reference(channel(addr)));
     concurrent(raw.clone(), PAIR_CALLS_PER_TASK).await;
     concurrent(ours.clone(), PAIR_CALLS_PER_TASK).await;
     concurrent(refr.clone(), PAIR_CALLS_PER_TASK).await;
@@ -539,7 +547,7 @@ fn parent(n: usize) {
         let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         format!("{lo:+.2} .. {hi:+.2}")
     };
-    println!("unary Config over loopback, {n} processes; p50 added to the raw call (one thread):");
+    println!("unary Say over loopback, {n} processes; p50 added to the raw call (one thread):");
     println!("  raw p50: median {:.1} us", median(raw));
     for arm in 1..4 {
         println!(
