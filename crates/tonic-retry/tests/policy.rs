@@ -104,6 +104,7 @@ proptest! {
 
     #[test]
     fn attempts_bounded(max in 0u32..12, fail in 0u32..30) {
+        support::capture::init(); // before the loop's code runs (policy/give_up.rs captures)
         let policy = RetryPolicy::builder().max_retries(Some(max)).build().unwrap();
         let sleeper = RecordingSleeper::new();
         let retrying = Retrying::new(vec![policy]).with_sleeper(sleeper.clone()).with_seed(1);
@@ -127,6 +128,7 @@ proptest! {
     /// The same seed gives the same schedule.
     #[test]
     fn same_seed_same_schedule(seed in any::<u64>(), delays in proptest::collection::vec(proptest::option::of(0u64..700_000), 15)) {
+        support::capture::init(); // before the loop's code runs (policy/give_up.rs captures)
         let run = || {
             let sleeper = RecordingSleeper::new();
             let retrying = Retrying::default().with_sleeper(sleeper.clone()).with_seed(seed);
@@ -156,6 +158,7 @@ fn proportional_jitter_is_validated() {
 
 #[tokio::test(start_paused = true)]
 async fn dropping_the_future_cancels_a_wait_at_once() {
+    support::capture::init(); // before the loop's code runs (policy/give_up.rs captures)
     // A 60 s wait under paused time: the retry is pending in its sleep; dropping
     // the future ends it without waiting.
     let retrying = Retrying::new(vec![

@@ -8,9 +8,11 @@ use std::sync::{Arc, Mutex};
 
 use tonic_retry::layer::{MethodConfig, RetryLayer};
 use tonic_retry::retrying::RecordingSleeper;
+use tonic_retry_echo::EchoClient;
+use tower::ServiceBuilder;
 
 use support::recorded::{Recorded, unavailable_n};
-use support::{client, exact, say};
+use support::{exact, say};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing_subscriber::layer::{Context, SubscriberExt};
@@ -54,7 +56,13 @@ async fn span_has_the_rpc_fields_and_the_final_code() {
     let sleeper = RecordingSleeper::new();
     let layer =
         RetryLayer::new(exact(&sleeper)).method("/echo.Echo/Say", MethodConfig::idempotent());
-    client(addr, layer).say(say("s")).await.unwrap();
+    // Not `support::client`, which installs the global capture this test
+    // does without.
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_lazy();
+    let mut client = EchoClient::new(ServiceBuilder::new().layer(layer).service(channel));
+    client.say(say("s")).await.unwrap();
     assert_eq!(sleeper.sleeps_ms(), vec![100], "one retry");
     assert_eq!(
         *spans.0.lock().unwrap(),

@@ -82,6 +82,7 @@ async fn request_body_not_ready_at_call_is_buffered_and_replayed() {
     let layer = RetryLayer::new(exact(&sleeper))
         .method("/echo.Collector/Collect", MethodConfig::idempotent());
     let stats = layer.stats_handle();
+    crate::support::capture::init();
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect_lazy();
@@ -122,6 +123,7 @@ async fn retries_carry_headers_and_extensions() {
         let sleeper = RecordingSleeper::new();
         let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
         let record = seen.clone();
+        crate::support::capture::init();
         let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
             .unwrap()
             .connect_lazy();

@@ -223,6 +223,7 @@ async fn an_http_503_without_grpc_status_is_unavailable_and_retried() {
 #[tokio::test]
 async fn a_channel_from_grpc_channel_maps_an_http_error_too() {
     let (addr, _) = proxy_answering_503().await;
+    crate::support::capture::init();
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect_lazy();

@@ -195,6 +195,7 @@ impl VirtualSleeper {
 type Client = EchoClient<RetryService<Channel>>;
 
 fn client(addr: SocketAddr, layer: RetryLayer) -> Client {
+    crate::support::capture::init();
     let channel = Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect_lazy();

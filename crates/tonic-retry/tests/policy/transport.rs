@@ -19,7 +19,10 @@ use crate::support::{hello, reply, say};
 /// A guard against a hang (a failing test), not a timed assertion.
 const HANG: Duration = Duration::from_secs(10);
 
+/// A lazy channel to `addr`, after the binary's global tracing subscriber
+/// (every test of a binary that captures events installs it first).
 fn channel(addr: SocketAddr) -> tonic::transport::Channel {
+    crate::support::capture::init();
     tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect_lazy()

@@ -29,8 +29,12 @@ use tower::ServiceBuilder;
 /// The generated echo client through a layer over a lazy channel.
 pub type Client = EchoClient<RetryService<tonic::transport::Channel>>;
 
-/// A client of the server at `addr` through `layer`.
+/// A client of the server at `addr` through `layer`. It installs the
+/// binary's global tracing subscriber first ([`capture::init`]): every test
+/// of a binary that captures events must, before any of the crate's code
+/// runs (docs/flaky-tests.md).
 pub fn client(addr: SocketAddr, layer: RetryLayer) -> Client {
+    capture::init();
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect_lazy();
