@@ -33,12 +33,12 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::HeaderMap;
 use http_body::Frame;
-use tonic_retry::layer::{MethodConfig, RetryLayer};
-use tonic_retry::retrying::{BoxFuture, Retrying};
-use tonic_retry_echo::{EchoClient, EchoReply, EchoRequest, EchoServer};
 use tonic::client::GrpcService;
 use tonic::transport::{Channel, Endpoint, Server};
 use tonic::{Request, Response, Status};
+use tonic_retry::layer::{MethodConfig, RetryLayer};
+use tonic_retry::retrying::{BoxFuture, Retrying};
+use tonic_retry_echo::{EchoClient, EchoReply, EchoRequest, EchoServer};
 use tower::retry::{Policy, Retry};
 use tower::{Service, ServiceBuilder};
 
@@ -57,7 +57,10 @@ impl tonic_retry_echo::Echo for Echo {
 
     type RepeatStream = tokio_stream::Empty<Result<EchoReply, Status>>;
 
-    async fn repeat(&self, _: Request<EchoRequest>) -> Result<Response<Self::RepeatStream>, Status> {
+    async fn repeat(
+        &self,
+        _: Request<EchoRequest>,
+    ) -> Result<Response<Self::RepeatStream>, Status> {
         Err(Status::unimplemented("the bench calls Say only"))
     }
 }
@@ -390,8 +393,7 @@ async fn sequential() {
     let mut raw = EchoClient::new(channel(addr));
     let layer = ours_layer();
     let stats = layer.stats_handle();
-    let mut ours =
-        EchoClient::new(ServiceBuilder::new().layer(layer).service(channel(addr)));
+    let mut ours = EchoClient::new(ServiceBuilder::new().layer(layer).service(channel(addr)));
     let mut refr = EchoClient::new(reference(channel(addr)));
     let mut sanitized = EchoClient::new(
         ServiceBuilder::new()

@@ -62,15 +62,11 @@ async fn overall_deadline_stops_the_loop() {
         .build()
         .unwrap();
     let sleeper = RecordingSleeper::new();
-    let layer =
-        layer(Retrying::new(vec![policy]).with_sleeper(sleeper.clone()))
-            .per_attempt_timeout(Duration::from_millis(100))
-            .default_deadline(Duration::from_millis(350));
+    let layer = layer(Retrying::new(vec![policy]).with_sleeper(sleeper.clone()))
+        .per_attempt_timeout(Duration::from_millis(100))
+        .default_deadline(Duration::from_millis(350));
     let started = std::time::Instant::now();
-    let err = client(addr, layer)
-        .say(say("s"))
-        .await
-        .unwrap_err();
+    let err = client(addr, layer).say(say("s")).await.unwrap_err();
     assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
     let took = started.elapsed();
     assert!(
@@ -109,12 +105,8 @@ async fn no_attempt_scheduled_past_the_deadline() {
     });
     let addr = server.spawn().await;
     let sleeper = RecordingSleeper::new();
-    let layer =
-        layer(exact(&sleeper)).default_deadline(Duration::from_secs(1));
-    let err = client(addr, layer)
-        .say(say("s"))
-        .await
-        .unwrap_err();
+    let layer = layer(exact(&sleeper)).default_deadline(Duration::from_secs(1));
+    let err = client(addr, layer).say(say("s")).await.unwrap_err();
     assert_eq!(err.code(), Code::Unavailable);
     assert_eq!(err.message(), "come back later");
     assert_eq!(server.say_calls(), 1);
