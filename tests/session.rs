@@ -1,6 +1,7 @@
 //! `SparkSession` against the embedded fault-injecting server: queries,
 //! errors, renewals, resumed queries, uploads and artifacts, message limits,
-//! a server that goes away, and the README's quick start.
+//! a server that goes away, give-ups that say what they tried, tokens that
+//! expire, and the README's quick start.
 
 mod support;
 
@@ -10,11 +11,13 @@ mod session {
     mod artifacts;
     mod embedded;
     mod errors;
+    mod give_up;
     mod message_size;
     mod params;
     mod readme;
     mod renewal;
     mod resume;
     mod server_down;
+    mod tokens;
     mod upload;
 }

@@ -35,6 +35,13 @@ struct StreamFault {
     after: u64,
 }
 
+/// What the call that attaches a stream brought along: its connection's
+/// kill switch and the index of the token it was accepted with.
+pub(super) struct Caller {
+    pub(super) kill: Option<KillSwitch>,
+    pub(super) token: Option<u64>,
+}
+
 /// Attaches a new sender to `op`, starting after index `start_after`, and
 /// returns its response stream. Attaching preempts older senders at once.
 pub(super) fn attach_stream(
@@ -42,7 +49,7 @@ pub(super) fn attach_stream(
     op: Arc<Operation>,
     start_after: u64,
     fault: Option<(Rpc, Fault)>,
-    kill: Option<KillSwitch>,
+    caller: Caller,
 ) -> ExecStream {
     let gen_ = op.attach();
     let (tx, rx) = mpsc::channel(1);
@@ -52,7 +59,7 @@ pub(super) fn attach_stream(
         fault: f,
     });
     tokio::spawn(async move {
-        let last = run_sender(&shared, &op, gen_, start_after, fault, kill, &tx).await;
+        let last = run_sender(&shared, &op, gen_, start_after, fault, caller, &tx).await;
         if !op.reattachable {
             // A non-reattachable execution lives only as long as its one
             // stream: it is removed (and cancelled if unfinished) before the
@@ -79,11 +86,18 @@ async fn run_sender(
     gen_: u64,
     start_after: u64,
     mut fault: Option<StreamFault>,
-    kill: Option<KillSwitch>,
+    Caller { kill, token }: Caller,
     tx: &Tx,
 ) -> Option<Status> {
     let mut sender = Sender::new(shared, op, gen_, start_after, kill, tx);
     loop {
+        // A stream opened with a token since replaced ends before its
+        // next response, as a gateway cutting an expired session would.
+        if let (Some(tokens), Some(k)) = (&shared.tokens, token)
+            && !tokens.still_valid(k)
+        {
+            return Some(Status::unauthenticated("token expired"));
+        }
         if let Some(f) = fault.take_if(|f| f.after == sender.sent)
             && let ControlFlow::Break(end) = sender.inject(&f.fault, f.rpc).await
         {
