@@ -90,14 +90,8 @@ async fn run_sender(
     tx: &Tx,
 ) -> Option<Status> {
     let mut sender = Sender::new(shared, op, gen_, start_after, kill, tx);
+    sender.token = token;
     loop {
-        // A stream opened with a token since replaced ends before its
-        // next response, as a gateway cutting an expired session would.
-        if let (Some(tokens), Some(k)) = (&shared.tokens, token)
-            && !tokens.still_valid(k)
-        {
-            return Some(Status::unauthenticated("token expired"));
-        }
         if let Some(f) = fault.take_if(|f| f.after == sender.sent)
             && let ControlFlow::Break(end) = sender.inject(&f.fault, f.rpc).await
         {
@@ -138,6 +132,8 @@ struct Sender<'a> {
     /// Responses and bytes sent on this stream.
     sent: u64,
     bytes: u64,
+    /// The index of the token the stream was opened with (a rotation).
+    token: Option<u64>,
 }
 
 impl<'a> Sender<'a> {
@@ -174,6 +170,7 @@ impl<'a> Sender<'a> {
             next: start_after + 1,
             sent: 0,
             bytes: 0,
+            token: None,
         }
     }
 
@@ -231,6 +228,13 @@ impl<'a> Sender<'a> {
 
     /// Sends one response, then ends gracefully if a stream limit is reached.
     async fn send(&mut self, mut resp: proto::ExecutePlanResponse, size: u64) -> Flow {
+        // A stream opened with a token since replaced ends before its next
+        // response, as a gateway cutting an expired session would.
+        if let (Some(tokens), Some(k)) = (&self.shared.tokens, self.token)
+            && !tokens.may_send(k)
+        {
+            return ControlFlow::Break(Some(Status::unauthenticated("token expired")));
+        }
         resp.server_side_session_id = self.shared.ssid();
         if self.tx.send(Ok(resp)).await.is_err() {
             return ControlFlow::Break(None); // The client went away.

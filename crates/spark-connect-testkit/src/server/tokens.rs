@@ -5,8 +5,9 @@
 //! whose tokens run out, at a moment the test controls. With a
 //! [`TokenRotation`] the server accepts exactly one token at a time,
 //! `<prefix><k>`, starting at `k = 0`; the next one takes over after a
-//! number of accepted calls, after a time (tokio's clock, so paused time
-//! moves it), or when the test calls
+//! number of accepted calls, after a number of result responses sent
+//! (exact, whatever the client's timing), after a time (tokio's clock, so
+//! paused time moves it), or when the test calls
 //! [`TestServer::rotate_token`](crate::TestServer::rotate_token). Any other
 //! token is answered `UNAUTHENTICATED`, and a result stream opened with a
 //! token that has since been replaced fails `UNAUTHENTICATED` before its
@@ -36,6 +37,7 @@ use tonic::metadata::MetadataMap;
 pub struct TokenRotation {
     prefix: String,
     calls: Option<u64>,
+    responses: Option<u64>,
     lifetime: Option<Duration>,
 }
 
@@ -47,12 +49,20 @@ impl TokenRotation {
         TokenRotation {
             prefix: prefix.into(),
             calls: None,
+            responses: None,
             lifetime: None,
         }
     }
     /// Each token is valid for `n` accepted calls (at least 1).
     pub fn every_calls(mut self, n: u64) -> Self {
         self.calls = Some(n.max(1));
+        self
+    }
+    /// Each token is valid for `n` ExecutePlan / ReattachExecute responses
+    /// sent (at least 1): the stream that sends the `n`-th fails
+    /// `UNAUTHENTICATED` before its next response, wherever the client is.
+    pub fn every_responses(mut self, n: u64) -> Self {
+        self.responses = Some(n.max(1));
         self
     }
     /// Each token is valid for `lifetime` from when the previous one
@@ -86,6 +96,7 @@ pub(super) struct Tokens {
 struct State {
     current: u64,
     calls: u64,
+    responses: u64,
     since: Instant,
     refused: u64,
 }
@@ -97,6 +108,7 @@ impl Tokens {
             state: Mutex::new(State {
                 current: 0,
                 calls: 0,
+                responses: 0,
                 since: Instant::now(),
                 refused: 0,
             }),
@@ -112,8 +124,7 @@ impl Tokens {
         if let Some(life) = self.rotation.lifetime.filter(|l| !l.is_zero()) {
             while Instant::now().saturating_duration_since(st.since) >= life {
                 st.since += life;
-                st.current += 1;
-                st.calls = 0;
+                next(st);
             }
         }
         st.current
@@ -141,8 +152,7 @@ impl Tokens {
         };
         st.calls += 1;
         if self.rotation.calls.is_some_and(|n| st.calls >= n) {
-            st.current += 1;
-            st.calls = 0;
+            next(&mut st);
         }
         Ok(k)
     }
@@ -153,25 +163,28 @@ impl Tokens {
         self.rotation.index(v)
     }
 
-    /// A stream opened with token `k`: may it send on? Counts a refusal
-    /// when not.
-    pub(super) fn still_valid(&self, k: u64) -> bool {
+    /// A stream opened with token `k` is about to send a response: may
+    /// it? Counts the response against the token, or a refusal.
+    pub(super) fn may_send(&self, k: u64) -> bool {
         let mut st = self.state();
-        let ok = self.current(&mut st) == k;
-        if !ok {
+        if self.current(&mut st) != k {
             st.refused += 1;
+            return false;
         }
-        ok
+        st.responses += 1;
+        if self.rotation.responses.is_some_and(|n| st.responses >= n) {
+            next(&mut st);
+        }
+        true
     }
 
     /// Replaces the current token by the next; returns the new index.
     pub(super) fn rotate(&self) -> u64 {
         let mut st = self.state();
-        let k = self.current(&mut st) + 1;
-        st.current = k;
-        st.calls = 0;
+        self.current(&mut st);
+        next(&mut st);
         st.since = Instant::now();
-        k
+        st.current
     }
 
     /// The current token's index.
@@ -184,6 +197,13 @@ impl Tokens {
     pub(super) fn refused(&self) -> u64 {
         self.state().refused
     }
+}
+
+/// The next token takes over: the counts start again.
+fn next(st: &mut State) {
+    st.current += 1;
+    st.calls = 0;
+    st.responses = 0;
 }
 
 #[cfg(test)]
@@ -204,11 +224,21 @@ mod tests {
         let e = tokens.check(&bearer("t0")).unwrap_err();
         assert_eq!(e.code(), tonic::Code::Unauthenticated);
         assert_eq!(e.message(), "token expired");
-        assert!(!tokens.still_valid(0));
+        assert!(!tokens.may_send(0));
         assert_eq!(tokens.check(&bearer("t1")).unwrap(), 1);
         assert!(tokens.check(&bearer("t9")).is_err());
         assert!(tokens.check(&MetadataMap::new()).is_err());
         assert_eq!(tokens.refused(), 4);
+    }
+
+    #[test]
+    fn each_token_for_n_responses() {
+        let tokens = Tokens::new(TokenRotation::new("t").every_responses(2));
+        assert_eq!(tokens.check(&bearer("t0")).unwrap(), 0);
+        assert!(tokens.may_send(0) && tokens.may_send(0));
+        assert!(!tokens.may_send(0), "the third response is refused");
+        assert_eq!(tokens.current_index(), 1);
+        assert!(tokens.may_send(1));
     }
 
     #[tokio::test(start_paused = true)]
