@@ -158,6 +158,26 @@ async fn a_unary_call_refused_gets_one_fresh_token() {
     );
 }
 
+#[tokio::test]
+async fn concurrent_calls_refused_together_share_one_fresh_token() {
+    let server = server().await;
+    let provider = Mirror::new();
+    let spark = session(&server, provider.clone(), &RecordingSleeper::new());
+    spark.spark_version().await.unwrap();
+    server.rotate_token();
+    let calls: Vec<_> = (0..8)
+        .map(|_| {
+            let spark = spark.clone();
+            tokio::spawn(async move { spark.spark_version().await })
+        })
+        .collect();
+    for call in calls {
+        assert_eq!(call.await.unwrap().unwrap(), "4.3.0");
+    }
+    assert_eq!(provider.calls(), 2, "one fresh token for all of them");
+    assert_eq!(server.current_token(), Some(1));
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_token_is_asked_for_again_before_it_expires() {
     let server = TestServer::builder()
