@@ -19,7 +19,7 @@
 //! | [`retrying`] | the async retry loop (PySpark's defaults and wording), injectable sleeper, clock and jitter |
 //! | [`reattach`] | [`ReattachableExecution`](reattach::ReattachableExecution) and its sans-I/O core |
 //! | [`layer`] | [`RetryLayer`](layer::RetryLayer) for any tonic client |
-//! | [`session`] | [`SparkSession`](session::SparkSession), `sc://` connection strings |
+//! | [`session`] | [`SparkSession`](session::SparkSession), `sc://` connection strings, [token providers](session::token) |
 //! | [`deadlines`] | [`RpcDeadlines`](deadlines::RpcDeadlines), PySpark 4.3's per-RPC deadlines |
 //! | [`status`] | Spark's error class, SQLSTATE and `RetryInfo` read from status details, defensively |
 //! | [`sanitize`] | [`SanitizeLayer`](sanitize::SanitizeLayer): a guard against tonic's panic on non-base64 status details |

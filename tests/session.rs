@@ -1,6 +1,7 @@
 //! `SparkSession` against the embedded fault-injecting server: queries,
-//! errors and what retries log, renewals, resumed queries, uploads and artifacts, message limits,
-//! a server that goes away, and the README's quick start.
+//! errors and what retries log, renewals, resumed queries, uploads and
+//! artifacts, message limits, a server that goes away, give-ups that say
+//! what they tried, tokens that expire, and the README's quick start.
 
 mod support;
 
@@ -10,6 +11,7 @@ mod session {
     mod artifacts;
     mod embedded;
     mod errors;
+    mod give_up;
     mod logging;
     mod message_size;
     mod params;
@@ -17,5 +19,6 @@ mod session {
     mod renewal;
     mod resume;
     mod server_down;
+    mod tokens;
     mod upload;
 }

@@ -32,6 +32,7 @@ use crate::proto::{
     ReleaseExecuteRequest, execute_plan_response,
 };
 use crate::retrying::{AttemptError, Retrying};
+use crate::session::token::refusal::{RefreshBudget, is_refusal, refused};
 
 use super::ReattachError;
 use super::ids::{check_session_ids, is_canonical_uuid};
@@ -89,6 +90,9 @@ pub enum Action {
     Open(Open),
     /// Sleep, then open a stream.
     SleepThenOpen(Duration, Open),
+    /// The server refused the token: drop it, then open a stream (which
+    /// carries a fresh one).
+    RefreshThenOpen(Open),
     /// Read the next message from the current stream.
     Read,
     /// Hand this response to the consumer (and send the release, if any).
@@ -127,6 +131,11 @@ pub struct ReattachCore {
     empty_run: Option<EmptyRun>,
     /// Whether the server may know the operation ([`super::not_found`]).
     delivery: Delivery,
+    /// The RPC of the segment opened last: what a failure names.
+    last_rpc: &'static str,
+    /// The token provider's name and the fresh tokens asked for since the
+    /// last delivered response, when its tokens can be refreshed.
+    token: Option<(String, RefreshBudget)>,
 }
 
 impl ReattachCore {
@@ -168,6 +177,8 @@ impl ReattachCore {
             segment_progress: false,
             empty_run: None,
             delivery: Delivery::default(),
+            last_rpc: "ExecutePlan",
+            token: None,
         })
     }
 
@@ -186,6 +197,17 @@ impl ReattachCore {
     /// Counters so far.
     pub fn stats(&self) -> StreamStats {
         self.counters
+    }
+    /// Refresh the token of `provider` when the server refuses it: once,
+    /// then again only after a delivered response
+    /// ([`crate::session::token`]).
+    pub fn refresh_tokens(&mut self, provider: &str) {
+        self.token = Some((provider.to_owned(), RefreshBudget::default()));
+    }
+    /// The RPC of the segment opened last (`ExecutePlan` or
+    /// `ReattachExecute`): the one a failure of the stream names.
+    pub fn last_rpc(&self) -> &'static str {
+        self.last_rpc
     }
     /// Whether the stream being opened replaces one given up as silent. Its
     /// connection may be a black hole (silent both ways, no FIN, no RST), so
@@ -219,6 +241,10 @@ impl ReattachCore {
 
     /// Open `open` after `delay`: the segment starts then.
     fn open(&mut self, open: Open, delay: Duration, retrying: &Retrying) -> Action {
+        self.last_rpc = match open {
+            Open::Execute(_) => "ExecutePlan",
+            Open::Reattach(_) => "ReattachExecute",
+        };
         self.stream_open = true;
         self.segment_progress = false;
         self.segment_opened_at = retrying.clock().now().saturating_add(delay);
@@ -365,6 +391,9 @@ impl ReattachCore {
         }
         self.segment_progress = true;
         self.empty_run = None;
+        if let Some((_, budget)) = self.token.as_mut() {
+            budget.progress();
+        }
         self.counters.responses += 1;
         self.last_returned = Some(resp.response_id.clone());
         let complete = matches!(
@@ -386,6 +415,22 @@ impl ReattachCore {
 
     fn on_error(&mut self, status: Status, retrying: &Retrying) -> Action {
         self.stream_open = false;
+        if let Some((provider, budget)) = self.token.as_mut()
+            && is_refusal(&status)
+        {
+            // A refused request ran nothing: what the server knows of the
+            // operation is unchanged, so the reopen is a reattach unless
+            // the ExecutePlan itself was refused.
+            if budget.try_refresh() {
+                self.counters.token_refreshes += 1;
+                return match self.reattach(Duration::ZERO, retrying) {
+                    Action::Open(open) => Action::RefreshThenOpen(open),
+                    other => other,
+                };
+            }
+            let status = refused(status, provider, budget.used());
+            return self.fail(status);
+        }
         self.delivery.failed(&status);
         let not_found = self.delivery.not_found(&status, &self.operation_id);
         if let Some(marker) = not_found.map(|w| w.marker) {
@@ -419,7 +464,13 @@ impl ReattachCore {
         }
         match self.decide_failure(retrying, &failure) {
             Some(delay) => self.reattach(delay, retrying),
-            None => self.fail(status),
+            None => {
+                // The status keeps the loop's history (attempts, time
+                // waited) when the policy gave up on a retryable failure.
+                let state = self.retry.get_or_insert_with(|| retrying.new_state());
+                let status = retrying.give_up_status(state, AttemptError::Status(status));
+                self.fail(status)
+            }
         }
     }
 

@@ -32,7 +32,9 @@ use tokio::time::Instant;
 
 use crate::proto::ReleaseExecuteRequest;
 use crate::reconnect::FreshConnection;
-use crate::retrying::Retrying;
+use crate::retrying::{AttemptError, Retrying};
+use crate::session::token::cache::Credentials;
+use crate::session::token::call::CallToken;
 use crate::transport::SparkClient;
 
 /// Counts outstanding background releases, so a session can wait for them on close.
@@ -133,6 +135,8 @@ pub(crate) struct Releaser {
     until: Arc<Mutex<UntilSlot>>,
     /// Give an attempt up after this long without an answer (the idle timeout).
     attempt_timeout: Option<Duration>,
+    /// The session's credentials, when its tokens are refreshed.
+    credentials: Option<Credentials>,
 }
 
 impl Releaser {
@@ -149,7 +153,13 @@ impl Releaser {
             runtime: tokio::runtime::Handle::try_current().ok(),
             until: Arc::default(),
             attempt_timeout: attempt_timeout.map(|d| d.max(MIN_RELEASE_ATTEMPT)),
+            credentials: None,
         }
+    }
+
+    /// Refresh the session's token when the server refuses it.
+    pub(crate) fn set_credentials(&mut self, credentials: Credentials) {
+        self.credentials = Some(credentials);
     }
 
     fn slot(&self) -> std::sync::MutexGuard<'_, UntilSlot> {
@@ -212,41 +222,48 @@ impl Releaser {
 
     async fn send(&self, req: ReleaseExecuteRequest) {
         let unanswered = Arc::new(AtomicBool::new(false));
+        let token = &CallToken::new(self.credentials.as_ref());
         let result = self
             .retrying
-            .call(|| {
+            .run::<_, std::convert::Infallible, _, _>(|| {
                 let mut client = self.client.clone();
                 let mut request = tonic::Request::new(req.clone());
                 if unanswered.load(Ordering::SeqCst) {
                     request.extensions_mut().insert(FreshConnection);
                 }
+                let used = token.slot();
+                request.extensions_mut().insert(used.clone());
                 let (limit, unanswered) = (self.attempt_timeout, unanswered.clone());
                 async move {
                     let call = client.release_execute(request);
-                    let Some(limit) = limit else {
-                        return call.await;
+                    let result = match limit {
+                        None => call.await,
+                        Some(limit) => match tokio::time::timeout(limit, call).await {
+                            Ok(result) => result,
+                            Err(_) => {
+                                unanswered.store(true, Ordering::SeqCst);
+                                Err(tonic::Status::unavailable(format!(
+                                    "ReleaseExecute got no answer within {limit:?}"
+                                )))
+                            }
+                        },
                     };
-                    match tokio::time::timeout(limit, call).await {
-                        Ok(result) => result,
-                        Err(_) => {
-                            unanswered.store(true, Ordering::SeqCst);
-                            Err(tonic::Status::unavailable(format!(
-                                "ReleaseExecute got no answer within {limit:?}"
-                            )))
-                        }
-                    }
+                    result.map_err(|s| token.judge(s, &used))
                 }
             })
-            .await;
+            .await
+            .map_err(AttemptError::into_status);
         match result {
             Ok(_) => {
                 self.tracker.inner.sent.fetch_add(1, Ordering::SeqCst);
             }
             Err(status) => {
                 self.tracker.inner.failed.fetch_add(1, Ordering::SeqCst);
+                let history = crate::retrying::gave_up(&status).map(ToString::to_string);
                 tracing::warn!(
                     rpc.grpc.status_code = status.code() as i32,
                     rpc.grpc.status_message = status.message(),
+                    gave_up = history.as_deref(),
                     "ReleaseExecute failed"
                 );
             }

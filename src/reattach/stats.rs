@@ -40,6 +40,9 @@ pub struct StreamStats {
     /// after the rows already delivered (counted by the session's stream,
     /// `SparkSessionBuilder::resume_queries`; always 0 in the core).
     pub resumptions: u64,
+    /// Fresh tokens asked for after the server refused the stream's token
+    /// (each followed by a reattach; [`crate::session::token`]).
+    pub token_refreshes: u64,
 }
 
 /// Live counters of one execution's stream; cheap to clone, clones share

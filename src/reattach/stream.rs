@@ -31,6 +31,8 @@ use super::{ReattachError, ReattachOptions};
 use crate::proto::{ExecutePlanRequest, ExecutePlanResponse};
 use crate::reconnect::FreshConnection;
 use crate::retrying::Retrying;
+use crate::session::token::cache::Credentials;
+use crate::session::token::service::TokenUsed;
 use crate::transport::SparkClient;
 
 struct Driver {
@@ -42,6 +44,10 @@ struct Driver {
     current: Option<Streaming<ExecutePlanResponse>>,
     segment_deadline: Option<Instant>,
     stats: StreamStatsHandle,
+    /// The session's credentials, when its tokens are refreshed.
+    credentials: Option<Credentials>,
+    /// Which token the current segment's request carried.
+    token_used: TokenUsed,
 }
 
 impl Driver {
@@ -71,6 +77,16 @@ impl Driver {
                     self.open(open).await
                 }
                 Action::Open(open) => self.open(open).await,
+                Action::RefreshThenOpen(open) => {
+                    self.current = None;
+                    if let Some(c) = &self.credentials {
+                        c.invalidate(self.token_used.serial());
+                    }
+                    tracing::debug!(
+                        "reattachable execution: token refused, reopening with a fresh one"
+                    );
+                    self.open(open).await
+                }
                 Action::Read => self.read().await,
             };
         };
@@ -107,10 +123,20 @@ impl Driver {
             );
         }
         let mut client = self.client.clone();
+        self.token_used = TokenUsed::default();
+        let used = self.token_used.clone();
         let call = async move {
             match open {
-                Open::Execute(req) => client.execute_plan(request(req, deadline, fresh)).await,
-                Open::Reattach(req) => client.reattach_execute(request(req, deadline, fresh)).await,
+                Open::Execute(req) => {
+                    client
+                        .execute_plan(request(req, deadline, fresh, used))
+                        .await
+                }
+                Open::Reattach(req) => {
+                    client
+                        .reattach_execute(request(req, deadline, fresh, used))
+                        .await
+                }
             }
         };
         let result = match self.wait_bound() {
@@ -214,9 +240,15 @@ impl Bound {
 }
 
 /// A request with the segment's timeout, marked for a fresh connection
-/// when it follows a stall.
-fn request<T>(message: T, timeout: Option<std::time::Duration>, fresh: bool) -> tonic::Request<T> {
+/// when it follows a stall, noting which token it carries in `used`.
+fn request<T>(
+    message: T,
+    timeout: Option<std::time::Duration>,
+    fresh: bool,
+    used: TokenUsed,
+) -> tonic::Request<T> {
     let mut req = tonic::Request::new(message);
+    req.extensions_mut().insert(used);
     if let Some(d) = timeout {
         req.set_timeout(d);
     }
@@ -331,12 +363,28 @@ impl ReattachableExecution {
                 current: None,
                 segment_deadline: None,
                 stats: stats.clone(),
+                credentials: None,
+                token_used: TokenUsed::default(),
             })),
             pending: None,
             operation_id,
             stats,
             span,
         })
+    }
+
+    /// Refresh the session's token when the server refuses it (the
+    /// stream reattaches with a fresh one; see [`crate::session::token`]);
+    /// releases use it too.
+    pub(crate) fn with_credentials(mut self, credentials: Option<Credentials>) -> Self {
+        if let (Some(d), Some(c)) = (self.driver.as_mut(), credentials) {
+            if c.refreshes() {
+                d.core.refresh_tokens(c.name());
+            }
+            d.releaser.set_credentials(c.clone());
+            d.credentials = Some(c);
+        }
+        self
     }
 
     /// The operation id of this execution.
@@ -361,6 +409,14 @@ impl ReattachableExecution {
         self.driver
             .as_ref()
             .and_then(|d| d.core.server_side_session_id().map(str::to_owned))
+    }
+
+    /// The RPC this execution opened last (`ExecutePlan` or
+    /// `ReattachExecute`): the one its failure names. Read between polls.
+    pub(crate) fn last_rpc(&self) -> &'static str {
+        self.driver
+            .as_ref()
+            .map_or("ExecutePlan", |d| d.core.last_rpc())
     }
 
     /// The next response, or `None` at the end.

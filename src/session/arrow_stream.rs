@@ -312,8 +312,9 @@ impl ArrowStream {
                     self.done = true;
                     let session = self.session.clone();
                     let op = self.operation_id.clone();
+                    let rpc = self.exec.as_ref().map_or("ExecutePlan", |e| e.last_rpc());
                     self.enriching = Some(Box::pin(async move {
-                        session.server_error(status, Some(&op), &g).await
+                        session.call_error(status, Some(rpc), Some(&op), &g).await
                     }));
                 }
                 Err(Err(e)) => {

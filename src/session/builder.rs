@@ -5,6 +5,7 @@
 //! typed error naming the option when the session is built, never a panic
 //! or a surprise on the first query.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tonic::service::interceptor::InterceptedService;
@@ -17,6 +18,9 @@ use super::error::SparkError;
 use super::flow_control::Http2FlowControl;
 use super::options::{BuilderConfigs, Options};
 use super::spark::SparkSession;
+use super::token::cache::Credentials;
+use super::token::service::TokenService;
+use super::token::{StaticToken, TokenProvider};
 use crate::deadlines::{RpcDeadlines, check_timeout};
 use crate::policy::RetryPolicy;
 use crate::reattach::DEFAULT_IDLE_TIMEOUT;
@@ -58,6 +62,8 @@ pub struct SparkSessionBuilder {
     configs: BuilderConfigs,
     renew_stale_session: bool,
     resume_queries: bool,
+    /// The builder's token provider (Debug: its name only).
+    credentials: Option<Credentials>,
     #[cfg(feature = "tls")]
     tls: super::tls::TlsSettings,
 }
@@ -315,6 +321,37 @@ impl SparkSessionBuilder {
         self.tls.identity_files(cert.into(), key.into());
         self
     }
+    /// Ask `provider` for the bearer token, instead of taking the
+    /// connection string's `token=` once: cached until it expires or the
+    /// server refuses it, then asked again; a call or a result stream
+    /// refused for its token continues with a fresh one, once (see
+    /// [`token`](super::token)). Like a token in the connection string, it
+    /// implies TLS to any host but `localhost`. Replaces the connection
+    /// string's token.
+    ///
+    /// ```
+    /// use spark_connect_retry::session::SparkSession;
+    /// use spark_connect_retry::session::conn_string::Token;
+    /// use spark_connect_retry::session::token::{AccessToken, provider_fn};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), spark_connect_retry::session::SparkError> {
+    /// let builder = SparkSession::builder()
+    ///     .remote("sc://localhost:15002")
+    ///     .token_provider(provider_fn("identity-service", || async {
+    ///         Ok(AccessToken::new(Token::new("s3cr3t")?))
+    ///     }));
+    /// let debug = format!("{builder:?}");
+    /// assert!(debug.contains("identity-service") && !debug.contains("s3cr3t"));
+    /// let spark = builder.build()?;
+    /// assert!(!format!("{spark:?}").contains("s3cr3t"));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn token_provider(mut self, provider: impl TokenProvider) -> Self {
+        self.credentials = Some(Credentials::new(Arc::new(provider)));
+        self
+    }
     /// Send RPCs through this service stack instead of a channel built from
     /// the connection string (for example a channel wrapped in the retry
     /// layer, or a test proxy). Token and metadata headers are still added.
@@ -357,14 +394,22 @@ impl SparkSessionBuilder {
                 reason: "needs renew_stale_session(true): a resumed query runs on a fresh server-side session",
             });
         }
-        let auth = AuthInterceptor::new(&config);
+        // The connection string's token is a provider that never refreshes:
+        // one code path for both.
+        let provider_given = self.credentials.is_some();
+        let credentials = self.credentials.take().or_else(|| {
+            let token = config.token()?.clone();
+            Some(Credentials::new(Arc::new(StaticToken(token))))
+        });
+        let auth = AuthInterceptor::metadata_only(&config);
         // Wrapped once: a channel built here is intercepted, sanitized and
         // boxed in one step; a caller's channel is already a sanitized
         // `GrpcChannel`, so it is only intercepted and boxed again.
         let channel = match self.channel {
             Some(c) => BoxCloneSyncService::new(
-                InterceptedService::new(c, auth)
-                    .map_response(|r: http::Response<_>| r.map(tonic::body::Body::new)),
+                TokenService::new(InterceptedService::new(c, auth), credentials.clone())
+                    .map_response(|r: http::Response<_>| r.map(tonic::body::Body::new))
+                    .map_err(tonic::Status::from_error),
             ),
             None => {
                 let timeout = self.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
@@ -372,11 +417,15 @@ impl SparkSessionBuilder {
                 // connection instead of waiting on a dead one.
                 let builder = ChannelBuilder::new(&config)
                     .connect_timeout(timeout)
-                    .http2_flow_control(flow_control);
+                    .http2_flow_control(flow_control)
+                    .bearer_token(provider_given);
                 #[cfg(feature = "tls")]
                 let builder = builder.tls_settings(self.tls.clone());
                 let tonic = ReconnectingChannel::new(builder.endpoint()?);
-                let channel = grpc_channel(InterceptedService::new(tonic, auth));
+                let channel = grpc_channel(TokenService::new(
+                    InterceptedService::new(tonic, auth),
+                    credentials.clone(),
+                ));
                 // A TLS handshake that fails on a certificate fails every
                 // attempt alike: made a non-retryable error naming the cause.
                 #[cfg(feature = "tls")]
@@ -405,6 +454,7 @@ impl SparkSessionBuilder {
                 configs: self.configs,
                 renew_stale_session: self.renew_stale_session,
                 resume_queries: self.resume_queries,
+                credentials,
             },
         ))
     }

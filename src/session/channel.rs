@@ -5,7 +5,9 @@
 //!   a connect timeout, `TCP_NODELAY`, HTTP/2 flow control ([`Http2FlowControl`]), and the
 //!   `client_type` as HTTP `user-agent`.
 //! * [`AuthInterceptor`] adds `authorization: Bearer <token>` and the connection string's
-//!   extra metadata to every request.
+//!   extra metadata to every request. A [`SparkSession`](super::SparkSession) takes only the
+//!   metadata from it and sends the token through its token provider
+//!   ([`token`](super::token)), which refreshes a token that expires.
 //! * [`crate::transport::spark_client`] turns such a channel (or any service stack) into
 //!   the generated client.
 //!
@@ -98,6 +100,9 @@ pub struct ChannelBuilder {
     config: ConnectionString,
     connect_timeout: Duration,
     flow_control: Option<Http2FlowControl>,
+    /// A bearer token comes from elsewhere than the connection string (a
+    /// session's token provider): TLS as if the string had one.
+    bearer: bool,
     #[cfg(feature = "tls")]
     tls: Option<RedactedTls>,
     #[cfg(feature = "tls")]
@@ -111,6 +116,7 @@ impl ChannelBuilder {
             config: config.clone(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             flow_control: None,
+            bearer: false,
             #[cfg(feature = "tls")]
             tls: None,
             #[cfg(feature = "tls")]
@@ -150,6 +156,14 @@ impl ChannelBuilder {
     #[cfg(feature = "tls")]
     pub fn tls_config(mut self, tls: ClientTlsConfig) -> Self {
         self.tls = Some(RedactedTls(tls));
+        self
+    }
+
+    /// A bearer token will be sent though the connection string has none
+    /// (a session's token provider): TLS to any host but `localhost`, as
+    /// for a token in the string.
+    pub(crate) fn bearer_token(mut self, bearer: bool) -> Self {
+        self.bearer = bearer;
         self
     }
 
@@ -203,6 +217,9 @@ impl ChannelBuilder {
     /// TLS asked for besides the connection string: a CA or identity given
     /// to the session builder.
     fn tls_requested(&self) -> bool {
+        if self.bearer && self.config.host() != "localhost" {
+            return true;
+        }
         #[cfg(feature = "tls")]
         return self.tls_settings.is_set();
         #[cfg(not(feature = "tls"))]
@@ -299,6 +316,17 @@ impl AuthInterceptor {
         };
         AuthInterceptor {
             bearer,
+            metadata: config.metadata().clone(),
+        }
+    }
+}
+
+impl AuthInterceptor {
+    /// The metadata of `config` only: a session sends its token through
+    /// its token provider (the string's token is one).
+    pub(crate) fn metadata_only(config: &ConnectionString) -> Self {
+        AuthInterceptor {
+            bearer: Bearer::None,
             metadata: config.metadata().clone(),
         }
     }

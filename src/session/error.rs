@@ -450,6 +450,11 @@ pub enum SparkError {
     /// A caller-provided operation id is not a UUID.
     #[error("operation id {0:?} is not a UUID")]
     InvalidOperationId(String),
+    /// The token provider failed, or the server refused its token again
+    /// after a refresh ([`crate::session::token`]); it names the provider,
+    /// never the token.
+    #[error(transparent)]
+    Token(crate::session::token::TokenError),
 }
 
 /// ` <operation id>`, when the error names one.
@@ -494,6 +499,9 @@ impl From<tonic::Status> for SparkError {
         #[cfg(feature = "tls")]
         if let Some(tls) = crate::session::tls::TlsHandshakeError::from_status(&s) {
             return SparkError::Tls(tls.clone());
+        }
+        if let Some(t) = crate::session::token::refusal::token_error(&s) {
+            return SparkError::Token(t.clone());
         }
         SparkError::Server(Box::new(ServerError::from_status(s)))
     }

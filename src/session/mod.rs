@@ -4,7 +4,8 @@
 //! every Spark client has: connection strings, authentication, retries,
 //! reattachable results, Arrow decoding, Spark's errors. This module is that
 //! client: `sc://` connection strings ([`conn_string`]), the tonic channel
-//! with TLS, token and keepalive ([`channel`]), and [`SparkSession`]: SQL
+//! with TLS, token and keepalive ([`channel`]), tokens that expire
+//! ([`token`]), and [`SparkSession`]: SQL
 //! in, Arrow `RecordBatch`es out, every RPC under the policy, behaving like
 //! PySpark's session (eager `sql()`, tags and interrupts, `close()` ending
 //! the server session, errors with Spark's class and SQLSTATE).
@@ -62,6 +63,7 @@ mod stale;
 mod tags;
 #[cfg(feature = "tls")]
 pub mod tls;
+pub mod token;
 #[cfg(feature = "arrow")]
 mod upload;
 #[cfg(feature = "arrow")]

@@ -7,6 +7,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
+use super::token::cache::Credentials;
 use crate::deadlines::RpcDeadlines;
 use crate::retrying::Retrying;
 
@@ -27,6 +28,8 @@ pub(super) struct Options {
     // Read by the Arrow stream only (resumption compares decoded rows).
     #[cfg_attr(not(feature = "arrow"), allow(dead_code))]
     pub(super) resume_queries: bool,
+    /// The token provider and its cached token (`None`: no token at all).
+    pub(super) credentials: Option<Credentials>,
 }
 
 /// The builder's configs, in the order set. Debug shows the keys only: a

@@ -298,6 +298,7 @@ fn add(a: StreamStats, b: StreamStats) -> StreamStats {
     c.graceful_ends += a.graceful_ends;
     c.stalls += a.stalls;
     c.stalls_answered += a.stalls_answered;
+    c.token_refreshes += a.token_refreshes;
     c
 }
 

@@ -22,12 +22,16 @@ use super::error::{ErrorDetails, ServerError, SparkError};
 use super::generation::{Generation, Renewal};
 use super::options::{Options, lock};
 use super::stale::{Verdict, reported_class, verdict};
+use super::token::call::CallToken;
+use super::token::refusal::token_error;
+use super::token::service::TokenUsed;
 use crate::error_classes::SESSION_CHANGED;
 use crate::proto::execute_plan_request::{RequestOption, request_option};
 use crate::proto::{
     self, ExecutePlanRequest, ExecutePlanResponse, Plan, ResultChunkingOptions, UserContext,
 };
 use crate::reattach::{ReattachError, ReattachOptions, ReattachableExecution, ReleaseTracker};
+use crate::retrying::AttemptError;
 use crate::transport::SparkClient;
 
 struct Inner {
@@ -63,6 +67,7 @@ impl std::fmt::Debug for SparkSession {
             .field("client_type", &self.inner.client_type)
             .field("closed", &self.is_closed())
             .field("session_renewals", &self.session_renewals())
+            .field("credentials", &self.inner.options.credentials)
             .finish_non_exhaustive()
     }
 }
@@ -286,34 +291,26 @@ impl SparkSession {
             server.port = self.inner.port,
             session_id = req.session_id(),
         );
+        let token = &CallToken::new(self.inner.options.credentials.as_ref());
         self.inner
             .options
             .retrying
-            .call(|| {
-                with_deadline(deadline, req.clone(), |r| {
+            .run::<_, std::convert::Infallible, _, _>(|| {
+                let used = token.slot();
+                let attempt = with_deadline(deadline, req.clone(), used.clone(), |r| {
                     call(self.inner.client.clone(), r)
-                })
+                });
+                async move { attempt.await.map_err(|s| token.judge(s, &used)) }
             })
             .instrument(span)
             .await
+            .map_err(AttemptError::into_status)
     }
 
-    /// Turn a status into a [`SparkError`]: Spark's class, SQLSTATE and
-    /// parameters, the operation id, the details FetchErrorDetails adds
-    /// (once per error id). An error with an operation id is an
-    /// `ExecutePlan`'s.
-    pub(super) async fn server_error(
-        &self,
-        status: Status,
-        operation_id: Option<&str>,
-        g: &Generation,
-    ) -> SparkError {
-        let rpc = operation_id.map(|_| "ExecutePlan");
-        self.call_error(status, rpc, operation_id, g).await
-    }
-
-    /// [`server_error`](Self::server_error) of the RPC `rpc`, which the
-    /// error names (with the server's address) when the retries gave up.
+    /// Turn a status of the RPC `rpc` into a [`SparkError`]: Spark's
+    /// class, SQLSTATE and parameters, the operation id, the details
+    /// FetchErrorDetails adds (once per error id), the RPC and the server's
+    /// address (which a give-up displays with its history).
     pub(super) async fn call_error(
         &self,
         status: Status,
@@ -325,11 +322,19 @@ impl SparkSession {
         if let Some(tls) = crate::session::tls::TlsHandshakeError::from_status(&status) {
             return SparkError::Tls(tls.clone());
         }
+        let target = format!("{}:{}", self.inner.host, self.inner.port);
+        if let Some(t) = token_error(&status) {
+            let mut t = t.clone();
+            if let Some(rpc) = rpc {
+                t.set_call(rpc, &target);
+            }
+            return SparkError::Token(t);
+        }
         let mut err = ServerError::from_status(status);
         if let Some(op) = operation_id {
             err.set_operation_id(op);
         }
-        err.set_call(rpc, &format!("{}:{}", self.inner.host, self.inner.port));
+        err.set_call(rpc, &target);
         if let Some(id) = err.error_id().map(str::to_owned)
             && let Some(details) = self.fetch_error_details(g, &id).await
         {
@@ -353,7 +358,8 @@ impl SparkSession {
         };
         let deadline = self.inner.options.deadlines.fetch_error_details;
         let mut client = self.inner.client.clone();
-        let resp = with_deadline(deadline, req, |r| client.fetch_error_details(r))
+        let used = TokenUsed::default();
+        let resp = with_deadline(deadline, req, used, |r| client.fetch_error_details(r))
             .await
             .ok()?;
         error_details(&resp)
@@ -415,7 +421,8 @@ impl SparkSession {
             self.inner.options.retrying.clone(),
             options,
             self.inner.releases.clone(),
-        )?)
+        )?
+        .with_credentials(self.inner.options.credentials.clone()))
     }
 
     /// Checks one item of an execution of generation `g`: session ids on a
@@ -441,15 +448,18 @@ impl SparkSession {
 /// One attempt of an RPC under a client-side deadline: `grpc-timeout` on
 /// the request, and the whole call (a client stream's upload included)
 /// bounded by it, since tonic's timeout covers only the time to headers.
+/// `used` learns which token the request carried.
 pub(super) async fn with_deadline<Req, Resp, Fut>(
     deadline: Option<Duration>,
     req: Req,
+    used: TokenUsed,
     call: impl FnOnce(tonic::Request<Req>) -> Fut,
 ) -> Result<Resp, Status>
 where
     Fut: Future<Output = Result<tonic::Response<Resp>, Status>>,
 {
     let mut request = tonic::Request::new(req);
+    request.extensions_mut().insert(used);
     if let Some(d) = deadline {
         request.set_timeout(d);
     }

@@ -250,3 +250,57 @@ async fn a_give_up_names_the_call_attempts_time_and_last_status() {
     let message = warnings[0].get("rpc.grpc.status_message").unwrap();
     assert!(message.contains("connect"), "{message}");
 }
+
+/// A token refused and refreshed, on a unary call and mid-stream: the
+/// refusal is logged with the provider's name, and no event, field or span
+/// of the crate carries a token.
+#[tokio::test]
+async fn a_refreshed_token_is_logged_by_provider_never_by_value() {
+    use spark_connect_retry::session::conn_string::Token;
+    use spark_connect_retry::session::token::{AccessToken, provider_fn};
+    use spark_connect_testkit::TokenRotation;
+
+    support::init();
+    let server = TestServer::builder()
+        .token_rotation(TokenRotation::new("s3cr3t-").every_responses(8))
+        .start()
+        .await
+        .unwrap();
+    let issued = std::sync::Arc::new(AtomicU32::new(0));
+    let counter = issued.clone();
+    let provider = provider_fn("vault", move || {
+        let n = counter.fetch_add(1, Ordering::SeqCst);
+        async move { Ok(AccessToken::new(Token::new(format!("s3cr3t-{n}"))?)) }
+    });
+    let spark = SparkSession::builder()
+        .remote(server.remote().replace("127.0.0.1", "localhost"))
+        .token_provider(provider)
+        .retrying(quick_retrying())
+        .build()
+        .unwrap();
+    // 13 batches: the eighth response sent rotates the token mid-stream.
+    let (result, events) = support::capture(async {
+        spark.spark_version().await?;
+        server.rotate_token();
+        spark.spark_version().await?;
+        spark
+            .sql("SELECT id FROM range(100000)")
+            .await?
+            .collect()
+            .await
+    })
+    .await;
+    let batches = result.unwrap();
+    assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 100_000);
+    assert_eq!(issued.load(Ordering::SeqCst), 3);
+    let refused: Vec<_> = events
+        .iter()
+        .filter(|e| e.message.starts_with("token refused"))
+        .collect();
+    assert_eq!(refused.len(), 2, "{refused:#?}");
+    assert!(refused.iter().all(|e| e.get("provider") == Some("vault")));
+    for e in &events {
+        let all = format!("{} {:?} {:?}", e.message, e.fields, e.span_fields);
+        assert!(!all.contains("s3cr3t"), "a token in the logs: {all}");
+    }
+}

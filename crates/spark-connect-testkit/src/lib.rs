@@ -183,6 +183,6 @@ pub use proxy::{
 pub use server::{
     BufferStats, CallCounts, DEFAULT_MAX_CHUNK_BYTES, DEFAULT_MAX_STREAM_DURATION,
     DEFAULT_RETRY_BUFFER_BYTES, DEFAULT_ROWS_PER_BATCH, DEFAULT_SPARK_VERSION, RecordedCall,
-    TestServer, TestServerBuilder, UploadCall,
+    TestServer, TestServerBuilder, TokenRotation, UploadCall,
 };
 pub use stubs::{SparkConnectService, SparkConnectServiceServer};

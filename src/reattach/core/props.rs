@@ -150,7 +150,7 @@ fn run(script: &[Segment]) -> Result<(), TestCaseError> {
                     failed = Some(e);
                     break;
                 }
-                a @ (Action::SleepThenOpen(..) | Action::Open(_)) => {
+                a @ (Action::SleepThenOpen(..) | Action::Open(_) | Action::RefreshThenOpen(_)) => {
                     let slept = match a {
                         Action::SleepThenOpen(d, _) => d,
                         _ => Duration::ZERO,

@@ -27,6 +27,7 @@ use tonic_types::{ErrorDetails, StatusExt};
 mod budget;
 mod flow;
 mod stalls;
+mod tokens;
 
 #[derive(Clone, Debug)]
 enum Item {
@@ -154,6 +155,7 @@ fn run_with(
                     c.sleeps.push(d.as_millis() as u64);
                     Action::Open(open)
                 }
+                Action::RefreshThenOpen(open) => Action::Open(open),
                 Action::Open(Open::Execute(r)) => {
                     c.execute += 1;
                     c.execute_requests.push(r);

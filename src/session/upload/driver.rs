@@ -17,6 +17,7 @@ use crate::session::error::SparkError;
 use crate::session::generation::Generation;
 use crate::session::options::lock;
 use crate::session::spark::{SparkSession, with_deadline};
+use crate::session::token::call::CallToken;
 
 impl SparkSession {
     /// Upload `blobs` as `cache/<sha256>` artifacts in one group, under the
@@ -35,10 +36,11 @@ impl SparkSession {
         let counts = Mutex::new(UploadStats::default());
         // The RPC of the last attempt's last call: what a failure names.
         let rpc = Mutex::new("ArtifactStatus");
+        let token = CallToken::new(self.options().credentials.as_ref());
         let (result, loop_stats) = self
             .options()
             .retrying
-            .run_with_stats(|| self.upload_attempt(g, &group, &counts, sent.clone(), &rpc))
+            .run_with_stats(|| self.upload_attempt(g, &group, &counts, sent.clone(), &rpc, &token))
             .await;
         let group = group.into_inner().unwrap_or_else(|e| e.into_inner());
         let counts = counts.into_inner().unwrap_or_else(|e| e.into_inner());
@@ -73,13 +75,14 @@ impl SparkSession {
         counts: &Mutex<UploadStats>,
         sent_bytes: Arc<AtomicU64>,
         rpc: &Mutex<&'static str>,
+        token: &CallToken<'_>,
     ) -> Result<(), AttemptError<SparkError>> {
         if lock(group).is_done() {
             return Ok(());
         }
         let names = lock(group).unsettled();
         *lock(rpc) = "ArtifactStatus";
-        let statuses = self.artifact_statuses(g, names).await?;
+        let statuses = self.artifact_statuses(g, names, token).await?;
         let send = lock(group).plan(&statuses);
         if send.is_empty() {
             return Ok(());
@@ -107,11 +110,15 @@ impl SparkSession {
         });
         *lock(rpc) = "AddArtifacts";
         let mut client = self.client();
-        let resp = with_deadline(self.options().deadlines.add_artifacts, requests, |r| {
-            client.add_artifacts(r)
-        })
+        let used = token.slot();
+        let resp = with_deadline(
+            self.options().deadlines.add_artifacts,
+            requests,
+            used.clone(),
+            |r| client.add_artifacts(r),
+        )
         .await
-        .map_err(AttemptError::Status)?;
+        .map_err(|s| token.judge(s, &used))?;
         self.verify(g, &resp.session_id, &resp.server_side_session_id)
             .map_err(AttemptError::Other)?;
         lock(group)
@@ -124,6 +131,7 @@ impl SparkSession {
         &self,
         g: &Generation,
         names: Vec<String>,
+        token: &CallToken<'_>,
     ) -> Result<
         HashMap<String, proto::artifact_statuses_response::ArtifactStatus>,
         AttemptError<SparkError>,
@@ -136,11 +144,15 @@ impl SparkSession {
             names,
         };
         let mut client = self.client();
-        let resp = with_deadline(self.options().deadlines.artifact_status, req, |r| {
-            client.artifact_status(r)
-        })
+        let used = token.slot();
+        let resp = with_deadline(
+            self.options().deadlines.artifact_status,
+            req,
+            used.clone(),
+            |r| client.artifact_status(r),
+        )
         .await
-        .map_err(AttemptError::Status)?;
+        .map_err(|s| token.judge(s, &used))?;
         self.verify(g, &resp.session_id, &resp.server_side_session_id)
             .map_err(AttemptError::Other)?;
         Ok(resp.statuses)

@@ -99,6 +99,15 @@ impl TestServerBuilder {
         self
     }
 
+    /// Accept bearer tokens that expire: one token at a time, rotating by
+    /// calls, by time or on [`TestServer::rotate_token`] (see
+    /// [`TokenRotation`](crate::TokenRotation)). Replaces
+    /// [`required_token`](Self::required_token).
+    pub fn token_rotation(mut self, rotation: crate::TokenRotation) -> Self {
+        self.settings.token_rotation = Some(rotation);
+        self
+    }
+
     /// The version `AnalyzePlan.spark_version` reports (default
     /// [`DEFAULT_SPARK_VERSION`](crate::DEFAULT_SPARK_VERSION)).
     pub fn spark_version(mut self, version: impl Into<String>) -> Self {

@@ -34,7 +34,9 @@ pub(super) async fn begin<T>(
         rpc,
         metadata: req.metadata().clone(),
     });
-    if let Some(token) = &shared.settings.required_token {
+    if let Some(tokens) = &shared.tokens {
+        tokens.check(req.metadata())?;
+    } else if let Some(token) = &shared.settings.required_token {
         match req.metadata().get("authorization").map(|v| v.to_str()) {
             None => return Err(Status::unauthenticated("No authentication token provided")),
             Some(Ok(v)) if v.strip_prefix("Bearer ") == Some(token.as_str()) => {}

@@ -11,7 +11,7 @@ use tonic::{Request, Response, Status};
 use super::buffer::{OpState, Operation};
 use super::call::{self, Deferred, kill_switch};
 use super::producer::produce;
-use super::sender::{ExecStream, attach_stream};
+use super::sender::{Caller, ExecStream, attach_stream};
 use super::state::Shared;
 use crate::error::SparkException;
 use crate::faults::{Rpc, lock};
@@ -25,6 +25,10 @@ pub(super) async fn execute_plan(
     request: Request<proto::ExecutePlanRequest>,
 ) -> Result<Response<ExecStream>, Status> {
     let kill = kill_switch(&request);
+    let token = shared
+        .tokens
+        .as_ref()
+        .and_then(|t| t.index(request.metadata()));
     let session_id = request.get_ref().session_id.clone();
     let op_hint = request.get_ref().operation_id.clone().unwrap_or_default();
     let fault = Deferred::new(
@@ -73,7 +77,7 @@ pub(super) async fn execute_plan(
         op,
         0,
         fault.into_stream(),
-        kill,
+        Caller { kill, token },
     )))
 }
 
@@ -128,6 +132,10 @@ pub(super) async fn reattach_execute(
     request: Request<proto::ReattachExecuteRequest>,
 ) -> Result<Response<ExecStream>, Status> {
     let kill = kill_switch(&request);
+    let token = shared
+        .tokens
+        .as_ref()
+        .and_then(|t| t.index(request.metadata()));
     let session_id = request.get_ref().session_id.clone();
     let op_id = request.get_ref().operation_id.clone();
     let fault = Deferred::new(
@@ -172,7 +180,7 @@ pub(super) async fn reattach_execute(
         op,
         start_after,
         fault.into_stream(),
-        kill,
+        Caller { kill, token },
     )))
 }
 

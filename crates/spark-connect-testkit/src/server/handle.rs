@@ -19,6 +19,7 @@ use tonic::metadata::MetadataMap;
 use super::service::Service;
 use super::settings::{MAX_MESSAGE_BYTES, Settings};
 use super::state::{Counters, Log, RecordedCall, Shared, State, UploadCall};
+use super::tokens::Tokens;
 use crate::conn::{Connections, KillableTcp};
 use crate::edit::ResultEdit;
 use crate::faults::{FaultScript, Rpc, lock};
@@ -96,6 +97,7 @@ impl TestServer {
         let listener = TcpListener::bind(settings.listen_addr).await?;
         let addr = listener.local_addr()?;
         let (stopping, _) = watch::channel(false);
+        let tokens = settings.token_rotation.clone().map(Tokens::new);
         let shared = Arc::new(Shared {
             settings,
             server_side_session_id: Mutex::new(uuid::Uuid::new_v4().to_string()),
@@ -105,6 +107,7 @@ impl TestServer {
             log: Mutex::new(Log::default()),
             connections: Connections::default(),
             stopping,
+            tokens,
             edit: Mutex::new(None),
         });
         let svc = SparkConnectServiceServer::new(Service {
@@ -153,6 +156,26 @@ impl TestServer {
     /// The fault script: push faults here.
     pub fn faults(&self) -> &FaultScript {
         &self.shared.faults
+    }
+
+    /// Replaces the current token of the [`token_rotation`](crate::TestServerBuilder::token_rotation)
+    /// by the next: the old one is refused from now on, also by the
+    /// streams it opened. Returns the new token's index (`None` without a
+    /// rotation).
+    pub fn rotate_token(&self) -> Option<u64> {
+        self.shared.tokens.as_ref().map(|t| t.rotate())
+    }
+
+    /// The index of the token the server accepts now (`None` without a
+    /// [`token_rotation`](crate::TestServerBuilder::token_rotation)).
+    pub fn current_token(&self) -> Option<u64> {
+        self.shared.tokens.as_ref().map(|t| t.current_index())
+    }
+
+    /// Calls and streams refused for their token under the
+    /// [`token_rotation`](crate::TestServerBuilder::token_rotation).
+    pub fn token_refusals(&self) -> u64 {
+        self.shared.tokens.as_ref().map_or(0, |t| t.refused())
     }
 
     /// Per-RPC call counters.

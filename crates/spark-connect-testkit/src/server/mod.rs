@@ -14,6 +14,7 @@
 //!   response buffer;
 //! * `upload`: the rules of one upload stream (pure); `store`: a session's
 //!   artifacts and how a finished upload enters them (pure);
+//! * `tokens`: which bearer tokens are accepted, and when they rotate;
 //! * `state`: the state shared by all of them (sessions, executions, errors);
 //!   `settings`: the server's settings and their defaults;
 //! * `handle`: [`TestServer`], the public handle, and what it reports;
@@ -32,6 +33,7 @@ mod session_rpcs;
 mod settings;
 mod state;
 mod store;
+mod tokens;
 mod upload;
 
 pub use builder::TestServerBuilder;
@@ -41,3 +43,4 @@ pub use settings::{
     DEFAULT_ROWS_PER_BATCH, DEFAULT_SPARK_VERSION,
 };
 pub use state::{RecordedCall, UploadCall};
+pub use tokens::TokenRotation;

@@ -35,6 +35,13 @@ struct StreamFault {
     after: u64,
 }
 
+/// What the call that attaches a stream brought along: its connection's
+/// kill switch and the index of the token it was accepted with.
+pub(super) struct Caller {
+    pub(super) kill: Option<KillSwitch>,
+    pub(super) token: Option<u64>,
+}
+
 /// Attaches a new sender to `op`, starting after index `start_after`, and
 /// returns its response stream. Attaching preempts older senders at once.
 pub(super) fn attach_stream(
@@ -42,7 +49,7 @@ pub(super) fn attach_stream(
     op: Arc<Operation>,
     start_after: u64,
     fault: Option<(Rpc, Fault)>,
-    kill: Option<KillSwitch>,
+    caller: Caller,
 ) -> ExecStream {
     let gen_ = op.attach();
     let (tx, rx) = mpsc::channel(1);
@@ -52,7 +59,7 @@ pub(super) fn attach_stream(
         fault: f,
     });
     tokio::spawn(async move {
-        let last = run_sender(&shared, &op, gen_, start_after, fault, kill, &tx).await;
+        let last = run_sender(&shared, &op, gen_, start_after, fault, caller, &tx).await;
         if !op.reattachable {
             // A non-reattachable execution lives only as long as its one
             // stream: it is removed (and cancelled if unfinished) before the
@@ -79,10 +86,11 @@ async fn run_sender(
     gen_: u64,
     start_after: u64,
     mut fault: Option<StreamFault>,
-    kill: Option<KillSwitch>,
+    Caller { kill, token }: Caller,
     tx: &Tx,
 ) -> Option<Status> {
     let mut sender = Sender::new(shared, op, gen_, start_after, kill, tx);
+    sender.token = token;
     loop {
         if let Some(f) = fault.take_if(|f| f.after == sender.sent)
             && let ControlFlow::Break(end) = sender.inject(&f.fault, f.rpc).await
@@ -124,6 +132,8 @@ struct Sender<'a> {
     /// Responses and bytes sent on this stream.
     sent: u64,
     bytes: u64,
+    /// The index of the token the stream was opened with (a rotation).
+    token: Option<u64>,
 }
 
 impl<'a> Sender<'a> {
@@ -160,6 +170,7 @@ impl<'a> Sender<'a> {
             next: start_after + 1,
             sent: 0,
             bytes: 0,
+            token: None,
         }
     }
 
@@ -217,6 +228,13 @@ impl<'a> Sender<'a> {
 
     /// Sends one response, then ends gracefully if a stream limit is reached.
     async fn send(&mut self, mut resp: proto::ExecutePlanResponse, size: u64) -> Flow {
+        // A stream opened with a token since replaced ends before its next
+        // response, as a gateway cutting an expired session would.
+        if let (Some(tokens), Some(k)) = (&self.shared.tokens, self.token)
+            && !tokens.may_send(k)
+        {
+            return ControlFlow::Break(Some(Status::unauthenticated("token expired")));
+        }
         resp.server_side_session_id = self.shared.ssid();
         if self.tx.send(Ok(resp)).await.is_err() {
             return ControlFlow::Break(None); // The client went away.

@@ -8,6 +8,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use super::tokens::TokenRotation;
+
 /// The Spark version `AnalyzePlan.spark_version` reports by default.
 pub const DEFAULT_SPARK_VERSION: &str = "4.3.0";
 
@@ -46,6 +48,7 @@ pub(crate) struct Settings {
     pub(crate) schema_response: bool,
     pub(crate) max_chunk_bytes: usize,
     pub(crate) required_token: Option<String>,
+    pub(crate) token_rotation: Option<TokenRotation>,
     pub(crate) spark_version: String,
 }
 
@@ -63,6 +66,7 @@ impl Default for Settings {
             schema_response: true,
             max_chunk_bytes: DEFAULT_MAX_CHUNK_BYTES,
             required_token: None,
+            token_rotation: None,
             spark_version: DEFAULT_SPARK_VERSION.to_owned(),
         }
     }

@@ -14,6 +14,7 @@ use tonic::metadata::MetadataMap;
 use super::buffer::Operation;
 use super::settings::Settings;
 use super::store::Artifacts;
+use super::tokens::Tokens;
 use crate::conn::Connections;
 use crate::edit::ResultEdit;
 use crate::error::SparkException;
@@ -102,6 +103,8 @@ pub(super) struct Shared {
     pub(super) stopping: watch::Sender<bool>,
     /// Applied to the range queries of later ExecutePlans.
     pub(super) edit: Mutex<Option<ResultEdit>>,
+    /// Tokens that expire, when the server rotates them.
+    pub(super) tokens: Option<Tokens>,
 }
 
 impl Shared {
