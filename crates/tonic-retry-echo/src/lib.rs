@@ -8,6 +8,8 @@
 //! binary of the workspace that asserts on events uses. It is not published.
 
 pub mod capture;
+#[cfg(feature = "otel")]
+pub mod metrics;
 
 use std::future::Future;
 use std::net::SocketAddr;

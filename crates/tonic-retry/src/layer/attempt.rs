@@ -22,6 +22,7 @@ use tower::{Service, ServiceExt};
 use super::body::{Replay, RequestBody, first_message_whole, more_than_one_message};
 use super::decide::Outcome;
 use super::method::ResponseKind;
+use crate::framing::payload_len;
 use crate::headers::{GRPC_PREVIOUS_RPC_ATTEMPTS, GRPC_STATUS, GRPC_TIMEOUT};
 use crate::policy::Pushback;
 use crate::sanitize::{sanitize_head, sanitize_status_headers, sanitized_body};
@@ -58,6 +59,8 @@ pub(crate) enum Attempt {
         status: Status,
         pushback: Option<Pushback>,
         response: Option<Response<Body>>,
+        /// Message bytes of the response read to find the status.
+        received: u64,
     },
     /// The attempt's time limit passed.
     TimedOut,
@@ -75,6 +78,18 @@ impl Attempt {
                 pushback: *pushback,
             },
             Attempt::TimedOut => Outcome::TimedOut,
+        }
+    }
+
+    /// How the attempt ended, for metrics: its status code (OK for a
+    /// response handed on whatever its status) and the message bytes read.
+    pub(crate) fn ended(&self) -> (Code, u64) {
+        match self {
+            Attempt::Done(_) => (Code::Ok, 0),
+            Attempt::Failed {
+                status, received, ..
+            } => (status.code(), *received),
+            Attempt::TimedOut => (Code::DeadlineExceeded, 0),
         }
     }
 
@@ -146,6 +161,7 @@ fn failed(status: Status) -> Attempt {
         status,
         pushback: None,
         response: None,
+        received: 0,
     }
 }
 
@@ -163,7 +179,7 @@ where
         let status = failed_status(&head.headers);
         let pushback = Pushback::from_headers(&head.headers);
         let res = Response::from_parts(head, sanitized_body(body));
-        return judged(res, status, pushback);
+        return judged(res, status, pushback, 0);
     }
     // Free for a tonic body (a `Channel`'s); another is boxed once.
     let mut body = Body::new(body);
@@ -214,7 +230,9 @@ where
                 let status = failed_status(&trailers);
                 let pushback = Pushback::from_headers(&trailers)
                     .or_else(|| Pushback::from_headers(&head.headers));
-                return judged(replayed(head, data, None, Some(trailers)), status, pushback);
+                let received = payload_len(&data);
+                let res = replayed(head, data, None, Some(trailers));
+                return judged(res, status, pushback, received);
             }
         }
     }
@@ -229,13 +247,19 @@ fn failed_status(headers: &HeaderMap) -> Option<Status> {
     Status::from_header_map(headers).filter(|s| s.code() != Code::Ok)
 }
 
-fn judged(res: Response<Body>, status: Option<Status>, pushback: Option<Pushback>) -> Attempt {
+fn judged(
+    res: Response<Body>,
+    status: Option<Status>,
+    pushback: Option<Pushback>,
+    received: u64,
+) -> Attempt {
     match status {
         None => Attempt::Done(res),
         Some(status) => Attempt::Failed {
             status,
             pushback,
             response: Some(res),
+            received,
         },
     }
 }
