@@ -11,6 +11,7 @@ mod session {
     mod embedded;
     mod errors;
     mod message_size;
+    mod metrics;
     mod params;
     mod readme;
     mod renewal;

@@ -30,6 +30,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::meters::SessionMeters;
 use crate::proto::ReleaseExecuteRequest;
 use crate::reconnect::FreshConnection;
 use crate::retrying::Retrying;
@@ -123,6 +124,9 @@ impl UntilSlot {
     }
 }
 
+/// The gRPC path of ReleaseExecute, the method its metrics are recorded under.
+const RELEASE_EXECUTE: &str = "/spark.connect.SparkConnectService/ReleaseExecute";
+
 /// Sends one execution's releases.
 #[derive(Debug, Clone)]
 pub(crate) struct Releaser {
@@ -133,6 +137,8 @@ pub(crate) struct Releaser {
     until: Arc<Mutex<UntilSlot>>,
     /// Give an attempt up after this long without an answer (the idle timeout).
     attempt_timeout: Option<Duration>,
+    /// The session's metrics: each release's outcome.
+    pub(crate) meters: SessionMeters,
 }
 
 impl Releaser {
@@ -149,6 +155,7 @@ impl Releaser {
             runtime: tokio::runtime::Handle::try_current().ok(),
             until: Arc::default(),
             attempt_timeout: attempt_timeout.map(|d| d.max(MIN_RELEASE_ATTEMPT)),
+            meters: SessionMeters::default(),
         }
     }
 
@@ -214,7 +221,7 @@ impl Releaser {
         let unanswered = Arc::new(AtomicBool::new(false));
         let result = self
             .retrying
-            .call(|| {
+            .call_method(RELEASE_EXECUTE, || {
                 let mut client = self.client.clone();
                 let mut request = tonic::Request::new(req.clone());
                 if unanswered.load(Ordering::SeqCst) {
@@ -238,6 +245,7 @@ impl Releaser {
                 }
             })
             .await;
+        self.meters.released(result.is_ok());
         match result {
             Ok(_) => {
                 self.tracker.inner.sent.fetch_add(1, Ordering::SeqCst);

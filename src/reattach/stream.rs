@@ -28,6 +28,7 @@ use super::core::{Action, Event, Open, ReattachCore, Release};
 use super::release::{ReleaseTracker, Releaser};
 use super::stats::{StreamStats, StreamStatsHandle};
 use super::{ReattachError, ReattachOptions};
+use crate::meters::{SessionMeters, StreamMeter};
 use crate::proto::{ExecutePlanRequest, ExecutePlanResponse};
 use crate::reconnect::FreshConnection;
 use crate::retrying::Retrying;
@@ -42,6 +43,7 @@ struct Driver {
     current: Option<Streaming<ExecutePlanResponse>>,
     segment_deadline: Option<Instant>,
     stats: StreamStatsHandle,
+    meter: StreamMeter,
 }
 
 impl Driver {
@@ -74,7 +76,9 @@ impl Driver {
                 Action::Read => self.read().await,
             };
         };
-        self.stats.set(self.core.stats());
+        let stats = self.core.stats();
+        self.meter.update(&stats);
+        self.stats.set(stats);
         item
     }
 
@@ -331,12 +335,23 @@ impl ReattachableExecution {
                 current: None,
                 segment_deadline: None,
                 stats: stats.clone(),
+                meter: StreamMeter::default(),
             })),
             pending: None,
             operation_id,
             stats,
             span,
         })
+    }
+
+    /// Record what the stream does (reattaches, re-executes, releases) in
+    /// the session's `meters`.
+    pub(crate) fn metered(mut self, meters: &SessionMeters) -> Self {
+        if let Some(d) = &mut self.driver {
+            d.meter = meters.stream();
+            d.releaser.meters = meters.clone();
+        }
+        self
     }
 
     /// The operation id of this execution.

@@ -18,6 +18,7 @@ use super::flow_control::Http2FlowControl;
 use super::options::{BuilderConfigs, Options};
 use super::spark::SparkSession;
 use crate::deadlines::{RpcDeadlines, check_timeout};
+use crate::meters::SessionMeters;
 use crate::policy::RetryPolicy;
 use crate::reattach::DEFAULT_IDLE_TIMEOUT;
 use crate::reconnect::ReconnectingChannel;
@@ -60,6 +61,8 @@ pub struct SparkSessionBuilder {
     resume_queries: bool,
     #[cfg(feature = "tls")]
     tls: super::tls::TlsSettings,
+    #[cfg(feature = "otel")]
+    meter: Option<opentelemetry::metrics::Meter>,
 }
 
 impl SparkSessionBuilder {
@@ -357,6 +360,7 @@ impl SparkSessionBuilder {
                 reason: "needs renew_stale_session(true): a resumed query runs on a fresh server-side session",
             });
         }
+        let (retrying, meters) = self.metered(self.retrying.clone().unwrap_or_default(), &config);
         let auth = AuthInterceptor::new(&config);
         // Wrapped once: a channel built here is intercepted, sanitized and
         // boxed in one step; a caller's channel is already a sanitized
@@ -396,7 +400,8 @@ impl SparkSessionBuilder {
             client,
             &config,
             Options {
-                retrying: self.retrying.unwrap_or_default(),
+                retrying,
+                meters,
                 deadlines,
                 idle_timeout,
                 release_wait: self.release_wait.unwrap_or(DEFAULT_RELEASE_WAIT),
@@ -407,6 +412,41 @@ impl SparkSessionBuilder {
                 resume_queries: self.resume_queries,
             },
         ))
+    }
+
+    /// Record the session's metrics on `meter` (feature `otel`; default:
+    /// the global meter provider's meter `spark-connect-retry`): gRPC's
+    /// per-attempt, per-call and retry instruments (gRFC A66, A96) for
+    /// every unary RPC and background release, labelled with the Spark
+    /// Connect method and `host:port`, and the session's own
+    /// `spark_connect.client.*` instruments (`docs/metrics.md`).
+    #[cfg(feature = "otel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
+    pub fn meter(mut self, meter: opentelemetry::metrics::Meter) -> Self {
+        self.meter = Some(meter);
+        self
+    }
+
+    /// The session's metrics: gRPC's on its loop, its own beside them.
+    fn metered(&self, retrying: Retrying, config: &ConnectionString) -> (Retrying, SessionMeters) {
+        #[cfg(feature = "otel")]
+        {
+            let meter = self.meter.clone().unwrap_or_else(|| {
+                let scope = opentelemetry::InstrumentationScope::builder(env!("CARGO_PKG_NAME"))
+                    .with_version(env!("CARGO_PKG_VERSION"))
+                    .build();
+                opentelemetry::global::meter_with_scope(scope)
+            });
+            let grpc = tonic_retry::metrics::GrpcMetrics::new(&meter)
+                .with_target(format!("{}:{}", config.host(), config.port()))
+                .with_methods(crate::meters::SPARK_CONNECT_PATHS);
+            (retrying.with_metrics(grpc), SessionMeters::new(&meter))
+        }
+        #[cfg(not(feature = "otel"))]
+        {
+            let _ = config;
+            (retrying, SessionMeters::default())
+        }
     }
 
     /// The preferred chunk size to send, or `None` with chunking off.

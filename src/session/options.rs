@@ -8,6 +8,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::deadlines::RpcDeadlines;
+use crate::meters::SessionMeters;
 use crate::retrying::Retrying;
 
 /// The checked options [`SparkSessionBuilder::build`] hands to the session.
@@ -27,6 +28,8 @@ pub(super) struct Options {
     // Read by the Arrow stream only (resumption compares decoded rows).
     #[cfg_attr(not(feature = "arrow"), allow(dead_code))]
     pub(super) resume_queries: bool,
+    /// The session's own metrics (nothing without the `otel` feature).
+    pub(super) meters: SessionMeters,
 }
 
 /// The builder's configs, in the order set. Debug shows the keys only: a
