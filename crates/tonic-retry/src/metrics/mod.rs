@@ -9,19 +9,9 @@
 //! ([`RetryLayer::metrics`](crate::layer::RetryLayer::metrics)) and from
 //! the [`Retrying`](crate::retrying::Retrying) loop
 //! ([`Retrying::with_metrics`](crate::retrying::Retrying::with_metrics),
-//! then [`Retrying::call_method`](crate::retrying::Retrying::call_method)):
-//!
-//! | instrument | kind | unit | labels | recorded |
-//! |---|---|---|---|---|
-//! | `grpc.client.attempt.started` | counter | `{attempt}` | `grpc.method`, `grpc.target` | as each attempt (first, retry, hedge, transparent re-send) starts |
-//! | `grpc.client.attempt.duration` | histogram (latency) | `s` | `grpc.method`, `grpc.target`, `grpc.status` | as each attempt ends: its status known, or, for the attempt handed to the caller, its response read to the end |
-//! | `grpc.client.attempt.sent_total_compressed_message_size` | histogram (size) | `By` | `grpc.method`, `grpc.target`, `grpc.status` | with the attempt's duration, by the layer only |
-//! | `grpc.client.attempt.rcvd_total_compressed_message_size` | histogram (size) | `By` | `grpc.method`, `grpc.target`, `grpc.status` | with the attempt's duration, by the layer only |
-//! | `grpc.client.call.duration` | histogram (latency) | `s` | `grpc.method`, `grpc.target`, `grpc.status` | as the call ends (the status delivered to the caller) |
-//! | `grpc.client.call.retries` | histogram, buckets 1–5 | `{retry}` | `grpc.method`, `grpc.target` | as the call ends, if it was retried |
-//! | `grpc.client.call.transparent_retries` | histogram, buckets 1–5, 10 | `{transparent_retry}` | `grpc.method`, `grpc.target` | as the call ends, if a request was re-sent unsent (gRFC A6) |
-//! | `grpc.client.call.hedges` | histogram, buckets 1–5 | `{hedge}` | `grpc.method`, `grpc.target` | as the call ends, if it was hedged |
-//! | `grpc.client.call.retry_delay` | histogram (latency) | `s` | `grpc.method`, `grpc.target` | as each call ends: the waits with no attempt in flight (0 when none) |
+//! then [`Retrying::call_method`](crate::retrying::Retrying::call_method)).
+//! The nine instruments, their units, labels and when each is recorded are
+//! in the [crate docs](crate#metrics-feature-otel).
 //!
 //! Latency buckets are A66's (0, 10 µs, … 100 s), size buckets A66's
 //! (0, 1 KiB, … 4 GiB), given to the SDK as advice (a view may replace them).
