@@ -116,6 +116,35 @@ async fn a_call_that_gives_up_ends_with_its_status_and_one_without_retries_recor
 }
 
 #[tokio::test]
+async fn a_call_sent_once_counts_its_bytes_as_they_go() {
+    let server = Scripted::failing_first(1, Status::unavailable("restarting"));
+    let addr = server.clone().spawn().await.unwrap();
+    let (pipeline, sleeper) = (Pipeline::new(), RecordingSleeper::new());
+    let layer = RetryLayer::from_service_config(&config(RETRY_ECHO), base(&sleeper))
+        .metrics(metrics(&pipeline));
+    let mut client = client(addr, layer);
+    // Unbuffered, unretried: its request body is counted as it streams.
+    let once = || {
+        let mut request = tonic::Request::new(hello(0));
+        request
+            .extensions_mut()
+            .insert(tonic_retry::layer::CallOptions::new().no_retries());
+        request
+    };
+    let err = client.say(once()).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::Unavailable);
+    client.say(once()).await.unwrap();
+    let m = pipeline.read();
+    assert_eq!(m.value(STARTED, &[SAY]).1, 2.0);
+    assert_eq!(m.value(SENT, &[status("UNAVAILABLE")]), (1, HELLO_BYTES));
+    assert_eq!(m.value(SENT, &[status("OK")]), (1, HELLO_BYTES));
+    assert_eq!(m.value(RCVD, &[status("OK")]), (1, HELLO_BYTES));
+    assert_eq!(m.value(CALL, &[status("UNAVAILABLE")]).0, 1);
+    assert_eq!(m.value(CALL, &[status("OK")]).0, 1);
+    assert!(m.absent(RETRIES));
+}
+
+#[tokio::test]
 async fn methods_the_layer_does_not_know_are_other() {
     let server = Scripted::failing_first(0, Status::unavailable("never"));
     let addr = server.clone().spawn().await.unwrap();
