@@ -129,10 +129,56 @@ async fn layer_child() {
         v[v.len() / 2].as_secs_f64() * 1e6
     };
     println!(
-        "#sample off={:.3} on={:.3}",
+        "#sample off={:.3} on={:.3} sdk={:.3}",
         p50(&mut lat[0]),
-        p50(&mut lat[1])
+        p50(&mut lat[1]),
+        sdk_floor(&pipeline) * 1e6
     );
+}
+
+/// The SDK's own share: what the six recordings of a unary call (the
+/// attempt counter, three attempt histograms, the call's duration and
+/// delay) cost with the same labels, without a call around them; seconds
+/// per call, the mean over 20 000.
+fn sdk_floor(pipeline: &Pipeline) -> f64 {
+    use opentelemetry::KeyValue;
+    use std::sync::Arc;
+    let meter = pipeline.meter();
+    let counter = meter.u64_counter("floor.started").build();
+    let latency = [
+        meter.f64_histogram("floor.attempt").build(),
+        meter.f64_histogram("floor.call").build(),
+        meter.f64_histogram("floor.delay").build(),
+    ];
+    let sizes = [
+        meter.u64_histogram("floor.sent").build(),
+        meter.u64_histogram("floor.rcvd").build(),
+    ];
+    let method: Arc<str> = Arc::from("spark.connect.SparkConnectService/Config");
+    let target: Arc<str> = Arc::from("bench:1");
+    let base = [
+        KeyValue::new("grpc.method", method),
+        KeyValue::new("grpc.target", target),
+    ];
+    let with_status = || {
+        [
+            base[0].clone(),
+            base[1].clone(),
+            KeyValue::new("grpc.status", "OK"),
+        ]
+    };
+    let n = 20_000;
+    let t = Instant::now();
+    for i in 0..n {
+        counter.add(1, &base);
+        let labels = with_status();
+        latency[0].record(i as f64 * 1e-9, &labels);
+        sizes[0].record(40, &labels);
+        sizes[1].record(40, &labels);
+        latency[1].record(i as f64 * 1e-9, &with_status());
+        latency[2].record(0.0, &base);
+    }
+    t.elapsed().as_secs_f64() / f64::from(n)
 }
 
 fn load_average() -> String {
@@ -143,7 +189,7 @@ fn load_average() -> String {
 
 fn layer_parent(n: usize) {
     let exe = std::env::current_exe().expect("current exe");
-    let (mut added, mut off) = (vec![], vec![]);
+    let (mut added, mut off, mut sdk) = (vec![], vec![], vec![]);
     println!("load average before: {}", load_average());
     for i in 0..n {
         let out = std::process::Command::new(&exe)
@@ -161,23 +207,27 @@ fn layer_parent(n: usize) {
             .map(|kv| kv.split_once('=').expect("k=v").1.parse().expect("number"))
             .collect();
         println!(
-            "process {}/{n}: off p50 {:.2} us, on p50 {:.2} us, added {:+.2} us; load {}",
+            "process {}/{n}: off p50 {:.2} us, on p50 {:.2} us, added {:+.2} us; the SDK's six recordings alone {:.2} us; load {}",
             i + 1,
             v[0],
             v[1],
             v[1] - v[0],
+            v[2],
             load_average()
         );
         off.push(v[0]);
+        sdk.push(v[2]);
         added.push(v[1] - v[0]);
     }
     let lo = added.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = added.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     println!(
         "layer, unary Config over loopback, {n} processes: p50 without metrics {:.1} us; \
-         metrics add {:+.2} us (median; range {lo:+.2} .. {hi:+.2})",
+         metrics add {:+.2} us (median; range {lo:+.2} .. {hi:+.2}), of which the SDK's \
+         six recordings alone {:.2} us",
         median(off),
-        median(added.clone())
+        median(added.clone()),
+        median(sdk)
     );
 }
 

@@ -100,8 +100,7 @@ impl CallRecorder {
     pub(crate) fn request_size<'a>(&mut self, chunks: impl IntoIterator<Item = &'a bytes::Bytes>) {
         #[cfg(feature = "otel")]
         if let Some(c) = &mut self.inner {
-            let n = crate::framing::payload_len(chunks);
-            c.sent = Some(std::sync::Arc::new(n.into()));
+            c.sent = Some(call::Sent::Known(crate::framing::payload_len(chunks)));
         }
         #[cfg(not(feature = "otel"))]
         let _ = chunks;
@@ -112,17 +111,17 @@ impl CallRecorder {
         #[cfg(feature = "otel")]
         if let Some(c) = &mut self.inner {
             let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-            c.sent = Some(sent.clone());
+            c.sent = Some(call::Sent::Counted(sent.clone()));
             return req.map(|b| body::CountedRequest::wrap(b, sent));
         }
         req
     }
 
     /// An attempt starts.
-    pub(crate) fn attempt(&self) -> AttemptRecorder {
+    pub(crate) fn attempt(&mut self) -> AttemptRecorder {
         AttemptRecorder {
             #[cfg(feature = "otel")]
-            inner: self.inner.as_ref().map(call::Call::attempt),
+            inner: self.inner.as_mut().map(call::Call::attempt),
         }
     }
 
@@ -158,7 +157,7 @@ impl CallRecorder {
     pub(crate) fn end(self, code: Code) {
         #[cfg(feature = "otel")]
         if let Some(c) = self.inner {
-            c.end(code);
+            c.end(code, tokio::time::Instant::now());
         }
         #[cfg(not(feature = "otel"))]
         let _ = code;
@@ -187,7 +186,7 @@ impl AttemptRecorder {
     pub(crate) fn end(self, code: Code, rcvd: Option<u64>) {
         #[cfg(feature = "otel")]
         if let Some(a) = self.inner {
-            a.end(code, rcvd);
+            a.end(code, rcvd, tokio::time::Instant::now());
         }
         #[cfg(not(feature = "otel"))]
         let _ = (code, rcvd);

@@ -594,7 +594,7 @@ impl Retrying {
         let mut stats = LoopStats::default();
         loop {
             stats.attempts += 1;
-            let meter = rec.as_ref().map(CallRecorder::attempt);
+            let meter = rec.as_mut().map(CallRecorder::attempt);
             let result = op().await;
             if let Some(m) = meter {
                 m.end(code_of(&result), None);

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use tokio::time::Instant;
 use http::{HeaderMap, Response};
 use http_body::{Frame, SizeHint};
 use tonic::body::Body;
@@ -80,10 +81,11 @@ struct Delivered {
 impl Delivered {
     fn end(&mut self, code: Code) {
         if let Some((attempt, call)) = self.ends.take() {
+            let now = Instant::now();
             if let Some(a) = attempt {
-                a.end(code, Some(self.counter.payload()));
+                a.end(code, Some(self.counter.payload()), now);
             }
-            call.end(code);
+            call.end(code, now);
         }
     }
 }
@@ -142,10 +144,11 @@ pub(crate) fn deliver(
             let code = e
                 .downcast_ref::<Status>()
                 .map_or(Code::Unknown, Status::code);
+            let now = Instant::now();
             if let Some(a) = attempt {
-                a.end(code, Some(0));
+                a.end(code, Some(0), now);
             }
-            call.end(code);
+            call.end(code, now);
             return Err(e);
         }
     };

@@ -6,6 +6,7 @@
 //! `CANCELLED` when it is dropped.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use opentelemetry::{KeyValue, StringValue};
@@ -32,6 +33,24 @@ impl Labels {
     }
 }
 
+/// The message bytes each attempt of a call sends.
+#[derive(Debug, Clone)]
+pub(crate) enum Sent {
+    /// A buffered request: known before it is sent.
+    Known(u64),
+    /// A request sent once: counted as it streams.
+    Counted(Arc<AtomicU64>),
+}
+
+impl Sent {
+    fn get(&self) -> u64 {
+        match self {
+            Sent::Known(n) => *n,
+            Sent::Counted(n) => n.load(Ordering::Relaxed),
+        }
+    }
+}
+
 /// One call in flight.
 #[derive(Debug)]
 pub(crate) struct Call {
@@ -42,7 +61,8 @@ pub(crate) struct Call {
     hedges: u64,
     delay: Duration,
     /// Message bytes each attempt sends (the layer's request body).
-    pub(crate) sent: Option<Arc<std::sync::atomic::AtomicU64>>,
+    pub(crate) sent: Option<Sent>,
+    attempts: u32,
     ended: bool,
 }
 
@@ -51,7 +71,7 @@ pub(crate) struct Call {
 pub(crate) struct Attempt {
     labels: Arc<Labels>,
     start: Instant,
-    sent: Option<Arc<std::sync::atomic::AtomicU64>>,
+    sent: Option<Sent>,
     ended: bool,
 }
 
@@ -77,17 +97,24 @@ impl Call {
             hedges: 0,
             delay: Duration::ZERO,
             sent: None,
+            attempts: 0,
             ended: false,
         }
     }
 
-    /// An attempt starts.
-    pub(crate) fn attempt(&self) -> Attempt {
+    /// An attempt starts (the first one as the call does: one clock read).
+    pub(crate) fn attempt(&mut self) -> Attempt {
         let labels = self.labels.clone();
         labels.instruments.attempt_started.add(1, &labels.base);
+        self.attempts += 1;
+        let start = if self.attempts == 1 {
+            self.start
+        } else {
+            Instant::now()
+        };
         Attempt {
             labels,
-            start: Instant::now(),
+            start,
             sent: self.sent.clone(),
             ended: false,
         }
@@ -113,18 +140,18 @@ impl Call {
         self.delay = self.delay.saturating_add(d);
     }
 
-    /// The call ends with `code`.
-    pub(crate) fn end(mut self, code: Code) {
-        self.record(code);
+    /// The call ends with `code` at `now`.
+    pub(crate) fn end(mut self, code: Code, now: Instant) {
+        self.record(code, now);
     }
 
-    fn record(&mut self, code: Code) {
+    fn record(&mut self, code: Code, now: Instant) {
         if std::mem::replace(&mut self.ended, true) {
             return;
         }
         let i = &self.labels.instruments;
         let base = &self.labels.base;
-        let elapsed = self.start.elapsed().as_secs_f64();
+        let elapsed = now.saturating_duration_since(self.start).as_secs_f64();
         i.call_duration
             .record(elapsed, &self.labels.with_status(code));
         for (n, h) in [
@@ -142,28 +169,27 @@ impl Call {
 
 impl Drop for Call {
     fn drop(&mut self) {
-        self.record(Code::Cancelled);
+        self.record(Code::Cancelled, Instant::now());
     }
 }
 
 impl Attempt {
-    /// The attempt ends with `code`, having received `rcvd` message bytes
-    /// (`None`: sizes unknown, not recorded).
-    pub(crate) fn end(mut self, code: Code, rcvd: Option<u64>) {
-        self.record(code, rcvd);
+    /// The attempt ends with `code` at `now`, having received `rcvd`
+    /// message bytes (`None`: not measured).
+    pub(crate) fn end(mut self, code: Code, rcvd: Option<u64>, now: Instant) {
+        self.record(code, rcvd, now);
     }
 
-    fn record(&mut self, code: Code, rcvd: Option<u64>) {
+    fn record(&mut self, code: Code, rcvd: Option<u64>, now: Instant) {
         if std::mem::replace(&mut self.ended, true) {
             return;
         }
         let i = &self.labels.instruments;
         let labels = self.labels.with_status(code);
-        i.attempt_duration
-            .record(self.start.elapsed().as_secs_f64(), &labels);
+        let elapsed = now.saturating_duration_since(self.start);
+        i.attempt_duration.record(elapsed.as_secs_f64(), &labels);
         if let Some(sent) = &self.sent {
-            let sent = sent.load(std::sync::atomic::Ordering::Relaxed);
-            i.attempt_sent.record(sent, &labels);
+            i.attempt_sent.record(sent.get(), &labels);
             i.attempt_rcvd.record(rcvd.unwrap_or(0), &labels);
         }
     }
@@ -171,6 +197,6 @@ impl Attempt {
 
 impl Drop for Attempt {
     fn drop(&mut self) {
-        self.record(Code::Cancelled, None);
+        self.record(Code::Cancelled, None, Instant::now());
     }
 }

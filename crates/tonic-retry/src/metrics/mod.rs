@@ -234,7 +234,7 @@ impl GrpcMetrics {
     /// A copy that labels calls with `target` (`grpc.target`: gRPC's
     /// canonical form is `dns:///host:port`).
     pub fn with_target(mut self, target: impl Into<String>) -> Self {
-        self.target = Some(StringValue::from(target.into()));
+        self.target = Some(shared(target.into()));
         self
     }
 
@@ -289,7 +289,12 @@ impl GrpcMetrics {
 
 /// A path's label: A66's `package.Service/Method`.
 fn label_of(path: &str) -> StringValue {
-    StringValue::from(path.trim_start_matches('/').to_owned())
+    shared(path.trim_start_matches('/').to_owned())
+}
+
+/// A label value whose clones share it: every recording clones its labels.
+fn shared(value: String) -> StringValue {
+    StringValue::from(Arc::<str>::from(value))
 }
 
 fn scope() -> InstrumentationScope {
