@@ -164,23 +164,41 @@ impl CallRecorder {
     }
 
     /// The call ends by handing `result` to the caller; the attempt it came
-    /// from, if still open, ends with it (for a response: when the caller
-    /// has read it to its status).
+    /// from, if still open, ends with it: now, if its status was read
+    /// (`ended`: its code and message bytes), else when the caller has
+    /// read the response to its status.
     pub(crate) fn deliver(
         self,
         attempt: Option<AttemptRecorder>,
+        ended: Option<(Code, u64)>,
         result: Result<Response<Body>, BoxError>,
     ) -> Result<Response<Body>, BoxError> {
         #[cfg(feature = "otel")]
         if let Some(c) = self.inner {
-            return body::deliver(attempt.and_then(|a| a.inner), c, result);
+            let attempt = attempt.and_then(|a| a.inner);
+            let Some((code, received)) = ended else {
+                return body::deliver(attempt, c, result);
+            };
+            let now = tokio::time::Instant::now();
+            if let Some(a) = attempt {
+                a.end(code, Some(received), now);
+            }
+            c.end(code, now);
+            return result;
         }
-        let _ = attempt;
+        let _ = (attempt, ended);
         result
     }
 }
 
 impl AttemptRecorder {
+    /// The attempt ends as the layer read it (`None`: committed unread,
+    /// recorded as OK with what was read so far, nothing).
+    pub(crate) fn ended(self, ended: Option<(Code, u64)>) {
+        let (code, received) = ended.unwrap_or((Code::Ok, 0));
+        self.end(code, Some(received));
+    }
+
     /// The attempt ends with `code`, having received `rcvd` message bytes
     /// (`None`: not measured).
     pub(crate) fn end(self, code: Code, rcvd: Option<u64>) {

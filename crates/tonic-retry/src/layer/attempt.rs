@@ -51,8 +51,14 @@ where
 
 /// What came back from one attempt.
 pub(crate) enum Attempt {
-    /// OK, or committed: the caller's response.
+    /// Committed: the caller's response, its status still to come.
     Done(Response<Body>),
+    /// OK, read to its status: the caller's response.
+    Succeeded {
+        response: Response<Body>,
+        /// Message bytes of the response.
+        received: u64,
+    },
     /// Failed; `response` is what the caller gets if the call stops here
     /// (`None`: the status itself, as an error).
     Failed {
@@ -70,7 +76,7 @@ impl Attempt {
     /// The attempt as [`decide`](super::decide::decide) sees it.
     pub(crate) fn outcome(&self) -> Outcome<'_> {
         match self {
-            Attempt::Done(_) => Outcome::Done,
+            Attempt::Done(_) | Attempt::Succeeded { .. } => Outcome::Done,
             Attempt::Failed {
                 status, pushback, ..
             } => Outcome::Failed {
@@ -81,15 +87,17 @@ impl Attempt {
         }
     }
 
-    /// How the attempt ended, for metrics: its status code (OK for a
-    /// response handed on whatever its status) and the message bytes read.
-    pub(crate) fn ended(&self) -> (Code, u64) {
+    /// How the attempt ended, for metrics: its status code and the
+    /// message bytes read; `None` for a committed response, whose status
+    /// the caller has yet to read.
+    pub(crate) fn ended(&self) -> Option<(Code, u64)> {
         match self {
-            Attempt::Done(_) => (Code::Ok, 0),
+            Attempt::Done(_) => None,
+            Attempt::Succeeded { received, .. } => Some((Code::Ok, *received)),
             Attempt::Failed {
                 status, received, ..
-            } => (status.code(), *received),
-            Attempt::TimedOut => (Code::DeadlineExceeded, 0),
+            } => Some((status.code(), *received)),
+            Attempt::TimedOut => Some((Code::DeadlineExceeded, 0)),
         }
     }
 
@@ -97,6 +105,7 @@ impl Attempt {
     pub(crate) fn into_result(self) -> Result<Response<Body>, BoxError> {
         match self {
             Attempt::Done(res)
+            | Attempt::Succeeded { response: res, .. }
             | Attempt::Failed {
                 response: Some(res),
                 ..
@@ -254,7 +263,10 @@ fn judged(
     received: u64,
 ) -> Attempt {
     match status {
-        None => Attempt::Done(res),
+        None => Attempt::Succeeded {
+            response: res,
+            received,
+        },
         Some(status) => Attempt::Failed {
             status,
             pushback,

@@ -234,16 +234,17 @@ async fn run<S: Inner + Clone>(
         let decision = decide(&mut call, result.outcome(), clock.now(), rules);
         stats.decided(decision.reason);
         match decision.next {
-            Next::Deliver => return rec.deliver(Some(meter), result.into_result()),
+            Next::Deliver => {
+                let ended = result.ended();
+                return rec.deliver(Some(meter), ended, result.into_result());
+            }
             Next::Fail(status) => {
-                let (code, received) = result.ended();
-                meter.end(code, Some(received));
+                meter.ended(result.ended());
                 rec.end(status.code());
                 return Err(Box::new(status));
             }
             Next::Retry(wait) => {
-                let (code, received) = result.ended();
-                meter.end(code, Some(received));
+                meter.ended(result.ended());
                 rec.retried(wait, call.transparent_retries() > transparent);
                 if let Some(s) = &call_stats {
                     s.retry(wait);
@@ -309,9 +310,10 @@ async fn hedged<S: Inner + Clone>(
                 stats.decided(reason);
                 // The first attempt always starts, so there is a last one.
                 let status = || Status::deadline_exceeded("no hedged attempt ended");
+                let ended = last.as_ref().and_then(Attempt::ended);
                 let last =
                     last.map_or_else(|| Err(Box::new(status()).into()), Attempt::into_result);
-                return rec.deliver(None, last);
+                return rec.deliver(None, ended, last);
             }
         };
         // Waiting with nothing in flight counts toward the call's retry delay.
@@ -326,8 +328,7 @@ async fn hedged<S: Inner + Clone>(
                 let Some(Commit { attempt, next, reason }) =
                     hedge.on_outcome(k, outcome, clock.now().max(fired), throttle)
                 else {
-                    let (code, received) = result.ended();
-                    meter.end(code, Some(received));
+                    meter.ended(result.ended());
                     last = Some(result);
                     continue;
                 };
@@ -337,12 +338,14 @@ async fn hedged<S: Inner + Clone>(
                 drop(running);
                 return match next {
                     Next::Fail(status) => {
-                        let (code, received) = result.ended();
-                        meter.end(code, Some(received));
+                        meter.ended(result.ended());
                         rec.end(status.code());
                         Err(Box::new(status))
                     }
-                    _ => rec.deliver(Some(meter), result.into_result()),
+                    _ => {
+                        let ended = result.ended();
+                        rec.deliver(Some(meter), ended, result.into_result())
+                    }
                 };
             }
             () = timer => {
@@ -370,5 +373,5 @@ async fn once<S: Inner>(
         let res = svc.ready().await.map_err(Into::into)?.call(req).await;
         Ok(sanitize_response(res.map_err(Into::into)?, sanitized_body))
     };
-    rec.deliver(Some(meter), res.await)
+    rec.deliver(Some(meter), None, res.await)
 }

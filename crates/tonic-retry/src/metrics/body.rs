@@ -12,9 +12,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use tokio::time::Instant;
 use http::{HeaderMap, Response};
 use http_body::{Frame, SizeHint};
+use tokio::time::Instant;
 use tonic::body::Body;
 use tonic::{Code, Status};
 

@@ -9,29 +9,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use opentelemetry::{KeyValue, StringValue};
 use tokio::time::Instant;
 use tonic::Code;
 
-use super::{GrpcMetrics, Instruments, OTHER, status_name};
-
-/// What every recording of one call shares.
-#[derive(Debug)]
-struct Labels {
-    instruments: Arc<Instruments>,
-    /// `grpc.method`, `grpc.target`.
-    base: [KeyValue; 2],
-}
-
-impl Labels {
-    fn with_status(&self, code: Code) -> [KeyValue; 3] {
-        [
-            self.base[0].clone(),
-            self.base[1].clone(),
-            KeyValue::new("grpc.status", status_name(code)),
-        ]
-    }
-}
+use super::{GrpcMetrics, Labels};
 
 /// The message bytes each attempt of a call sends.
 #[derive(Debug, Clone)]
@@ -78,19 +59,8 @@ pub(crate) struct Attempt {
 impl Call {
     /// A call to `path`, labelled by `metrics`.
     pub(crate) fn new(metrics: &GrpcMetrics, path: &str) -> Self {
-        let target = metrics
-            .target
-            .clone()
-            .unwrap_or_else(|| StringValue::from(OTHER));
-        let labels = Labels {
-            instruments: metrics.instruments.clone(),
-            base: [
-                KeyValue::new("grpc.method", metrics.label(path)),
-                KeyValue::new("grpc.target", target),
-            ],
-        };
         Call {
-            labels: Arc::new(labels),
+            labels: metrics.labels(path),
             start: Instant::now(),
             retries: 0,
             transparent: 0,
@@ -152,8 +122,8 @@ impl Call {
         let i = &self.labels.instruments;
         let base = &self.labels.base;
         let elapsed = now.saturating_duration_since(self.start).as_secs_f64();
-        i.call_duration
-            .record(elapsed, &self.labels.with_status(code));
+        self.labels
+            .with_status(code, |l| i.call_duration.record(elapsed, l));
         for (n, h) in [
             (self.retries, &i.retries),
             (self.transparent, &i.transparent_retries),
@@ -185,13 +155,15 @@ impl Attempt {
             return;
         }
         let i = &self.labels.instruments;
-        let labels = self.labels.with_status(code);
-        let elapsed = now.saturating_duration_since(self.start);
-        i.attempt_duration.record(elapsed.as_secs_f64(), &labels);
-        if let Some(sent) = &self.sent {
-            i.attempt_sent.record(sent.get(), &labels);
-            i.attempt_rcvd.record(rcvd.unwrap_or(0), &labels);
-        }
+        let elapsed = now.saturating_duration_since(self.start).as_secs_f64();
+        let sent = self.sent.as_ref().map(Sent::get);
+        self.labels.with_status(code, |labels| {
+            i.attempt_duration.record(elapsed, labels);
+            if let Some(sent) = sent {
+                i.attempt_sent.record(sent, labels);
+                i.attempt_rcvd.record(rcvd.unwrap_or(0), labels);
+            }
+        });
     }
 }
 

@@ -67,7 +67,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use opentelemetry::metrics::{Counter, Histogram, Meter, MeterProvider};
-use opentelemetry::{InstrumentationScope, StringValue};
+use opentelemetry::{InstrumentationScope, KeyValue, StringValue};
 
 pub(crate) mod body;
 pub(crate) mod call;
@@ -191,6 +191,48 @@ impl Instruments {
     }
 }
 
+/// The labels of every call to one method: made once per registered
+/// method, so that a call clones an `Arc`, not its labels.
+#[derive(Debug)]
+pub(crate) struct Labels {
+    pub(crate) instruments: Arc<Instruments>,
+    /// `grpc.method`, `grpc.target`.
+    pub(crate) base: [KeyValue; 2],
+    /// The same and `grpc.status = OK`, the usual end.
+    ok: [KeyValue; 3],
+}
+
+impl Labels {
+    fn new(instruments: Arc<Instruments>, method: StringValue, target: StringValue) -> Self {
+        let base = [
+            KeyValue::new("grpc.method", method),
+            KeyValue::new("grpc.target", target),
+        ];
+        let ok = [
+            base[0].clone(),
+            base[1].clone(),
+            KeyValue::new("grpc.status", status_name(tonic::Code::Ok)),
+        ];
+        Labels {
+            instruments,
+            base,
+            ok,
+        }
+    }
+
+    /// Run `record` with the labels and `grpc.status = code`.
+    pub(crate) fn with_status(&self, code: tonic::Code, record: impl FnOnce(&[KeyValue])) {
+        if code == tonic::Code::Ok {
+            return record(&self.ok);
+        }
+        record(&[
+            self.base[0].clone(),
+            self.base[1].clone(),
+            KeyValue::new("grpc.status", status_name(code)),
+        ]);
+    }
+}
+
 /// gRFC A66 and A96 client instruments on one OpenTelemetry `Meter`, with
 /// the target and the registered methods they label calls with (see the
 /// [module docs](self)).
@@ -205,17 +247,57 @@ pub struct GrpcMetrics {
     methods: Arc<HashMap<String, StringValue>>,
     /// Services whose every method is registered.
     services: Arc<HashSet<String>>,
+    /// The labels of each registered method, and of every other one.
+    labels: Arc<HashMap<String, Arc<Labels>>>,
+    other: Arc<Labels>,
 }
 
 impl GrpcMetrics {
     /// The instruments on `meter`, no target, no method registered.
     pub fn new(meter: &Meter) -> Self {
+        let instruments = Arc::new(Instruments::new(meter));
+        let other = StringValue::from(OTHER);
         GrpcMetrics {
-            instruments: Arc::new(Instruments::new(meter)),
+            other: Arc::new(Labels::new(instruments.clone(), other.clone(), other)),
+            instruments,
             meter: meter.clone(),
             target: None,
             methods: Arc::default(),
             services: Arc::default(),
+            labels: Arc::default(),
+        }
+    }
+
+    /// The labels of each registered method, made again after a change.
+    fn relabel(mut self) -> Self {
+        let target = self.target();
+        let labels = self.methods.iter().map(|(path, method)| {
+            let labels = Labels::new(self.instruments.clone(), method.clone(), target.clone());
+            (path.clone(), Arc::new(labels))
+        });
+        self.labels = Arc::new(labels.collect());
+        let other = StringValue::from(OTHER);
+        self.other = Arc::new(Labels::new(self.instruments.clone(), other, target));
+        self
+    }
+
+    fn target(&self) -> StringValue {
+        self.target
+            .clone()
+            .unwrap_or_else(|| StringValue::from(OTHER))
+    }
+
+    /// The labels of a call to `path`.
+    pub(crate) fn labels(&self, path: &str) -> Arc<Labels> {
+        if let Some(labels) = self.labels.get(path) {
+            return labels.clone();
+        }
+        match self.label(path) {
+            // A method of a registered service.
+            method if method.as_str() != OTHER => {
+                Arc::new(Labels::new(self.instruments.clone(), method, self.target()))
+            }
+            _ => self.other.clone(),
         }
     }
 
@@ -235,7 +317,7 @@ impl GrpcMetrics {
     /// canonical form is `dns:///host:port`).
     pub fn with_target(mut self, target: impl Into<String>) -> Self {
         self.target = Some(shared(target.into()));
-        self
+        self.relabel()
     }
 
     /// A copy with `paths` (`/package.Service/Method`) registered as well:
@@ -252,7 +334,7 @@ impl GrpcMetrics {
                 .entry(path.clone())
                 .or_insert_with(|| label_of(&path));
         }
-        self
+        self.relabel()
     }
 
     /// A copy with every method of `service` (`package.Service`) registered.
