@@ -235,3 +235,42 @@ impl StreamMeter {
         let _ = now;
     }
 }
+
+#[cfg(all(test, feature = "otel"))]
+mod tests {
+    use super::*;
+    use tonic_retry_echo::metrics::Pipeline;
+
+    /// Causes are counted once each, whichever step of the stream sees
+    /// the reattach and whichever sees its cause.
+    #[test]
+    fn reattaches_by_cause_from_counters_that_grow_in_any_order() {
+        let pipeline = Pipeline::new();
+        let mut meter = SessionMeters::new(&pipeline.meter()).stream();
+        let steps = [
+            // A graceful end seen before its reattach opens, then the reattach.
+            (0, 1, 0, 0),
+            (1, 1, 0, 0),
+            // A fault's reattach, then a stall and its reattach in one step.
+            (2, 1, 0, 0),
+            (3, 1, 1, 0),
+            // A re-execute.
+            (3, 1, 1, 1),
+        ];
+        for (reattaches, graceful_ends, stalls, re_executes) in steps {
+            meter.update(&StreamStats {
+                reattaches,
+                graceful_ends,
+                stalls,
+                re_executes,
+                ..StreamStats::default()
+            });
+        }
+        let m = pipeline.read();
+        let by = |cause| m.value(&format!("{PREFIX}result.reattaches"), &[("cause", cause)]);
+        assert_eq!(by("graceful_end").1, 1.0);
+        assert_eq!(by("fault").1, 1.0);
+        assert_eq!(by("stall").1, 1.0);
+        assert_eq!(m.value(&format!("{PREFIX}result.re_executes"), &[]).1, 1.0);
+    }
+}
