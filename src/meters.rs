@@ -238,7 +238,7 @@ impl StreamMeter {
 
 #[cfg(all(test, feature = "otel"))]
 mod tests {
-    use super::*;
+    use super::{PREFIX, SessionMeters, StreamStats};
     use tonic_retry_echo::metrics::Pipeline;
 
     /// Causes are counted once each, whichever step of the stream sees
