@@ -33,6 +33,7 @@
 //! | `arrow` | yes | decode results into arrow `RecordBatch`es, Arrow in (`create_dataframe`, uploads) |
 //! | `tls` | yes | TLS (rustls) for `use_ssl=true` connection strings |
 //! | `chrono` | no | chrono's `NaiveDate`, `NaiveDateTime` and `DateTime` as SQL parameters ([`session::params`]) |
+//! | `otel` | no | OpenTelemetry metrics: gRPC's (gRFC A66, A96) for every unary call and the session's own (`spark_connect.client.*`), on the global meter or [`SparkSessionBuilder::meter`](session::SparkSessionBuilder::meter); the table is in `docs/metrics.md` |
 //!
 //! The retry policy, loop and layer come from [`tonic_retry`], which has no
 //! Spark in it; the embedded test server and the fault proxy live in the
@@ -75,6 +76,7 @@ pub mod proto {
 pub mod deadlines;
 mod error_classes;
 pub mod layer;
+mod meters;
 pub mod policy;
 pub mod reattach;
 pub mod reconnect;

@@ -69,6 +69,14 @@ impl Retrying {
     pub fn with_retry_now_bound(self, bound: Duration) -> Self {
         Retrying(self.0.with_retry_now_bound(bound))
     }
+    /// Record the calls this loop runs by method
+    /// ([`call_method`](tonic_retry::retrying::Retrying::call_method)) in
+    /// `metrics`: gRFC A66 and A96 (see `docs/metrics.md`).
+    #[cfg(feature = "otel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
+    pub fn with_metrics(self, metrics: tonic_retry::metrics::GrpcMetrics) -> Self {
+        Retrying(self.0.with_metrics(metrics))
+    }
     /// The loop as `tonic_retry` takes it.
     pub fn into_inner(self) -> generic::Retrying {
         self.0

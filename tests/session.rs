@@ -14,6 +14,7 @@ mod session {
     mod give_up;
     mod logging;
     mod message_size;
+    mod metrics;
     mod params;
     mod readme;
     mod renewal;

@@ -30,6 +30,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::meters::SessionMeters;
 use crate::proto::ReleaseExecuteRequest;
 use crate::reconnect::FreshConnection;
 use crate::retrying::{AttemptError, Retrying};
@@ -125,6 +126,9 @@ impl UntilSlot {
     }
 }
 
+/// The gRPC path of ReleaseExecute, the method its metrics are recorded under.
+const RELEASE_EXECUTE: &str = "/spark.connect.SparkConnectService/ReleaseExecute";
+
 /// Sends one execution's releases.
 #[derive(Debug, Clone)]
 pub(crate) struct Releaser {
@@ -137,6 +141,8 @@ pub(crate) struct Releaser {
     attempt_timeout: Option<Duration>,
     /// The session's credentials, when its tokens are refreshed.
     credentials: Option<Credentials>,
+    /// The session's metrics: each release's outcome.
+    pub(crate) meters: SessionMeters,
 }
 
 impl Releaser {
@@ -154,6 +160,7 @@ impl Releaser {
             until: Arc::default(),
             attempt_timeout: attempt_timeout.map(|d| d.max(MIN_RELEASE_ATTEMPT)),
             credentials: None,
+            meters: SessionMeters::default(),
         }
     }
 
@@ -225,7 +232,7 @@ impl Releaser {
         let token = &CallToken::new(self.credentials.as_ref());
         let result = self
             .retrying
-            .run::<_, std::convert::Infallible, _, _>(|| {
+            .run_method::<_, std::convert::Infallible, _, _>(RELEASE_EXECUTE, || {
                 let mut client = self.client.clone();
                 let mut request = tonic::Request::new(req.clone());
                 if unanswered.load(Ordering::SeqCst) {
@@ -253,6 +260,7 @@ impl Releaser {
             })
             .await
             .map_err(AttemptError::into_status);
+        self.meters.released(result.is_ok());
         match result {
             Ok(_) => {
                 self.tracker.inner.sent.fetch_add(1, Ordering::SeqCst);

@@ -28,6 +28,7 @@ use super::core::{Action, Event, Open, ReattachCore, Release};
 use super::release::{ReleaseTracker, Releaser};
 use super::stats::{StreamStats, StreamStatsHandle};
 use super::{ReattachError, ReattachOptions};
+use crate::meters::{SessionMeters, StreamMeter};
 use crate::proto::{ExecutePlanRequest, ExecutePlanResponse};
 use crate::reconnect::FreshConnection;
 use crate::retrying::Retrying;
@@ -48,6 +49,7 @@ struct Driver {
     credentials: Option<Credentials>,
     /// Which token the current segment's request carried.
     token_used: TokenUsed,
+    meter: StreamMeter,
 }
 
 impl Driver {
@@ -90,7 +92,9 @@ impl Driver {
                 Action::Read => self.read().await,
             };
         };
-        self.stats.set(self.core.stats());
+        let stats = self.core.stats();
+        self.meter.update(&stats);
+        self.stats.set(stats);
         item
     }
 
@@ -365,6 +369,7 @@ impl ReattachableExecution {
                 stats: stats.clone(),
                 credentials: None,
                 token_used: TokenUsed::default(),
+                meter: StreamMeter::default(),
             })),
             pending: None,
             operation_id,
@@ -383,6 +388,16 @@ impl ReattachableExecution {
             }
             d.releaser.set_credentials(c.clone());
             d.credentials = Some(c);
+        }
+        self
+    }
+
+    /// Record what the stream does (reattaches, re-executes, releases) in
+    /// the session's `meters`.
+    pub(crate) fn metered(mut self, meters: &SessionMeters) -> Self {
+        if let Some(d) = &mut self.driver {
+            d.meter = meters.stream();
+            d.releaser.meters = meters.clone();
         }
         self
     }

@@ -435,6 +435,7 @@ impl ArrowStream {
             return Err(err);
         };
         self.operation_id = r.begin(err, renewal, current)?;
+        self.session.options().meters.resumed();
         self.arrow.discard_partial();
         self.held.clear();
         self.enriching = None;
@@ -491,8 +492,11 @@ impl Stream for ArrowStream {
                 .resume
                 .as_ref()
                 .map_or(this.rows, |r| r.offset(this.rows));
+            let meters = &this.session.options().meters;
+            meters.received(0, arrow_bytes(&resp));
             match this.arrow.absorb(resp, offset) {
                 Ok(Absorbed::Rows(n)) => {
+                    meters.received(n, 0);
                     this.rows = match this.resume.as_mut() {
                         Some(r) => r.absorbed(this.rows, n),
                         None => this.rows + n,
@@ -536,6 +540,15 @@ const CANCEL_DRAIN: Duration = Duration::from_secs(10);
 
 /// Read an interrupted execution to its end (the server's
 /// `OPERATION_CANCELED`), at most [`CANCEL_DRAIN`], discarding what comes.
+/// The Arrow IPC bytes a response carries (0 for one without a batch).
+#[cfg(feature = "arrow")]
+fn arrow_bytes(resp: &ExecutePlanResponse) -> u64 {
+    match &resp.response_type {
+        Some(proto::execute_plan_response::ResponseType::ArrowBatch(b)) => b.data.len() as u64,
+        _ => 0,
+    }
+}
+
 async fn drain(exec: &mut ReattachableExecution) {
     let end = async {
         while let Some(item) = exec.next_response().await {

@@ -22,6 +22,7 @@ use super::token::cache::Credentials;
 use super::token::service::TokenService;
 use super::token::{StaticToken, TokenProvider};
 use crate::deadlines::{RpcDeadlines, check_timeout};
+use crate::meters::SessionMeters;
 use crate::policy::RetryPolicy;
 use crate::reattach::DEFAULT_IDLE_TIMEOUT;
 use crate::reconnect::ReconnectingChannel;
@@ -66,6 +67,8 @@ pub struct SparkSessionBuilder {
     credentials: Option<Credentials>,
     #[cfg(feature = "tls")]
     tls: super::tls::TlsSettings,
+    #[cfg(feature = "otel")]
+    meter: Option<opentelemetry::metrics::Meter>,
 }
 
 impl SparkSessionBuilder {
@@ -402,6 +405,7 @@ impl SparkSessionBuilder {
             Some(Credentials::new(Arc::new(StaticToken(token))))
         });
         let auth = AuthInterceptor::metadata_only(&config);
+        let (retrying, meters) = self.metered(self.retrying.clone().unwrap_or_default(), &config);
         // Wrapped once: a channel built here is intercepted, sanitized and
         // boxed in one step; a caller's channel is already a sanitized
         // `GrpcChannel`, so it is only intercepted and boxed again.
@@ -445,7 +449,8 @@ impl SparkSessionBuilder {
             client,
             &config,
             Options {
-                retrying: self.retrying.unwrap_or_default(),
+                retrying,
+                meters,
                 deadlines,
                 idle_timeout,
                 release_wait: self.release_wait.unwrap_or(DEFAULT_RELEASE_WAIT),
@@ -457,6 +462,41 @@ impl SparkSessionBuilder {
                 credentials,
             },
         ))
+    }
+
+    /// Record the session's metrics on `meter` (feature `otel`; default:
+    /// the global meter provider's meter `spark-connect-retry`): gRPC's
+    /// per-attempt, per-call and retry instruments (gRFC A66, A96) for
+    /// every unary RPC and background release, labelled with the Spark
+    /// Connect method and `host:port`, and the session's own
+    /// `spark_connect.client.*` instruments (`docs/metrics.md`).
+    #[cfg(feature = "otel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
+    pub fn meter(mut self, meter: opentelemetry::metrics::Meter) -> Self {
+        self.meter = Some(meter);
+        self
+    }
+
+    /// The session's metrics: gRPC's on its loop, its own beside them.
+    fn metered(&self, retrying: Retrying, config: &ConnectionString) -> (Retrying, SessionMeters) {
+        #[cfg(feature = "otel")]
+        {
+            let meter = self.meter.clone().unwrap_or_else(|| {
+                let scope = opentelemetry::InstrumentationScope::builder(env!("CARGO_PKG_NAME"))
+                    .with_version(env!("CARGO_PKG_VERSION"))
+                    .build();
+                opentelemetry::global::meter_with_scope(scope)
+            });
+            let grpc = tonic_retry::metrics::GrpcMetrics::new(&meter)
+                .with_target(format!("{}:{}", config.host(), config.port()))
+                .with_methods(crate::meters::SPARK_CONNECT_PATHS);
+            (retrying.with_metrics(grpc), SessionMeters::new(&meter))
+        }
+        #[cfg(not(feature = "otel"))]
+        {
+            let _ = config;
+            (retrying, SessionMeters::default())
+        }
     }
 
     /// The preferred chunk size to send, or `None` with chunking off.

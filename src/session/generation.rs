@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::options::lock;
+use crate::meters::SessionMeters;
 use crate::reattach::ids::{SessionIdMismatch, check_session_ids};
 
 /// The ids of one server-side session: the client session id requests
@@ -62,6 +63,7 @@ pub(super) struct Renewal {
     pub(super) enabled: bool,
     current: Mutex<Arc<Generation>>,
     renewals: AtomicU64,
+    meters: SessionMeters,
 }
 
 impl Renewal {
@@ -70,7 +72,13 @@ impl Renewal {
             enabled,
             current: Mutex::new(Arc::new(Generation::new(session_id))),
             renewals: AtomicU64::new(0),
+            meters: SessionMeters::default(),
         }
+    }
+    /// Count renewals in `meters` too.
+    pub(super) fn metered(mut self, meters: SessionMeters) -> Self {
+        self.meters = meters;
+        self
     }
     pub(super) fn current(&self) -> Arc<Generation> {
         lock(&self.current).clone()
@@ -89,6 +97,7 @@ impl Renewal {
         if Arc::ptr_eq(&current, &g) {
             let fresh = Arc::new(Generation::new(uuid::Uuid::new_v4().to_string()));
             let n = self.renewals.fetch_add(1, Ordering::SeqCst) + 1;
+            self.meters.renewed();
             tracing::warn!(
                 old_session_id = g.session_id(),
                 new_session_id = fresh.session_id(),

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use super::token::cache::Credentials;
 use crate::deadlines::RpcDeadlines;
+use crate::meters::SessionMeters;
 use crate::retrying::Retrying;
 
 /// The checked options [`SparkSessionBuilder::build`] hands to the session.
@@ -30,6 +31,8 @@ pub(super) struct Options {
     pub(super) resume_queries: bool,
     /// The token provider and its cached token (`None`: no token at all).
     pub(super) credentials: Option<Credentials>,
+    /// The session's own metrics (nothing without the `otel` feature).
+    pub(super) meters: SessionMeters,
 }
 
 /// The builder's configs, in the order set. Debug shows the keys only: a

@@ -97,6 +97,8 @@ session_ids!(
 pub(super) trait UnaryRequest {
     /// The RPC's method name.
     const METHOD: &'static str;
+    /// Its gRPC path, the method metrics are recorded under.
+    const PATH: &'static str;
     /// The client-side session id it carries.
     fn session_id(&self) -> &str;
 }
@@ -105,6 +107,7 @@ macro_rules! unary_requests {
     ($($t:ty => $m:literal),*) => {$(
         impl UnaryRequest for $t {
             const METHOD: &'static str = $m;
+            const PATH: &'static str = concat!("/spark.connect.SparkConnectService/", $m);
             fn session_id(&self) -> &str {
                 &self.session_id
             }
@@ -122,7 +125,8 @@ impl SparkSession {
     pub(super) fn new(client: SparkClient, config: &ConnectionString, options: Options) -> Self {
         let user_id = config.user_id().unwrap_or_default().to_owned();
         let session_id = config.session_id().unwrap_or_else(uuid::Uuid::new_v4);
-        let renewal = Renewal::new(session_id.to_string(), options.renew_stale_session);
+        let renewal = Renewal::new(session_id.to_string(), options.renew_stale_session)
+            .metered(options.meters.clone());
         SparkSession {
             inner: Arc::new(Inner {
                 client,
@@ -295,7 +299,7 @@ impl SparkSession {
         self.inner
             .options
             .retrying
-            .run::<_, std::convert::Infallible, _, _>(|| {
+            .run_method::<_, std::convert::Infallible, _, _>(Req::PATH, || {
                 let used = token.slot();
                 let attempt = with_deadline(deadline, req.clone(), used.clone(), |r| {
                     call(self.inner.client.clone(), r)
@@ -422,7 +426,8 @@ impl SparkSession {
             options,
             self.inner.releases.clone(),
         )?
-        .with_credentials(self.inner.options.credentials.clone()))
+        .with_credentials(self.inner.options.credentials.clone())
+        .metered(&self.inner.options.meters))
     }
 
     /// Checks one item of an execution of generation `g`: session ids on a

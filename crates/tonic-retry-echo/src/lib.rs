@@ -11,6 +11,8 @@
 //! events uses. It is not published.
 
 pub mod capture;
+#[cfg(feature = "otel")]
+pub mod metrics;
 
 use std::future::Future;
 use std::net::SocketAddr;

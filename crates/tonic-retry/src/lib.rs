@@ -2,9 +2,14 @@
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod framing;
 mod headers;
 pub mod layer;
+#[cfg(feature = "otel")]
+#[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
+pub mod metrics;
 pub mod policy;
+mod recorder;
 pub mod request_error;
 pub mod retrying;
 pub mod sanitize;

@@ -70,9 +70,26 @@ use rand::{Rng, SeedableRng};
 use tonic::Status;
 
 use crate::policy::{Failure, GiveUpReason, RetryDecision, RetryPolicy, RetryReason, RetryState};
+use crate::recorder::{CallRecorder, Meters};
 
 mod gave_up;
 pub use gave_up::{GaveUp, gave_up};
+
+/// The status code of an attempt's result, for metrics.
+fn code_of<T, E>(result: &Result<T, AttemptError<E>>) -> tonic::Code {
+    match result {
+        Ok(_) => tonic::Code::Ok,
+        Err(e) => error_code(e),
+    }
+}
+
+/// The status code of an error, for metrics (UNKNOWN for a non-status).
+fn error_code<E>(e: &AttemptError<E>) -> tonic::Code {
+    match e {
+        AttemptError::Status(s) | AttemptError::RetryNow(Some(s)) => s.code(),
+        AttemptError::RetryNow(None) | AttemptError::Other(_) => tonic::Code::Unknown,
+    }
+}
 
 /// Whole milliseconds, saturating, for log fields.
 fn millis(d: Duration) -> u64 {
@@ -289,6 +306,8 @@ pub struct Retrying {
     jitter: Jitter,
     retry_now_bound: Duration,
     give_up_message: &'static str,
+    /// Where [`call_method`](Self::call_method) records its calls.
+    meters: Meters,
 }
 
 impl Default for Retrying {
@@ -308,6 +327,7 @@ impl Retrying {
             jitter: Jitter::from_entropy(),
             retry_now_bound: DEFAULT_RETRY_NOW_BOUND,
             give_up_message: DEFAULT_GIVE_UP_MESSAGE,
+            meters: Meters::default(),
         }
     }
     /// Replace the policies, keeping the sleeper, clock, jitter and bound.
@@ -346,6 +366,22 @@ impl Retrying {
     pub fn with_give_up_message(mut self, message: &'static str) -> Self {
         self.give_up_message = message;
         self
+    }
+    /// Record the calls of [`call_method`](Self::call_method) and
+    /// [`run_method`](Self::run_method) in `metrics` (gRFC A66 and A96, see
+    /// [`crate::metrics`]): each run of the operation is an attempt, each
+    /// sleep a retry delay; the loop sees no message bytes, so no sizes.
+    #[cfg(feature = "otel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
+    pub fn with_metrics(mut self, metrics: crate::metrics::GrpcMetrics) -> Self {
+        self.meters = Meters::new(metrics);
+        self
+    }
+    /// The metrics calls are recorded in, if any.
+    #[cfg(feature = "otel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
+    pub fn metrics(&self) -> Option<&crate::metrics::GrpcMetrics> {
+        self.meters.get()
     }
     /// The message of the give-up warning.
     pub fn give_up_message(&self) -> &'static str {
@@ -522,55 +558,121 @@ impl Retrying {
     /// [`run`](Self::run), also returning what the loop did.
     pub async fn run_with_stats<T, E, F, Fut>(
         &self,
-        mut op: F,
+        op: F,
     ) -> (Result<T, AttemptError<E>>, LoopStats)
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, AttemptError<E>>>,
     {
+        self.run_recorded(op, None).await
+    }
+
+    /// [`run`](Self::run) for one call of the gRPC method at `path`
+    /// (`/package.Service/Method`): with [`with_metrics`](Self::with_metrics)
+    /// (feature `otel`), its attempts, retries and waits are recorded under
+    /// that method; otherwise the same as [`run`](Self::run).
+    pub async fn run_method<T, E, F, Fut>(&self, path: &str, op: F) -> Result<T, AttemptError<E>>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, AttemptError<E>>>,
+    {
+        self.run_recorded(op, Some(path)).await.0
+    }
+
+    /// The loop, recording the call when it names its method.
+    async fn run_recorded<T, E, F, Fut>(
+        &self,
+        mut op: F,
+        path: Option<&str>,
+    ) -> (Result<T, AttemptError<E>>, LoopStats)
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, AttemptError<E>>>,
+    {
+        let mut rec = path.map(|p| self.meters.call(p));
         let mut state = self.new_state();
         let mut stats = LoopStats::default();
         loop {
             stats.attempts += 1;
-            let error = match op().await {
-                Ok(v) => return (Ok(v), stats),
+            let meter = rec.as_mut().map(CallRecorder::attempt);
+            let result = op().await;
+            if let Some(m) = meter {
+                m.end(code_of(&result), None);
+            }
+            let error = match result {
+                Ok(v) => {
+                    if let Some(r) = rec {
+                        r.end(tonic::Code::Ok);
+                    }
+                    return (Ok(v), stats);
+                }
                 Err(e) => e,
             };
-            match self.decide(&mut state, &error) {
+            let (wait, transparent) = match self.decide(&mut state, &error) {
                 RetryDecision::Retry {
                     delay,
                     reason: RetryReason::Policy { .. },
                 } => {
                     stats.policy_retries += 1;
                     stats.slept = stats.slept.saturating_add(delay);
+                    if let Some(r) = &mut rec {
+                        r.retried(delay, false);
+                    }
                     self.sleeper.sleep(delay).await;
+                    continue;
                 }
                 RetryDecision::Retry {
                     reason: RetryReason::RetryNow,
                     ..
-                } => stats.immediate_retries += 1,
+                } => {
+                    stats.immediate_retries += 1;
+                    (Duration::ZERO, false)
+                }
                 RetryDecision::Retry {
                     reason: RetryReason::Transparent,
                     ..
-                } => stats.transparent_retries += 1,
-                RetryDecision::GiveUp(GiveUpReason::RetryNowElapsed) => {
-                    let error = match error {
-                        AttemptError::RetryNow(Some(cause)) => {
+                } => {
+                    stats.transparent_retries += 1;
+                    (Duration::ZERO, true)
+                }
+                RetryDecision::GiveUp(reason) => {
+                    let error = match (reason, error) {
+                        (GiveUpReason::RetryNowElapsed, AttemptError::RetryNow(Some(cause))) => {
                             AttemptError::Status(GaveUp::attach(&state, cause))
                         }
-                        other => other,
+                        (GiveUpReason::RetryNowElapsed, other) => other,
+                        (_, AttemptError::Status(s)) => {
+                            AttemptError::Status(GaveUp::attach(&state, s))
+                        }
+                        (_, other) => other,
                     };
+                    if let Some(r) = rec {
+                        r.end(error_code(&error));
+                    }
                     return (Err(error), stats);
                 }
-                RetryDecision::GiveUp(_) => {
-                    let error = match error {
-                        AttemptError::Status(s) => AttemptError::Status(GaveUp::attach(&state, s)),
-                        other => other,
-                    };
-                    return (Err(error), stats);
-                }
+            };
+            if let Some(r) = &mut rec {
+                r.retried(wait, transparent);
             }
         }
+    }
+
+    /// Run an RPC whose errors are plain statuses, as [`call`](Self::call),
+    /// naming its method (`/package.Service/Method`) for metrics, as
+    /// [`run_method`](Self::run_method).
+    pub async fn call_method<T, F, Fut>(&self, path: &str, mut op: F) -> Result<T, Status>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, Status>>,
+    {
+        let result = self
+            .run_method::<T, std::convert::Infallible, _, _>(path, || {
+                let fut = op();
+                async move { fut.await.map_err(AttemptError::Status) }
+            })
+            .await;
+        result.map_err(AttemptError::into_status)
     }
 
     /// Run an operation whose errors are plain statuses.
@@ -590,47 +692,4 @@ impl Retrying {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use prost::Message;
-    use tonic_types::pb;
-
-    /// A server asking for `i64::MAX` seconds, with the cap turned off: each
-    /// wait saturates at `u64::MAX` ms, and their sum at `Duration::MAX`.
-    #[tokio::test]
-    async fn slept_saturates_with_huge_waits() {
-        let policy = RetryPolicy::builder()
-            .max_server_retry_delay(None)
-            .max_retries(Some(1100))
-            .build()
-            .unwrap();
-        let sleeper = RecordingSleeper::new();
-        let retrying = Retrying::new(vec![policy]).with_sleeper(sleeper.clone());
-        let info = pb::RetryInfo {
-            retry_delay: Some(prost_types::Duration {
-                seconds: i64::MAX,
-                nanos: 0,
-            }),
-        };
-        let details = pb::Status {
-            code: 14,
-            message: "wait".into(),
-            details: vec![prost_types::Any {
-                type_url: "type.googleapis.com/google.rpc.RetryInfo".into(),
-                value: info.encode_to_vec(),
-            }],
-        }
-        .encode_to_vec();
-        let (result, stats) = retrying
-            .run_with_stats(|| {
-                let status =
-                    Status::with_details(tonic::Code::Unavailable, "wait", details.clone().into());
-                async move { Err::<(), AttemptError>(AttemptError::Status(status)) }
-            })
-            .await;
-        assert!(result.is_err());
-        assert_eq!(stats.policy_retries, 1100);
-        assert_eq!(sleeper.sleeps()[0], Duration::from_millis(u64::MAX));
-        assert_eq!(stats.slept, Duration::MAX);
-    }
-}
+mod tests;

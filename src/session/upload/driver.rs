@@ -49,7 +49,11 @@ impl SparkSession {
         stats.bytes_sent += sent.load(Ordering::Relaxed);
         stats.bytes_skipped += group.held_bytes();
         stats.streams += counts.streams;
-        stats.retries += u64::from(loop_stats.policy_retries + loop_stats.immediate_retries);
+        let retries = u64::from(loop_stats.policy_retries + loop_stats.immediate_retries);
+        stats.retries += retries;
+        self.options()
+            .meters
+            .upload_retried(retries, result.is_ok());
         let err = match result {
             Ok(()) => return Ok(hashes),
             Err(AttemptError::Other(e)) => e,

@@ -22,6 +22,7 @@ use tower::{Service, ServiceExt};
 use super::body::{Replay, RequestBody, first_message_whole, more_than_one_message};
 use super::decide::Outcome;
 use super::method::ResponseKind;
+use crate::framing::payload_len;
 use crate::headers::{GRPC_PREVIOUS_RPC_ATTEMPTS, GRPC_STATUS, GRPC_TIMEOUT};
 use crate::policy::Pushback;
 use crate::sanitize::{sanitize_head, sanitize_status_headers, sanitized_body};
@@ -50,14 +51,22 @@ where
 
 /// What came back from one attempt.
 pub(crate) enum Attempt {
-    /// OK, or committed: the caller's response.
+    /// Committed: the caller's response, its status still to come.
     Done(Response<Body>),
+    /// OK, read to its status: the caller's response.
+    Succeeded {
+        response: Response<Body>,
+        /// Message bytes of the response.
+        received: u64,
+    },
     /// Failed; `response` is what the caller gets if the call stops here
     /// (`None`: the status itself, as an error).
     Failed {
         status: Status,
         pushback: Option<Pushback>,
         response: Option<Response<Body>>,
+        /// Message bytes of the response read to find the status.
+        received: u64,
     },
     /// The attempt's time limit passed.
     TimedOut,
@@ -67,7 +76,7 @@ impl Attempt {
     /// The attempt as [`decide`](super::decide::decide) sees it.
     pub(crate) fn outcome(&self) -> Outcome<'_> {
         match self {
-            Attempt::Done(_) => Outcome::Done,
+            Attempt::Done(_) | Attempt::Succeeded { .. } => Outcome::Done,
             Attempt::Failed {
                 status, pushback, ..
             } => Outcome::Failed {
@@ -78,10 +87,25 @@ impl Attempt {
         }
     }
 
+    /// How the attempt ended, for metrics: its status code and the
+    /// message bytes read; `None` for a committed response, whose status
+    /// the caller has yet to read.
+    pub(crate) fn ended(&self) -> Option<(Code, u64)> {
+        match self {
+            Attempt::Done(_) => None,
+            Attempt::Succeeded { received, .. } => Some((Code::Ok, *received)),
+            Attempt::Failed {
+                status, received, ..
+            } => Some((status.code(), *received)),
+            Attempt::TimedOut => Some((Code::DeadlineExceeded, 0)),
+        }
+    }
+
     /// What the caller gets when the call ends with this attempt.
     pub(crate) fn into_result(self) -> Result<Response<Body>, BoxError> {
         match self {
             Attempt::Done(res)
+            | Attempt::Succeeded { response: res, .. }
             | Attempt::Failed {
                 response: Some(res),
                 ..
@@ -146,6 +170,7 @@ fn failed(status: Status) -> Attempt {
         status,
         pushback: None,
         response: None,
+        received: 0,
     }
 }
 
@@ -163,7 +188,7 @@ where
         let status = failed_status(&head.headers);
         let pushback = Pushback::from_headers(&head.headers);
         let res = Response::from_parts(head, sanitized_body(body));
-        return judged(res, status, pushback);
+        return judged(res, status, pushback, 0);
     }
     // Free for a tonic body (a `Channel`'s); another is boxed once.
     let mut body = Body::new(body);
@@ -214,7 +239,9 @@ where
                 let status = failed_status(&trailers);
                 let pushback = Pushback::from_headers(&trailers)
                     .or_else(|| Pushback::from_headers(&head.headers));
-                return judged(replayed(head, data, None, Some(trailers)), status, pushback);
+                let received = payload_len(&data);
+                let res = replayed(head, data, None, Some(trailers));
+                return judged(res, status, pushback, received);
             }
         }
     }
@@ -229,13 +256,22 @@ fn failed_status(headers: &HeaderMap) -> Option<Status> {
     Status::from_header_map(headers).filter(|s| s.code() != Code::Ok)
 }
 
-fn judged(res: Response<Body>, status: Option<Status>, pushback: Option<Pushback>) -> Attempt {
+fn judged(
+    res: Response<Body>,
+    status: Option<Status>,
+    pushback: Option<Pushback>,
+    received: u64,
+) -> Attempt {
     match status {
-        None => Attempt::Done(res),
+        None => Attempt::Succeeded {
+            response: res,
+            received,
+        },
         Some(status) => Attempt::Failed {
             status,
             pushback,
             response: Some(res),
+            received,
         },
     }
 }

@@ -73,6 +73,10 @@ pub(crate) struct RequestBody {
 }
 
 impl RequestBody {
+    /// The buffered data, as it was read.
+    pub(crate) fn chunks(&self) -> &[Bytes] {
+        &self.data
+    }
     /// A fresh body for one attempt (cloning `Bytes` only counts references).
     pub(crate) fn body(&self) -> Body {
         Replay {

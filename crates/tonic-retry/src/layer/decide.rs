@@ -278,6 +278,13 @@ impl CallState {
         self.limit.own
     }
 
+    /// Transparent retries granted so far (gRFC A6: unsent requests re-sent).
+    pub(crate) fn transparent_retries(&self) -> u32 {
+        self.retry
+            .as_ref()
+            .map_or(0, RetryState::transparent_retries)
+    }
+
     /// The call's path.
     pub fn path(&self) -> &str {
         self.path.path()

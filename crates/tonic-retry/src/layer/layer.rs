@@ -10,6 +10,7 @@ use super::method::MethodConfig;
 use super::service::{RetryService, Shared};
 use super::stats::{RetryStats, RetryStatsHandle};
 use super::throttle::RetryThrottle;
+use crate::recorder::Meters;
 use crate::retrying::Retrying;
 
 /// Default cap on a request body kept for replay: 1 MiB per call (grpc-java's per-RPC figure).
@@ -46,6 +47,7 @@ impl RetryLayer {
                 throttle: None,
                 stats: RetryStatsHandle::default(),
                 target: None,
+                meters: Meters::default(),
             }),
         }
     }
@@ -111,6 +113,7 @@ impl RetryLayer {
     pub fn method(self, path: impl Into<String>, config: MethodConfig) -> Self {
         let path = path.into();
         self.edit(|s| {
+            s.meters.register(Some(&path), None);
             s.methods.insert(path, config);
         })
     }
@@ -143,6 +146,7 @@ impl RetryLayer {
     pub fn service(self, service: impl Into<String>, config: MethodConfig) -> Self {
         let service = service.into();
         self.edit(|s| {
+            s.meters.register(None, Some(&service));
             s.services.insert(service, config);
         })
     }
@@ -197,7 +201,32 @@ impl RetryLayer {
     /// unless the client was built `with_origin`.
     pub fn target(self, target: impl Into<String>) -> Self {
         let target = target.into();
-        self.edit(|s| s.target = Some(target))
+        self.edit(|s| {
+            s.meters.default_target(&target);
+            s.target = Some(target);
+        })
+    }
+    /// Record every call in `metrics` (gRFC A66 and A96: see
+    /// [`crate::metrics`]): attempts, retries, hedges and transparent
+    /// re-sends, waits, message sizes. The methods this layer has
+    /// settings for, before or after this call, are registered (recorded
+    /// by name); its [`target`](Self::target) labels the calls unless
+    /// `metrics` has its own.
+    #[cfg(feature = "otel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
+    pub fn metrics(self, metrics: crate::metrics::GrpcMetrics) -> Self {
+        self.edit(|s| {
+            s.meters = Meters::new(metrics);
+            for path in s.methods.keys() {
+                s.meters.register(Some(path), None);
+            }
+            for service in s.services.keys() {
+                s.meters.register(None, Some(service));
+            }
+            if let Some(t) = &s.target {
+                s.meters.default_target(t);
+            }
+        })
     }
     /// The layer's policies.
     pub fn retrying(&self) -> &Retrying {

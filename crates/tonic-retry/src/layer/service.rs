@@ -29,6 +29,7 @@ use super::hedging_policy::HedgingPolicy;
 use super::method::MethodConfig;
 use super::stats::{RetryStats, RetryStatsHandle};
 use super::throttle::RetryThrottle;
+use crate::recorder::{CallRecorder, Meters};
 use crate::retrying::{BoxFuture, Retrying};
 use crate::sanitize::{sanitize_response, sanitized_body};
 use crate::transport::BoxError;
@@ -49,6 +50,8 @@ pub(crate) struct Shared {
     pub(crate) stats: RetryStatsHandle,
     /// The server the give-up event names when a request has no authority.
     pub(crate) target: Option<String>,
+    /// The metrics calls are recorded into, if any.
+    pub(crate) meters: Meters,
 }
 
 impl Shared {
@@ -135,6 +138,7 @@ async fn run<S: Inner + Clone>(
 ) -> Result<Response<Body>, BoxError> {
     let stats = &shared.stats;
     stats.call();
+    let mut rec = shared.meters.call(req.uri().path());
     let method = shared.method(req.uri().path());
     let options = req
         .extensions()
@@ -146,7 +150,7 @@ async fn run<S: Inner + Clone>(
         if let Some(s) = &call_stats {
             s.attempt();
         }
-        return once(svc, req, &shared).await;
+        return once(svc, req, &shared, rec).await;
     }
     let (head, body) = req.into_parts();
     let body = match buffer(body, shared.max_request_buffer).await {
@@ -157,10 +161,13 @@ async fn run<S: Inner + Clone>(
                 cap = shared.max_request_buffer,
                 "request body over the replay cap: sent once, without retries"
             );
-            return once(svc, Request::from_parts(head, body), &shared).await;
+            return once(svc, Request::from_parts(head, body), &shared, rec).await;
         }
-        Buffered::Failed(body) => return once(svc, Request::from_parts(head, body), &shared).await,
+        Buffered::Failed(body) => {
+            return once(svc, Request::from_parts(head, body), &shared, rec).await;
+        }
     };
+    rec.request_size(body.chunks());
     let target = head
         .uri
         .authority()
@@ -205,7 +212,7 @@ async fn run<S: Inner + Clone>(
             kind: method.kind(),
             stats: call_stats,
         };
-        return hedged(svc, &shared, &policy, call, ctx, retrying).await;
+        return hedged(svc, &shared, &policy, call, ctx, retrying, rec).await;
     }
     loop {
         let limit = call.begin_attempt(clock.now());
@@ -213,6 +220,7 @@ async fn run<S: Inner + Clone>(
         if let Some(s) = &call_stats {
             s.attempt();
         }
+        let meter = rec.attempt();
         let req = request(head.clone(), call.attempts() - 1, limit, &body);
         let result = attempt(
             &mut svc,
@@ -222,12 +230,22 @@ async fn run<S: Inner + Clone>(
             limit,
         )
         .await;
+        let transparent = call.transparent_retries();
         let decision = decide(&mut call, result.outcome(), clock.now(), rules);
         stats.decided(decision.reason);
         match decision.next {
-            Next::Deliver => return result.into_result(),
-            Next::Fail(status) => return Err(Box::new(status)),
+            Next::Deliver => {
+                let ended = result.ended();
+                return rec.deliver(Some(meter), ended, result.into_result());
+            }
+            Next::Fail(status) => {
+                meter.ended(result.ended());
+                rec.end(status.code());
+                return Err(Box::new(status));
+            }
             Next::Retry(wait) => {
+                meter.ended(result.ended());
+                rec.retried(wait, call.transparent_retries() > transparent);
                 if let Some(s) = &call_stats {
                     s.retry(wait);
                 }
@@ -256,6 +274,7 @@ async fn hedged<S: Inner + Clone>(
     call: CallState,
     ctx: Ctx,
     retrying: &crate::retrying::Retrying,
+    mut rec: CallRecorder,
 ) -> Result<Response<Body>, BoxError> {
     let (stats, clock) = (&shared.stats, retrying.clock());
     let throttle = shared.throttle.as_deref();
@@ -275,11 +294,15 @@ async fn hedged<S: Inner + Clone>(
                 }
                 if k > 0 {
                     stats.hedge_sent();
+                    rec.hedged();
                 }
+                let meter = rec.attempt();
                 let req = request(ctx.head.clone(), k, limit, &ctx.body);
                 let (mut svc, kind) = (svc.clone(), ctx.kind);
                 let cap = shared.max_response_buffer;
-                running.push(async move { (k, attempt(&mut svc, req, kind, cap, limit).await) });
+                running.push(
+                    async move { (k, attempt(&mut svc, req, kind, cap, limit).await, meter) },
+                );
                 continue;
             }
             Step::Wait(until) => until,
@@ -287,19 +310,25 @@ async fn hedged<S: Inner + Clone>(
                 stats.decided(reason);
                 // The first attempt always starts, so there is a last one.
                 let status = || Status::deadline_exceeded("no hedged attempt ended");
-                return last.map_or_else(|| Err(Box::new(status()).into()), Attempt::into_result);
+                let ended = last.as_ref().and_then(Attempt::ended);
+                let last =
+                    last.map_or_else(|| Err(Box::new(status()).into()), Attempt::into_result);
+                return rec.deliver(None, ended, last);
             }
         };
+        // Waiting with nothing in flight counts toward the call's retry delay.
+        let idle = running.is_empty();
         let timer = match until {
             Some(t) => retrying.sleeper().sleep(t.saturating_sub(now)),
             None => Box::pin(std::future::pending()),
         };
         tokio::select! {
-            Some((k, result)) = running.next() => {
+            Some((k, result, meter)) = running.next() => {
                 let outcome = result.outcome();
                 let Some(Commit { attempt, next, reason }) =
                     hedge.on_outcome(k, outcome, clock.now().max(fired), throttle)
                 else {
+                    meter.ended(result.ended());
                     last = Some(result);
                     continue;
                 };
@@ -308,11 +337,24 @@ async fn hedged<S: Inner + Clone>(
                 // The losers are dropped here, which cancels them.
                 drop(running);
                 return match next {
-                    Next::Fail(status) => Err(Box::new(status)),
-                    _ => result.into_result(),
+                    Next::Fail(status) => {
+                        meter.ended(result.ended());
+                        rec.end(status.code());
+                        Err(Box::new(status))
+                    }
+                    _ => {
+                        let ended = result.ended();
+                        rec.deliver(Some(meter), ended, result.into_result())
+                    }
                 };
             }
-            () = timer => fired = until.unwrap_or_default(),
+            () = timer => {
+                let at = until.unwrap_or_default();
+                if idle {
+                    rec.idle(at.saturating_sub(now));
+                }
+                fired = at;
+            }
         }
     }
 }
@@ -322,8 +364,14 @@ async fn once<S: Inner>(
     mut svc: S,
     req: Request<Body>,
     shared: &Shared,
+    mut rec: CallRecorder,
 ) -> Result<Response<Body>, BoxError> {
     shared.stats.attempt();
-    let res = svc.ready().await.map_err(Into::into)?.call(req).await;
-    Ok(sanitize_response(res.map_err(Into::into)?, sanitized_body))
+    let req = rec.count_request(req);
+    let meter = rec.attempt();
+    let res = async {
+        let res = svc.ready().await.map_err(Into::into)?.call(req).await;
+        Ok(sanitize_response(res.map_err(Into::into)?, sanitized_body))
+    };
+    rec.deliver(Some(meter), None, res.await)
 }

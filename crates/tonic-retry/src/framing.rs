@@ -1,0 +1,94 @@
+//! gRPC's length-prefixed framing, counted as it streams by.
+//!
+//! gRFC A66 measures message sizes without gRPC's framing: the 5-byte
+//! prefix of each message (a compression flag and a length) is not a
+//! message byte. A body arrives in chunks that split prefixes anywhere,
+//! so [`FrameCounter`] keeps the state of one prefix across chunks and
+//! counts the rest.
+
+use bytes::Bytes;
+
+/// The payload bytes (prefixes excluded) of a gRPC body fed in chunks.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct FrameCounter {
+    /// The prefix of the message being read, and how much of it is in.
+    prefix: [u8; 5],
+    have: usize,
+    /// Bytes of the current message still to come (0: reading a prefix).
+    left: u64,
+    payload: u64,
+}
+
+impl FrameCounter {
+    /// Count one chunk.
+    pub(crate) fn feed(&mut self, mut chunk: &[u8]) {
+        while !chunk.is_empty() {
+            if self.left > 0 {
+                let n = (chunk.len() as u64).min(self.left);
+                self.payload = self.payload.saturating_add(n);
+                self.left -= n;
+                chunk = &chunk[n as usize..];
+                continue;
+            }
+            let n = (5 - self.have).min(chunk.len());
+            self.prefix[self.have..self.have + n].copy_from_slice(&chunk[..n]);
+            self.have += n;
+            chunk = &chunk[n..];
+            if self.have == 5 {
+                let p = self.prefix;
+                self.left = u64::from(u32::from_be_bytes([p[1], p[2], p[3], p[4]]));
+                self.have = 0;
+            }
+        }
+    }
+
+    /// The payload bytes counted so far.
+    pub(crate) fn payload(&self) -> u64 {
+        self.payload
+    }
+}
+
+/// The payload bytes of whole buffered chunks.
+pub(crate) fn payload_len<'a>(chunks: impl IntoIterator<Item = &'a Bytes>) -> u64 {
+    let mut counter = FrameCounter::default();
+    for chunk in chunks {
+        counter.feed(chunk);
+    }
+    counter.payload()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(len: usize) -> Vec<u8> {
+        let mut m = vec![0];
+        m.extend((len as u32).to_be_bytes());
+        m.extend(std::iter::repeat_n(7, len));
+        m
+    }
+
+    /// Any split of three messages (one empty) counts their payload only.
+    #[test]
+    fn prefixes_are_not_counted_whatever_the_split() {
+        let mut body = message(3);
+        body.extend(message(0));
+        body.extend(message(300));
+        for cut in 0..body.len() {
+            for cut2 in cut..body.len() {
+                let chunks = [
+                    Bytes::copy_from_slice(&body[..cut]),
+                    Bytes::copy_from_slice(&body[cut..cut2]),
+                    Bytes::copy_from_slice(&body[cut2..]),
+                ];
+                assert_eq!(payload_len(&chunks), 303, "{cut} {cut2}");
+            }
+        }
+        let partial = [Bytes::copy_from_slice(&body[..7])];
+        assert_eq!(
+            payload_len(&partial),
+            2,
+            "a message cut short counts what came"
+        );
+    }
+}
