@@ -45,7 +45,8 @@
 #                    run once per round trip, as CASE (0) and CASE_rttN (default: none)
 #   SBS_PAUSE        seconds between runs, so the server settles (default 1)
 #   SBS_INTERLEAVE   1: run pair i of every case before pair i+1 of any (so a case and
-#                    its `_nginx` twin see the same drift); default 0: case after case
+#                    its `_nginx` twin see the same drift), round i starting at arm i
+#                    (so no arm always follows another case); default 0: case after case
 #   SBS_PROXY_BASE   first port of scripts/proxies.sh for `_nginx` cases (default 15040;
 #                    nginx with TLS listens on it; 15020-15023 belong to .ci/run)
 #   SBS_FIRST_BATCH_API  iterator|arrow: PySpark's first_batch method (default iterator)
@@ -321,19 +322,25 @@ print(json.dumps(d))' "$line" "$warmup" "$tag" "$PROXY_JSON" "$(load1)" "$full_c
 }
 
 # run_pair CASE I: one round of every arm of CASE (I <= 0: a warm-up round).
+# Interleaved, round I starts at arm I (mod the arms) and goes round: the arm
+# that follows another case (a 10M-row query before a first batch) changes.
 run_pair() {
-    local case="$1" i="$2" warm=0
+    local case="$1" i="$2" warm=0 k
     [ "$i" -le 0 ] && warm=1
-    run_one rust "$case" "$case-$i-rust" "$warm"
-    run_one pyspark "$case" "$case-$i-py" "$warm"
+    local -a arms=(rust:rust pyspark:py)
     if ! [[ "$case" =~ ^cuts10m(_nginx)?(_rtt[0-9]+)?$ ]]; then
-        run_one raw "$case" "$case-$i-raw" "$warm"
-        run_one raw_client "$case" "$case-$i-rawc" "$warm"
+        arms+=(raw:raw raw_client:rawc)
         if [ -n "$OFFICIAL" ] && ! [[ "$case" =~ _nginx(_rtt[0-9]+)?$ ]]; then
-            run_one official "$case" "$case-$i-official" "$warm"
+            arms+=(official:official)
         fi
     fi
-    if [ -n "$BASE" ]; then run_one base "$case" "$case-$i-base" "$warm"; fi
+    if [ -n "$BASE" ]; then arms+=(base:base); fi
+    local start=0 n=${#arms[@]}
+    if [ "$INTERLEAVE" = 1 ]; then start=$(((i % n + n) % n)); fi
+    for ((k = 0; k < n; k++)); do
+        local arm="${arms[$(((start + k) % n))]}"
+        run_one "${arm%%:*}" "$case" "$case-$i-${arm#*:}" "$warm"
+    done
 }
 
 if [ "$INTERLEAVE" = 1 ]; then
