@@ -14,6 +14,11 @@
 //! `row_count` of each ArrowBatch is summed and checked after the timer.
 //! (There is no `cuts10m` here: a raw stream does not survive a cut.)
 //!
+//! TLS: with `;tls_ca_file=PATH` in `--remote` the drain connects over TLS
+//! trusting only that CA (tonic's `ClientTlsConfig`, the host name checked),
+//! so it can stand beside the other arms behind a TLS load balancer. It
+//! reads no other connection-string key.
+//!
 //! Two flags make it the floor for a real client, the `raw_client` arm:
 //! `--reattachable` asks for a reattachable execution, as every retrying
 //! client does (this crate, PySpark, the official Rust client), so the
@@ -85,9 +90,24 @@ async fn run(args: &Args) -> Result<String, BoxError> {
         .split(['/', ';'])
         .next()
         .unwrap_or_default();
+    let ca_file = args
+        .remote
+        .split(';')
+        .find_map(|kv| kv.strip_prefix("tls_ca_file="));
+    let scheme = if ca_file.is_some() { "https" } else { "http" };
     // The session's windows, so the drain stays the floor over a long round
     // trip too (tonic's own are 2 MiB per stream, 5 MiB per connection).
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{authority}"))?
+    let mut endpoint = tonic::transport::Endpoint::from_shared(format!("{scheme}://{authority}"))?;
+    if let Some(path) = ca_file {
+        let pem = std::fs::read(path).map_err(|e| format!("tls_ca_file {path}: {e}"))?;
+        let host = authority.rsplit_once(':').map_or(authority, |(h, _)| h);
+        endpoint = endpoint.tls_config(
+            tonic::transport::ClientTlsConfig::new()
+                .ca_certificate(tonic::transport::Certificate::from_pem(pem))
+                .domain_name(host),
+        )?;
+    }
+    let channel = endpoint
         .tcp_nodelay(true)
         .initial_stream_window_size(spark_connect_retry::session::DEFAULT_STREAM_WINDOW)
         .initial_connection_window_size(spark_connect_retry::session::DEFAULT_CONNECTION_WINDOW)

@@ -24,7 +24,9 @@
 //! counts the cuts it made; `--proxy-cuts N` is only echoed in the JSON line
 //! (with the crate's own reattach count) so a run can be checked against it.
 //!
-//! `--remote` defaults to `SPARK_REMOTE`, `--case` to `SBS_CASE`.
+//! `--remote` is the session's own connection string, so a run behind a TLS
+//! load balancer passes `sc://host:port/;use_ssl=true;tls_ca_file=ca.pem`.
+//! It defaults to `SPARK_REMOTE`, `--case` to `SBS_CASE`.
 
 mod support;
 
@@ -171,7 +173,7 @@ async fn run(args: &Args) -> Result<String, SparkError> {
         concat!(
             "{{\"client\":\"rust\",\"case\":\"{}\",\"wall_ms\":{:.1},\"cpu_ms\":{},",
             "\"rows\":{},\"sum_x\":{},\"batches\":{},\"reattaches\":{},\"retries\":{},",
-            "\"releases\":{},\"proxy_cuts\":{},\"server\":\"{}\"}}"
+            "\"transparent_retries\":{},\"releases\":{},\"proxy_cuts\":{},\"server\":\"{}\"}}"
         ),
         args.case.name(),
         wall.as_secs_f64() * 1e3,
@@ -181,6 +183,7 @@ async fn run(args: &Args) -> Result<String, SparkError> {
         batches.len(),
         stats.reattaches,
         stats.policy_retries + stats.immediate_retries,
+        stats.transparent_retries,
         releases,
         args.proxy_cuts,
         version,

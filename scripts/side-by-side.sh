@@ -17,6 +17,18 @@
 # then goes through the fault proxy with a one-way delay of N/2 ms (a round
 # trip of N ms that does not limit throughput; see docs/wide-area.md).
 #
+# A case name may end in `_nginx` (before any `_rttN`: arrow10m_nginx,
+# cuts10m_nginx, arrow10m_nginx_rtt40): every arm of that case then goes
+# through nginx with TLS (scripts/proxies.sh, started once for the run in
+# front of the server: port SBS_PROXY_BASE, `grpc_pass`, a throwaway CA made
+# at start), and the fault proxy, when the case has one, sits between the
+# client and nginx. This crate's client and the raw arms trust the CA by
+# the connection string (`;use_ssl=true;tls_ca_file=CA`), PySpark by grpc's
+# GRPC_DEFAULT_SSL_ROOTS_FILE_PATH=CA with `;use_ssl=true`. The official client
+# sits those cases out: it is built here without its `tls` feature, and has
+# no setting for a CA (only the platform's roots). The summary then also
+# prints, per arm, the nginx case's median over the direct one's.
+#
 # Environment:
 #   SBS_SERVER       spark (default: Spark Connect 4.3.0) or sail (Sail 0.7.2, through
 #                    scripts/sail-server.sh; same cases, same clients)
@@ -32,6 +44,11 @@
 #   SBS_RTT_MS       comma-separated round trips in ms (e.g. 0,10,40): each CASE is
 #                    run once per round trip, as CASE (0) and CASE_rttN (default: none)
 #   SBS_PAUSE        seconds between runs, so the server settles (default 1)
+#   SBS_INTERLEAVE   1: run pair i of every case before pair i+1 of any (so a case and
+#                    its `_nginx` twin see the same drift), round i starting at arm i
+#                    (so no arm always follows another case); default 0: case after case
+#   SBS_PROXY_BASE   first port of scripts/proxies.sh for `_nginx` cases (default 15040;
+#                    nginx with TLS listens on it; 15020-15023 belong to .ci/run)
 #   SBS_FIRST_BATCH_API  iterator|arrow: PySpark's first_batch method (default iterator)
 #   SPARK_CONNECT_DRIVER_MEMORY  server heap (default here 2g: with the 128 MiB retry
 #                    buffer, a cut 10M-row stream made a 1g driver fail with
@@ -62,6 +79,8 @@ CUTS="${SBS_CUTS:-20M,30M,30M,30M,30M}"
 MAX_LOAD="${SBS_MAX_LOAD:-3}"
 LOAD_WAIT="${SBS_LOAD_WAIT:-300}"
 PAUSE="${SBS_PAUSE:-1}"
+INTERLEAVE="${SBS_INTERLEAVE:-0}"
+PROXY_BASE="${SBS_PROXY_BASE:-15040}"
 FIRST_BATCH_API="${SBS_FIRST_BATCH_API:-iterator}"
 OUT="${SBS_OUT:-$ROOT/target/side-by-side/$(date -u +%Y%m%dT%H%M%SZ)}"
 if [ $# -gt 0 ]; then CASES=("$@"); else CASES=(arrow10m first_batch cuts10m); fi
@@ -81,6 +100,16 @@ die() { log "error: $*"; exit 1; }
 
 case "$NAME" in ci-*) die "server names ci-* belong to .ci/run" ;; esac
 if [ "$PORT" -ge 15002 ] && [ "$PORT" -le 15006 ]; then die "ports 15002-15006 belong to .ci/run"; fi
+NGINX=0
+for c in "${CASES[@]}"; do
+    [[ "$c" =~ _nginx(_rtt[0-9]+)?$ ]] && NGINX=1
+done
+if [ "$NGINX" = 1 ]; then
+    [[ "$PROXY_BASE" =~ ^[0-9]+$ ]] || die "SBS_PROXY_BASE must be a port"
+    if [ "$PROXY_BASE" -ge 15017 ] && [ "$PROXY_BASE" -le 15023 ]; then
+        die "ports 15020-15023 belong to .ci/run's proxies"
+    fi
+fi
 
 mkdir -p "$OUT"
 RESULTS="$OUT/results.jsonl"
@@ -88,8 +117,10 @@ RESULTS="$OUT/results.jsonl"
 
 PROXY_PID=""
 SERVER_STARTED=0
+NGINX_STARTED=0
 cleanup() {
     if [ -n "$PROXY_PID" ]; then kill -TERM "$PROXY_PID" 2>/dev/null || true; fi
+    if [ "$NGINX_STARTED" = 1 ]; then "$ROOT/scripts/proxies.sh" stop "$PROXY_BASE" || true; fi
     if [ "$SERVER_STARTED" = 1 ]; then "$SERVER_SCRIPT" stop "$NAME" || true; fi
 }
 trap cleanup EXIT
@@ -169,6 +200,19 @@ fi
 SERVER_STARTED=1
 REMOTE="sc://127.0.0.1:$PORT"
 
+# --- nginx with TLS in front of it, when a case asks (haproxy starts too, unused)
+NGINX_ADDR=""
+NGINX_CA=""
+if [ "$NGINX" = 1 ]; then
+    "$ROOT/scripts/proxies.sh" start "$PORT" "$PROXY_BASE"
+    NGINX_STARTED=1
+    NGINX_ADDR="127.0.0.1:$PROXY_BASE"
+    NGINX_CA="$("$ROOT/scripts/proxies.sh" ca "$PROXY_BASE")"
+    if [ -n "$OFFICIAL" ]; then
+        log "the official client (no tls feature, no CA setting) sits out the _nginx cases"
+    fi
+fi
+
 # --- wait for a quiet machine
 t0=$(date +%s)
 while awk -v l="$(load1)" -v m="$MAX_LOAD" 'BEGIN{exit !(l > m)}'; do
@@ -183,10 +227,10 @@ LOAD_START="$(cat /proc/loadavg)"
 
 # Start a fresh proxy (its cut schedule counts connections from its start)
 # and set PROXY_ADDR; its summary goes to $OUT/proxy-<tag>.txt.
-# start_proxy TAG CUTS ONE_WAY_DELAY_MS (CUTS may be empty).
+# start_proxy TAG CUTS ONE_WAY_DELAY_MS UPSTREAM (CUTS may be empty).
 start_proxy() {
     local f="$OUT/proxy-$1.txt"
-    "$PROXY" --upstream "127.0.0.1:$PORT" --cuts "$2" --one-way-delay-ms "$3" >"$f" 2>&1 &
+    "$PROXY" --upstream "$4" --cuts "$2" --one-way-delay-ms "$3" >"$f" 2>&1 &
     PROXY_PID=$!
     local i=0
     until [ -s "$f" ]; do
@@ -208,24 +252,42 @@ stop_proxy() {
 }
 
 # run_one CLIENT CASE TAG WARMUP: one process, one JSON line appended to results.
-# CASE may end in _rttN: the base case through a proxy delaying N/2 ms each way.
+# CASE may end in _rttN: the base case through a proxy delaying N/2 ms each way;
+# before that in _nginx: through nginx with TLS (the fault proxy, if any, in front).
 run_one() {
     local client="$1" full_case="$2" tag="$3" warmup="$4" remote="$REMOTE" line cuts=0
-    local case="$full_case" rtt=0 proxied=0
-    if [[ "$full_case" =~ ^(.+)_rtt([0-9]+)$ ]]; then
+    local case="$full_case" rtt=0 proxied=0 upstream="127.0.0.1:$PORT" via=direct
+    if [[ "$case" =~ ^(.+)_rtt([0-9]+)$ ]]; then
         case="${BASH_REMATCH[1]}"
         rtt="${BASH_REMATCH[2]}"
     fi
+    if [[ "$case" =~ ^(.+)_nginx$ ]]; then
+        case="${BASH_REMATCH[1]}"
+        via=nginx
+        upstream="$NGINX_ADDR"
+        remote="sc://$NGINX_ADDR"
+    fi
     PROXY_JSON="null"
     if [ "$case" = cuts10m ]; then
-        start_proxy "$tag" "$CUTS" $((rtt / 2))
+        start_proxy "$tag" "$CUTS" $((rtt / 2)) "$upstream"
         cuts="$N_CUTS"
         proxied=1
     elif [ "$rtt" -gt 0 ]; then
-        start_proxy "$tag" "" $((rtt / 2))
+        start_proxy "$tag" "" $((rtt / 2)) "$upstream"
         proxied=1
     fi
     if [ "$proxied" = 1 ]; then remote="sc://$PROXY_ADDR"; fi
+    # Over TLS the certificate is for 127.0.0.1 (and localhost), whichever
+    # port the client dials; each client trusts the run's CA its own way.
+    local -a py_env=()
+    if [ "$via" = nginx ]; then
+        py_env=(env "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH=$NGINX_CA")
+        if [ "$client" = pyspark ]; then
+            remote="$remote/;use_ssl=true"
+        else
+            remote="$remote/;use_ssl=true;tls_ca_file=$NGINX_CA"
+        fi
+    fi
     if [ "$client" = rust ] || [ "$client" = base ]; then
         local exe="$BENCH"
         [ "$client" = rust ] || exe="$BASE"
@@ -243,7 +305,7 @@ run_one() {
         line="$("$OFFICIAL" --remote "$remote" --case "$case" 2>"$OUT/official-$tag.err")" ||
             die "official $case failed (run $tag): $(tail -n5 "$OUT/official-$tag.err")"
     else
-        line="$("$PY" "$ROOT/scripts/side_by_side_pyspark.py" --remote "$remote" --case "$case" \
+        line="$("${py_env[@]}" "$PY" "$ROOT/scripts/side_by_side_pyspark.py" --remote "$remote" --case "$case" \
             --proxy-cuts "$cuts" --first-batch-api "$FIRST_BATCH_API" 2>"$OUT/py-$tag.err")" ||
             die "pyspark $case failed (run $tag): $(tail -n5 "$OUT/py-$tag.err")"
     fi
@@ -253,27 +315,45 @@ run_one() {
 import json, sys
 d = json.loads(sys.argv[1]); d["warmup"] = sys.argv[2] == "1"; d["run"] = sys.argv[3]
 d["proxy"] = json.loads(sys.argv[4]); d["load1"] = float(sys.argv[5])
-d["case"] = sys.argv[6]; d["rtt_ms"] = int(sys.argv[7])
-print(json.dumps(d))' "$line" "$warmup" "$tag" "$PROXY_JSON" "$(load1)" "$full_case" "$rtt" |
+d["case"] = sys.argv[6]; d["rtt_ms"] = int(sys.argv[7]); d["via"] = sys.argv[8]
+print(json.dumps(d))' "$line" "$warmup" "$tag" "$PROXY_JSON" "$(load1)" "$full_case" "$rtt" "$via" |
         tee -a "$RESULTS" >&2
     sleep "$PAUSE"
 }
 
-for case in "${CASES[@]}"; do
-    log "case $case: $WARMUP warm-up pairs + $PAIRS pairs, alternating rust/pyspark"
-    for i in $(seq $((1 - WARMUP)) "$PAIRS"); do
-        warm=0
-        [ "$i" -le 0 ] && warm=1
-        run_one rust "$case" "$case-$i-rust" "$warm"
-        run_one pyspark "$case" "$case-$i-py" "$warm"
-        if [ "${case%%_rtt*}" != cuts10m ]; then
-            run_one raw "$case" "$case-$i-raw" "$warm"
-            run_one raw_client "$case" "$case-$i-rawc" "$warm"
-            if [ -n "$OFFICIAL" ]; then run_one official "$case" "$case-$i-official" "$warm"; fi
+# run_pair CASE I: one round of every arm of CASE (I <= 0: a warm-up round).
+# Interleaved, round I starts at arm I (mod the arms) and goes round: the arm
+# that follows another case (a 10M-row query before a first batch) changes.
+run_pair() {
+    local case="$1" i="$2" warm=0 k
+    [ "$i" -le 0 ] && warm=1
+    local -a arms=(rust:rust pyspark:py)
+    if ! [[ "$case" =~ ^cuts10m(_nginx)?(_rtt[0-9]+)?$ ]]; then
+        arms+=(raw:raw raw_client:rawc)
+        if [ -n "$OFFICIAL" ] && ! [[ "$case" =~ _nginx(_rtt[0-9]+)?$ ]]; then
+            arms+=(official:official)
         fi
-        if [ -n "$BASE" ]; then run_one base "$case" "$case-$i-base" "$warm"; fi
+    fi
+    if [ -n "$BASE" ]; then arms+=(base:base); fi
+    local start=0 n=${#arms[@]}
+    if [ "$INTERLEAVE" = 1 ]; then start=$(((i % n + n) % n)); fi
+    for ((k = 0; k < n; k++)); do
+        local arm="${arms[$(((start + k) % n))]}"
+        run_one "${arm%%:*}" "$case" "$case-$i-${arm#*:}" "$warm"
     done
-done
+}
+
+if [ "$INTERLEAVE" = 1 ]; then
+    log "cases ${CASES[*]}: $WARMUP warm-up rounds + $PAIRS rounds, pair i of every case in turn"
+    for i in $(seq $((1 - WARMUP)) "$PAIRS"); do
+        for case in "${CASES[@]}"; do run_pair "$case" "$i"; done
+    done
+else
+    for case in "${CASES[@]}"; do
+        log "case $case: $WARMUP warm-up pairs + $PAIRS pairs, alternating rust/pyspark"
+        for i in $(seq $((1 - WARMUP)) "$PAIRS"); do run_pair "$case" "$i"; done
+    done
+fi
 LOAD_END="$(cat /proc/loadavg)"
 
 # --- summary
@@ -287,7 +367,10 @@ LOAD_END="$(cat /proc/loadavg)"
     else
         echo "server: Spark Connect 4.3.0, local[2], driver memory $SPARK_CONNECT_DRIVER_MEMORY, observerRetryBufferSize=128m"
     fi
-    echo "cuts schedule: $CUTS; first_batch PySpark API: $FIRST_BATCH_API; warm-up pairs: $WARMUP; pairs: $PAIRS"
+    echo "cuts schedule: $CUTS; first_batch PySpark API: $FIRST_BATCH_API; warm-up pairs: $WARMUP; pairs: $PAIRS; interleaved: $INTERLEAVE"
+    if [ "$NGINX" = 1 ]; then
+        echo "_nginx cases: $(nginx -v 2>&1 | sed 's/^nginx version: //') on $NGINX_ADDR, TLS ($(openssl version | cut -d' ' -f1-2), RSA 2048 throwaway CA), grpc_pass to 127.0.0.1:$PORT; grpcio $("$PY" -c 'import grpc; print(grpc.__version__)')"
+    fi
     "$PY" - "$RESULTS" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
@@ -322,6 +405,21 @@ for c in cases:
     bad = [r["run"] for r in m if r.get("proxy") and r["proxy"]["cuts"] != r.get("proxy_cuts", 0)]
     if bad:
         print(f"  warning: proxy made fewer cuts than scheduled in {bad}")
+# A case through nginx against the same case direct, arm by arm.
+def med_of(c, a):
+    v = [r["wall_ms"] for r in rows if r["case"] == c and r["client"] == a and not r["warmup"]]
+    return statistics.median(v) if v else None
+for c in cases:
+    if "_nginx" not in c:
+        continue
+    direct = c.replace("_nginx", "", 1)
+    if direct not in cases:
+        continue
+    print(f"{c} / {direct} (nginx+TLS over direct):")
+    for a in arms:
+        x, y = med_of(c, a), med_of(direct, a)
+        if x is not None and y is not None:
+            print(f"  {a:<13} {x / y:.3f}")
 PY
 } | tee "$OUT/summary.txt"
 log "results in $OUT"
