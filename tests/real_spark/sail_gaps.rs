@@ -204,8 +204,8 @@ async fn assert_interrupted_stream_ends_with_not_found(
         format!("invalid argument: operation not found: {op}"),
         "{err:?}"
     );
-    // Named by the execution's RPC, though the reattach got the answer.
-    assert_eq!(server.rpc(), Some("ExecutePlan"), "{err:?}");
+    // Named by the RPC that got the answer: the reattach.
+    assert_eq!(server.rpc(), Some("ReattachExecute"), "{err:?}");
     assert_eq!(server.operation_id(), Some(op.as_str()), "{err:?}");
     let stats = stream.stats();
     assert_eq!((stats.graceful_ends, stats.reattaches), (1, 1), "{stats:?}");
