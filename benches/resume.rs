@@ -80,11 +80,6 @@ async fn drain(remote: &str, resume: bool) -> Result<f64, String> {
     Ok(secs)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 fn main() -> ExitCode {
     support::main_with(
         parse_args(),
@@ -119,7 +114,7 @@ fn main() -> ExitCode {
                         if resume { on.push(secs) } else { off.push(secs) }
                     }
                 }
-                let (off, on) = (median(off), median(on));
+                let (off, on) = (support::median(off), support::median(on));
                 Ok(format!(
                     "resume off: {off:.3} s ({:.1} M rows/s)\nresume on:  {on:.3} s ({:.1} M rows/s)\non/off: {:.3} (median of {} rounds, 10M rows)",
                     ROWS as f64 / off / 1e6,

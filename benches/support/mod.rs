@@ -1,7 +1,8 @@
 //! What the one-shot benchmark binaries that scripts drive
 //! (`side_by_side`, `raw_drain`, `upload`) share: one measurement per
 //! process, on the runtime a `#[tokio::main]` application gets, printed as
-//! one line for the script to collect.
+//! one line for the script to collect; and the median and settings from the
+//! environment that the in-run comparisons (`resume`, `metrics`) read.
 #![allow(dead_code)] // each bench uses part of this module
 
 use std::process::ExitCode;
@@ -65,4 +66,15 @@ pub fn verify_id_x(batches: &[RecordBatch]) -> Result<(i64, i128), String> {
         }
     }
     Ok((next_id, sum_x))
+}
+
+/// The middle value of `v` (the upper one of an even count); NaN if empty.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// The environment variable `name` as a count, if set and a number.
+pub fn env_usize(name: &str) -> Option<usize> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
 }

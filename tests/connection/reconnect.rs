@@ -8,9 +8,10 @@ use spark_connect_retry::proto::execute_plan_response::ResponseType;
 use spark_connect_retry::proto::{ReleaseExecuteRequest, release_execute_request};
 use spark_connect_retry::reconnect::{FreshConnection, ReconnectingChannel};
 use spark_connect_retry::transport::spark_client;
-use spark_connect_testkit::FaultProxy;
-use spark_connect_testkit::{TestServer, plans};
+use spark_connect_testkit::plans;
 use tokio::time::timeout;
+
+use crate::support::proxied::proxied_server;
 
 const SESSION: &str = "0c7d4b1e-5a3f-4e2d-8b6a-9f8e7d6c5b4a";
 const BOUND: Duration = Duration::from_secs(10);
@@ -28,13 +29,8 @@ fn release_all(operation_id: &str) -> ReleaseExecuteRequest {
 
 #[tokio::test]
 async fn fresh_connection_on_request_while_old_streams_finish() {
-    let server = TestServer::builder()
-        .rows_per_batch(100)
-        .start()
-        .await
-        .unwrap();
     // The proxy counts the TCP connections the channel dials.
-    let proxy = FaultProxy::builder(server.addr()).start().await.unwrap();
+    let (_server, proxy) = proxied_server().await;
     let endpoint =
         tonic::transport::Endpoint::from_shared(format!("http://{}", proxy.local_addr())).unwrap();
     let channel = ReconnectingChannel::new(endpoint);

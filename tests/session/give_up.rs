@@ -10,10 +10,12 @@ use std::task::{Context, Poll};
 use spark_connect_retry::retrying::RecordingSleeper;
 use spark_connect_retry::session::{ServerError, SparkError, SparkSession};
 use spark_connect_retry::transport::{BoxError, grpc_channel};
-use spark_connect_testkit::{FaultProxy, TestServer};
+use spark_connect_testkit::TestServer;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::support::{arrow_data, policies::recorded, streams::until_error};
+use crate::support::{
+    arrow_data, policies::recorded, proxied::proxied_server, streams::until_error,
+};
 
 /// A loopback port nobody listens on: bound, then dropped.
 async fn closed_port() -> std::net::SocketAddr {
@@ -78,12 +80,7 @@ async fn a_query_against_a_closed_port_says_what_it_tried() {
 
 #[tokio::test]
 async fn a_reattach_against_a_closed_port_says_what_it_tried() {
-    let server = TestServer::builder()
-        .rows_per_batch(100)
-        .start()
-        .await
-        .unwrap();
-    let proxy = FaultProxy::builder(server.addr()).start().await.unwrap();
+    let (server, proxy) = proxied_server().await;
     let target = proxy.remote().trim_start_matches("sc://").to_owned();
     let sleeper = RecordingSleeper::new();
     let spark = SparkSession::builder()

@@ -10,26 +10,19 @@
 
 use std::time::Duration;
 
+use crate::support::proxied::proxied_server;
+use crate::support::streams;
 use spark_connect_retry::policy::RetryPolicy;
 use spark_connect_retry::reattach::StreamStats;
 use spark_connect_retry::retrying::Retrying;
 use spark_connect_retry::session::{SparkError, SparkSession};
-use spark_connect_testkit::FaultProxy;
-use spark_connect_testkit::TestServer;
-
-use crate::support::streams;
 use streams::until_error;
 
 /// Reads the first batch of a long query through a proxy, then closes the
 /// proxy's port for good (the "kill"). Returns the (virtual) time from the
 /// kill to the stream's error, the error, and the execution's counters.
 async fn killed_mid_query(retrying: Retrying) -> (Duration, SparkError, StreamStats) {
-    let server = TestServer::builder()
-        .rows_per_batch(100)
-        .start()
-        .await
-        .unwrap();
-    let proxy = FaultProxy::builder(server.addr()).start().await.unwrap();
+    let (_server, proxy) = proxied_server().await;
     let spark = SparkSession::builder()
         .remote(proxy.remote())
         .retrying(retrying)

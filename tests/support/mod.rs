@@ -1,10 +1,12 @@
 //! What the root's test binaries share: the tracing capture (the
 //! workspace's one, from `tonic_retry_echo::capture`), retry settings,
-//! drains of result streams, Arrow data, and a bounded wait.
+//! drains of result streams, Arrow data, a server behind a fault proxy,
+//! and a bounded wait.
 #![allow(dead_code)] // each test binary uses part of this module
 
 pub mod arrow_data;
 pub mod policies;
+pub mod proxied;
 pub mod streams;
 
 /// Waits until `cond` holds, polling every 10 ms, 500 times at most, for a

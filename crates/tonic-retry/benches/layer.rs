@@ -12,7 +12,12 @@
 //!   trailers-only statuses and connection errors (the design of
 //!   `tonic-xds`'s retry layer, written here for the comparison);
 //! * `sanitize`: the raw channel behind the `sanitize` guard alone, which
-//!   every response through our layer passes.
+//!   every response through our layer passes;
+//! * `metered` (feature `otel` only): the `ours` layer recording gRFC
+//!   A66/A96 metrics on an OpenTelemetry `SdkMeterProvider` (aggregating;
+//!   its in-memory exporter runs once a minute, so never during the run).
+//!   Its p50 against `ours`, paired per process, is what the metrics add
+//!   to a call; beside it the SDK's own six recordings timed alone.
 //!
 //! The parent runs `LAYER_BENCH_PROCESSES` (default 8) pairs of child
 //! processes, because a process's memory layout moves a figure by about a
@@ -284,7 +289,13 @@ const TASKS: usize = 32;
 const ROUNDS: usize = 9;
 /// Calls per task in one burst.
 const PAIR_CALLS_PER_TASK: usize = 100;
-const ARMS: [&str; 4] = ["raw", "ours", "reference", "sanitize"];
+/// The arms of a sequential child, in the order of its `#sample` line.
+#[cfg(not(feature = "otel"))]
+const ARMS: &[&str] = &["raw", "ours", "reference", "sanitize"];
+/// The arms of a sequential child, in the order of its `#sample` line
+/// (then `sdk`, the SDK's recordings alone).
+#[cfg(feature = "otel")]
+const ARMS: &[&str] = &["raw", "ours", "reference", "sanitize", "metered"];
 
 fn req() -> EchoRequest {
     EchoRequest {
@@ -400,31 +411,47 @@ async fn sequential() {
             .layer(tonic_retry::sanitize::SanitizeLayer)
             .service(channel(addr)),
     );
-    for _ in 0..1000 {
-        one_call(&mut raw).await;
-        one_call(&mut ours).await;
-        one_call(&mut refr).await;
-        one_call(&mut sanitized).await;
+    #[cfg(feature = "otel")]
+    let pipeline = tonic_retry_echo::metrics::Pipeline::new();
+    #[cfg(feature = "otel")]
+    let mut metered = EchoClient::new(
+        ServiceBuilder::new()
+            .layer(
+                ours_layer().metrics(
+                    tonic_retry::metrics::GrpcMetrics::from_provider(pipeline.provider())
+                        .with_target("bench:1"),
+                ),
+            )
+            .service(channel(addr)),
+    );
+    let mut call = async |arm: usize| match arm {
+        0 => one_call(&mut raw).await,
+        1 => one_call(&mut ours).await,
+        2 => one_call(&mut refr).await,
+        3 => one_call(&mut sanitized).await,
+        #[cfg(feature = "otel")]
+        4 => one_call(&mut metered).await,
+        _ => unreachable!("arm {arm}"),
+    };
+    const WARM_UP: usize = 1000;
+    for _ in 0..WARM_UP {
+        for arm in 0..ARMS.len() {
+            call(arm).await;
+        }
     }
     let seq = env_usize("LAYER_BENCH_SEQ").unwrap_or(SEQ_CALLS);
-    let mut lat: [Vec<Duration>; 4] = Default::default();
+    let mut lat = vec![Vec::<Duration>::new(); ARMS.len()];
     for round in 0..seq.div_ceil(BLOCK) {
         // Rotate the order each round, reversed every other cycle, so every
         // arm samples the same stretches of the host's noise.
-        let mut order = [0usize, 1, 2, 3];
-        order.rotate_left(round % 4);
-        if (round / 4) % 2 == 1 {
+        let mut order: Vec<usize> = (0..ARMS.len()).collect();
+        order.rotate_left(round % ARMS.len());
+        if (round / ARMS.len()) % 2 == 1 {
             order.reverse();
         }
         for arm in order {
             for _ in 0..BLOCK {
-                let d = match arm {
-                    0 => one_call(&mut raw).await,
-                    1 => one_call(&mut ours).await,
-                    2 => one_call(&mut refr).await,
-                    _ => one_call(&mut sanitized).await,
-                };
-                lat[arm].push(d);
+                lat[arm].push(call(arm).await);
             }
         }
     }
@@ -435,12 +462,67 @@ async fn sequential() {
         v.sort();
         v[v.len() / 2].as_secs_f64() * 1e6
     };
-    let fields: Vec<String> = ARMS
+    #[allow(unused_mut)] // without `otel`, nothing follows the arms
+    let mut fields: Vec<String> = ARMS
         .iter()
         .zip(lat.iter_mut())
         .map(|(name, v)| format!("{name}={:.3}", p50(v)))
         .collect();
+    #[cfg(feature = "otel")]
+    {
+        // The metered arm recorded every call, under one label set.
+        let started = pipeline.read();
+        let started = started.of("grpc.client.attempt.started");
+        assert_eq!(started.len(), 1, "one label set: {started:?}");
+        assert_eq!(started[0].sum as usize, WARM_UP + lat[4].len());
+        fields.push(format!("sdk={:.3}", sdk_floor(&pipeline) * 1e6));
+    }
     println!("#sample {}", fields.join(" "));
+}
+
+/// The SDK's own share of a metered call: what the six recordings of a
+/// unary call (the attempt counter, three attempt histograms, the call's
+/// duration and delay) cost with the same labels, without a call around
+/// them; seconds per call, the mean over 20 000.
+#[cfg(feature = "otel")]
+fn sdk_floor(pipeline: &tonic_retry_echo::metrics::Pipeline) -> f64 {
+    use opentelemetry::KeyValue;
+    let meter = pipeline.meter();
+    let counter = meter.u64_counter("floor.started").build();
+    let latency = [
+        meter.f64_histogram("floor.attempt").build(),
+        meter.f64_histogram("floor.call").build(),
+        meter.f64_histogram("floor.delay").build(),
+    ];
+    let sizes = [
+        meter.u64_histogram("floor.sent").build(),
+        meter.u64_histogram("floor.rcvd").build(),
+    ];
+    let method: Arc<str> = Arc::from("echo.Echo/Say");
+    let target: Arc<str> = Arc::from("bench:1");
+    let base = [
+        KeyValue::new("grpc.method", method),
+        KeyValue::new("grpc.target", target),
+    ];
+    let with_status = || {
+        [
+            base[0].clone(),
+            base[1].clone(),
+            KeyValue::new("grpc.status", "OK"),
+        ]
+    };
+    let n = 20_000;
+    let t = Instant::now();
+    for i in 0..n {
+        counter.add(1, &base);
+        let labels = with_status();
+        latency[0].record(i as f64 * 1e-9, &labels);
+        sizes[0].record(40, &labels);
+        sizes[1].record(40, &labels);
+        latency[1].record(i as f64 * 1e-9, &with_status());
+        latency[2].record(0.0, &base);
+    }
+    t.elapsed().as_secs_f64() / f64::from(n)
 }
 
 /// A concurrent child: one `#rounds` line of ours/raw and reference/raw
@@ -499,7 +581,10 @@ fn load_average() -> String {
 }
 
 fn parent(n: usize) {
-    let mut added: [Vec<f64>; 4] = Default::default();
+    let mut added = vec![Vec::<f64>::new(); ARMS.len()];
+    // With `otel`: (metered - ours, the SDK's recordings alone) per process.
+    #[cfg(feature = "otel")]
+    let mut metrics: (Vec<f64>, Vec<f64>) = Default::default();
     let mut raw = vec![];
     let mut rounds: Vec<[f64; 5]> = vec![];
     println!("load average before: {}", load_average());
@@ -514,8 +599,19 @@ fn parent(n: usize) {
             .map(|kv| kv.split_once('=').expect("k=v").1.parse().expect("number"))
             .collect();
         raw.push(p50[0]);
-        for arm in 1..4 {
+        for arm in 1..ARMS.len() {
             added[arm].push(p50[arm] - p50[0]);
+        }
+        #[cfg(feature = "otel")]
+        {
+            println!(
+                "process {}/{n}: metrics add {:+.2} us to ours, the SDK's six recordings alone {:.2} us",
+                i + 1,
+                p50[4] - p50[1],
+                p50[5]
+            );
+            metrics.0.push(p50[4] - p50[1]);
+            metrics.1.push(p50[5]);
         }
         let text = child_output("conc");
         let line = text
@@ -551,7 +647,7 @@ fn parent(n: usize) {
     };
     println!("unary Say over loopback, {n} processes; p50 added to the raw call (one thread):");
     println!("  raw p50: median {:.1} us", median(raw));
-    for arm in 1..4 {
+    for arm in 1..ARMS.len() {
         println!(
             "  {:<12} median {:+.2} us   (range {})",
             ARMS[arm],
@@ -564,6 +660,16 @@ fn parent(n: usize) {
         "  ours - reference, paired per process: median {:+.2} us   (range {})",
         median(ours_vs_ref.clone()),
         spread(&ours_vs_ref)
+    );
+    #[cfg(feature = "otel")]
+    println!(
+        "  metered - ours, paired per process (A66/A96 metrics on an SDK pipeline): median {:+.2} us   (range {}); \
+         the SDK's six recordings alone: median {:.2} us (range {:.2} .. {:.2})",
+        median(metrics.0.clone()),
+        spread(&metrics.0),
+        median(metrics.1.clone()),
+        metrics.1.iter().copied().fold(f64::INFINITY, f64::min),
+        metrics.1.iter().copied().fold(f64::NEG_INFINITY, f64::max)
     );
     let col = |k: usize| median(rounds.iter().map(|m| m[k]).collect());
     println!(

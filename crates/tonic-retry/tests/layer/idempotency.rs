@@ -5,13 +5,14 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Code, Status};
 use tonic_retry::layer::{MethodConfig, RetryLayer};
 use tonic_retry::retrying::{BoxFuture, RecordingSleeper, Retrying, Sleeper};
 use tonic_types::{ErrorDetails, StatusExt};
 
+use crate::support::proxy::proxy_after;
 use crate::support::recorded::{Recorded, ready, unavailable_n};
 use crate::support::{client, exact, say};
 
@@ -24,28 +25,13 @@ fn with_pushback(code: Code, value: &'static str) -> Status {
 /// A TCP proxy that resets (SO_LINGER 0 + close) its first `resets`
 /// connections after reading the client's first bytes, and forwards the rest.
 async fn rst_proxy(upstream: SocketAddr, resets: u32) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        let mut n = 0;
-        while let Ok((mut down, _)) = listener.accept().await {
-            n += 1;
-            if n <= resets {
-                use tokio::io::AsyncReadExt;
-                let mut buf = [0u8; 1024];
-                let _ = down.read(&mut buf).await;
-                let _ = down.set_zero_linger();
-                drop(down);
-                continue;
-            }
-            tokio::spawn(async move {
-                if let Ok(mut up) = TcpStream::connect(upstream).await {
-                    let _ = tokio::io::copy_bidirectional(&mut down, &mut up).await;
-                }
-            });
-        }
-    });
-    addr
+    proxy_after(upstream, resets, async |mut down| {
+        use tokio::io::AsyncReadExt;
+        let mut buf = [0u8; 1024];
+        let _ = down.read(&mut buf).await;
+        let _ = down.set_zero_linger();
+    })
+    .await
 }
 
 #[tokio::test]

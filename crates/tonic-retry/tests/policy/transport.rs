@@ -13,6 +13,7 @@ use tonic_retry::retrying::{RecordingSleeper, Retrying};
 use tonic_retry::transport::{GrpcChannel, grpc_channel};
 use tonic_retry_echo::EchoClient;
 
+use crate::support::proxy::proxy_after;
 use crate::support::recorded::{Recorded, ready};
 use crate::support::{hello, reply, say};
 
@@ -43,75 +44,48 @@ async fn closed_port() -> SocketAddr {
 /// bytes of the server's answer, and forwards later connections whole.
 async fn proxy_resetting_after(upstream: SocketAddr, limit: usize) -> SocketAddr {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        let mut first = true;
-        while let Ok((mut down, _)) = listener.accept().await {
-            let Ok(mut up) = TcpStream::connect(upstream).await else {
-                continue;
-            };
-            let reset = std::mem::take(&mut first);
-            tokio::spawn(async move {
-                if !reset {
-                    let _ = tokio::io::copy_bidirectional(&mut down, &mut up).await;
-                    return;
-                }
-                {
-                    let (mut dr, mut dw) = down.split();
-                    let (mut ur, mut uw) = up.split();
-                    let (mut to_up, mut to_down) = (vec![0u8; 4096], vec![0u8; 1024]);
-                    let mut sent = 0;
-                    while sent < limit {
-                        tokio::select! {
-                            n = dr.read(&mut to_up) => match n {
-                                Ok(n) if n > 0 && uw.write_all(&to_up[..n]).await.is_ok() => {}
-                                _ => return,
-                            },
-                            n = ur.read(&mut to_down) => match n {
-                                Ok(n) if n > 0 && dw.write_all(&to_down[..n]).await.is_ok() => {
-                                    sent += n;
-                                }
-                                _ => return,
-                            },
+    proxy_after(upstream, 1, move |mut down| async move {
+        let Ok(mut up) = TcpStream::connect(upstream).await else {
+            return;
+        };
+        {
+            let (mut dr, mut dw) = down.split();
+            let (mut ur, mut uw) = up.split();
+            let (mut to_up, mut to_down) = (vec![0u8; 4096], vec![0u8; 1024]);
+            let mut sent = 0;
+            while sent < limit {
+                tokio::select! {
+                    n = dr.read(&mut to_up) => match n {
+                        Ok(n) if n > 0 && uw.write_all(&to_up[..n]).await.is_ok() => {}
+                        _ => return,
+                    },
+                    n = ur.read(&mut to_down) => match n {
+                        Ok(n) if n > 0 && dw.write_all(&to_down[..n]).await.is_ok() => {
+                            sent += n;
                         }
-                    }
+                        _ => return,
+                    },
                 }
-                let _ = down.set_zero_linger();
-            });
+            }
         }
-    });
-    addr
+        let _ = down.set_zero_linger();
+    })
+    .await
 }
 
 /// A raw HTTP/2 peer that resets (SO_LINGER 0 + close) its first
 /// connection as soon as a request has arrived on it, and forwards later
 /// connections to `upstream` whole.
 async fn peer_resetting_on_request(upstream: SocketAddr) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        let mut first = true;
-        while let Ok((mut down, _)) = listener.accept().await {
-            if std::mem::take(&mut first) {
-                tokio::spawn(async move {
-                    let _ = down.set_zero_linger();
-                    let Ok(mut conn) = h2::server::handshake(down).await else {
-                        return;
-                    };
-                    // The request has arrived: drop the connection unanswered.
-                    let _ = conn.accept().await;
-                });
-                continue;
-            }
-            tokio::spawn(async move {
-                if let Ok(mut up) = TcpStream::connect(upstream).await {
-                    let _ = tokio::io::copy_bidirectional(&mut down, &mut up).await;
-                }
-            });
-        }
-    });
-    addr
+    proxy_after(upstream, 1, async |down| {
+        let _ = down.set_zero_linger();
+        let Ok(mut conn) = h2::server::handshake(down).await else {
+            return;
+        };
+        // The request has arrived: drop the connection unanswered.
+        let _ = conn.accept().await;
+    })
+    .await
 }
 
 #[tokio::test]

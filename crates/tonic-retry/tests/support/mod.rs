@@ -1,9 +1,11 @@
 //! What tonic-retry's test binaries share: clients through a layer, the
 //! loopback servers (the scripted echo server, and [`Gated`], whose streams
 //! the test feeds message by message, and [`recorded::Recorded`], which
-//! records what each attempt carried), and the tracing capture.
+//! records what each attempt carried), a proxy that mistreats its first
+//! connections, and the tracing capture.
 #![allow(dead_code)] // each test binary uses part of this module
 
+pub mod proxy;
 pub mod recorded;
 
 #[allow(unused_imports)] // each test binary uses part of this module

@@ -12,8 +12,9 @@ fn expired() -> Event {
     Event::Error(Status::unauthenticated("token expired"))
 }
 
-/// A core refreshing the tokens of provider `p`, one response delivered.
-fn after_one_response() -> (ReattachCore, crate::retrying::Retrying) {
+/// A core refreshing the tokens of provider `p`, its `ExecutePlan` about
+/// to be sent.
+fn refreshing_core() -> (ReattachCore, crate::retrying::Retrying) {
     let retrying = test_retrying();
     let mut core = ReattachCore::new(request()).unwrap();
     core.refresh_tokens("p");
@@ -21,6 +22,12 @@ fn after_one_response() -> (ReattachCore, crate::retrying::Retrying) {
         core.poll_next(&retrying),
         Action::Open(Open::Execute(_))
     ));
+    (core, retrying)
+}
+
+/// A core refreshing the tokens of provider `p`, one response delivered.
+fn after_one_response() -> (ReattachCore, crate::retrying::Retrying) {
+    let (mut core, retrying) = refreshing_core();
     assert!(matches!(
         core.on_event(Event::Opened, &retrying),
         Action::Read
@@ -76,13 +83,7 @@ fn a_second_refusal_without_progress_ends_the_stream() {
 
 #[test]
 fn a_refused_execute_plan_is_sent_again_as_it_never_ran() {
-    let retrying = test_retrying();
-    let mut core = ReattachCore::new(request()).unwrap();
-    core.refresh_tokens("p");
-    assert!(matches!(
-        core.poll_next(&retrying),
-        Action::Open(Open::Execute(_))
-    ));
+    let (mut core, retrying) = refreshing_core();
     assert!(matches!(
         core.on_event(expired(), &retrying),
         Action::RefreshThenOpen(Open::Execute(_))
