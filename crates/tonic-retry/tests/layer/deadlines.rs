@@ -36,10 +36,9 @@ async fn per_attempt_timeout_retries_slow_attempt() {
     let layer = layer(exact(&sleeper))
         .per_attempt_timeout(Duration::from_millis(100))
         .default_deadline(Duration::from_secs(10));
-    let started = std::time::Instant::now();
     let mut c = client(addr, layer);
     c.say(say("s")).await.unwrap();
-    assert!(started.elapsed() < Duration::from_secs(3));
+    // A second attempt: the first (answered only after 5 s) was timed out.
     assert_eq!(server.say_calls(), 2);
     // Each attempt's grpc-timeout is min(per-attempt, remaining) = 100 ms.
     for t in server.timeouts.lock().unwrap().iter() {
@@ -69,10 +68,9 @@ async fn overall_deadline_stops_the_loop() {
     let err = client(addr, layer).say(say("s")).await.unwrap_err();
     assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
     let took = started.elapsed();
-    assert!(
-        took >= Duration::from_millis(340) && took < Duration::from_secs(2),
-        "{took:?}"
-    );
+    // Never early (a timer cannot fire before its time); that the deadline,
+    // not the budget, ended the call is in the error's message below.
+    assert!(took >= Duration::from_millis(340), "{took:?}");
     // Attempts at 0, 100, 200 ms (100 ms each) and 300 ms (the 50 ms left).
     let calls = server.say_calls();
     assert!((3..=4).contains(&calls), "{calls}");
@@ -87,10 +85,9 @@ async fn request_grpc_timeout_is_the_overall_deadline() {
     let mut c = client(addr, layer(exact(&sleeper)));
     let mut req = Request::new(say("s"));
     req.set_timeout(Duration::from_millis(150));
-    let started = std::time::Instant::now();
     let err = c.say(req).await.unwrap_err();
+    // The server answers OK after 5 s: only the 150 ms deadline gives this.
     assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
-    assert!(started.elapsed() < Duration::from_secs(2));
     assert_eq!(server.say_calls(), 1);
 }
 
