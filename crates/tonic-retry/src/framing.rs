@@ -1,14 +1,16 @@
 //! gRPC's length-prefixed framing, counted as it streams by.
 //!
-//! gRFC A66 measures message sizes without gRPC's framing: the 5-byte
-//! prefix of each message (a compression flag and a length) is not a
-//! message byte. A body arrives in chunks that split prefixes anywhere,
-//! so [`FrameCounter`] keeps the state of one prefix across chunks and
-//! counts the rest.
+//! Two readers need to know where messages begin and end in a body that
+//! arrives in chunks splitting prefixes anywhere: the layer's commit rule
+//! (is the first response message whole? has a second begun?) and gRFC
+//! A66's sizes, which count message bytes without the 5-byte prefix of
+//! each message (a compression flag and a length). [`FrameCounter`] keeps
+//! the state of one prefix across chunks and answers both.
 
 use bytes::Bytes;
 
-/// The payload bytes (prefixes excluded) of a gRPC body fed in chunks.
+/// The messages and payload bytes (prefixes excluded) of a gRPC body fed
+/// in chunks.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct FrameCounter {
     /// The prefix of the message being read, and how much of it is in.
@@ -17,6 +19,9 @@ pub(crate) struct FrameCounter {
     /// Bytes of the current message still to come (0: reading a prefix).
     left: u64,
     payload: u64,
+    /// Messages of which a byte is in, and messages wholly in.
+    begun: u64,
+    whole: u64,
 }
 
 impl FrameCounter {
@@ -28,7 +33,13 @@ impl FrameCounter {
                 self.payload = self.payload.saturating_add(n);
                 self.left -= n;
                 chunk = &chunk[n as usize..];
+                if self.left == 0 {
+                    self.whole += 1;
+                }
                 continue;
+            }
+            if self.have == 0 {
+                self.begun += 1;
             }
             let n = (5 - self.have).min(chunk.len());
             self.prefix[self.have..self.have + n].copy_from_slice(&chunk[..n]);
@@ -38,6 +49,9 @@ impl FrameCounter {
                 let p = self.prefix;
                 self.left = u64::from(u32::from_be_bytes([p[1], p[2], p[3], p[4]]));
                 self.have = 0;
+                if self.left == 0 {
+                    self.whole += 1;
+                }
             }
         }
     }
@@ -46,9 +60,20 @@ impl FrameCounter {
     pub(crate) fn payload(&self) -> u64 {
         self.payload
     }
+
+    /// Whether the first message is wholly in (prefix and payload).
+    pub(crate) fn first_message_whole(&self) -> bool {
+        self.whole >= 1
+    }
+
+    /// Whether a byte beyond the first message is in: a second has begun.
+    pub(crate) fn more_than_one_message(&self) -> bool {
+        self.begun > 1
+    }
 }
 
-/// The payload bytes of whole buffered chunks.
+/// The payload bytes of whole buffered chunks (a buffered request's size).
+#[cfg(any(feature = "otel", test))]
 pub(crate) fn payload_len<'a>(chunks: impl IntoIterator<Item = &'a Bytes>) -> u64 {
     let mut counter = FrameCounter::default();
     for chunk in chunks {
@@ -90,5 +115,24 @@ mod tests {
             2,
             "a message cut short counts what came"
         );
+    }
+
+    /// The commit rule's questions, fed one chunk at a time.
+    #[test]
+    fn first_message_whole_and_a_second_begun() {
+        let one = message(3);
+        let mut c = FrameCounter::default();
+        c.feed(&one[..2]);
+        assert!(!c.more_than_one_message() && !c.first_message_whole());
+        c.feed(&one[2..6]);
+        assert!(!c.first_message_whole());
+        c.feed(&one[6..]);
+        assert!(!c.more_than_one_message() && c.first_message_whole());
+        c.feed(&[0]);
+        assert!(c.more_than_one_message());
+        // An empty message is whole once its prefix is in.
+        let mut empty = FrameCounter::default();
+        empty.feed(&message(0));
+        assert!(empty.first_message_whole() && !empty.more_than_one_message());
     }
 }

@@ -19,11 +19,11 @@ use tonic::body::Body;
 use tonic::{Code, Status};
 use tower::{Service, ServiceExt};
 
-use super::body::{Replay, RequestBody, first_message_whole, more_than_one_message};
+use super::body::{Replay, RequestBody};
 use super::decide::Outcome;
 use super::method::ResponseKind;
-use crate::framing::payload_len;
-use crate::headers::{GRPC_PREVIOUS_RPC_ATTEMPTS, GRPC_STATUS, GRPC_TIMEOUT};
+use crate::framing::FrameCounter;
+use crate::headers::{GRPC_PREVIOUS_RPC_ATTEMPTS, GRPC_STATUS, GRPC_TIMEOUT, grpc_code};
 use crate::policy::Pushback;
 use crate::sanitize::{sanitize_head, sanitize_status_headers, sanitized_body};
 use crate::transport::BoxError;
@@ -194,6 +194,7 @@ where
     let mut body = Body::new(body);
     let mut data = VecDeque::new();
     let mut len = 0usize;
+    let mut framing = FrameCounter::default();
     // `Auto`, once the first message is whole: take what is already
     // there, never wait for more (the commit rule, in `ResponseKind::Auto`).
     let mut peek = false;
@@ -219,17 +220,18 @@ where
         match frame.into_data() {
             Ok(d) => {
                 len = len.saturating_add(d.len());
+                framing.feed(&d);
                 data.push_back(d);
                 let commit = match kind {
                     ResponseKind::ServerStreaming => true,
                     ResponseKind::Unary => len > cap,
-                    ResponseKind::Auto => len > cap || more_than_one_message(&data),
+                    ResponseKind::Auto => len > cap || framing.more_than_one_message(),
                 };
                 if commit {
                     let rest = Some(sanitized_body(body));
                     return Attempt::Done(replayed(head, data, rest, None));
                 }
-                peek = kind == ResponseKind::Auto && first_message_whole(&data);
+                peek = kind == ResponseKind::Auto && framing.first_message_whole();
             }
             Err(frame) => {
                 let Ok(mut trailers) = frame.into_trailers() else {
@@ -239,7 +241,7 @@ where
                 let status = failed_status(&trailers);
                 let pushback = Pushback::from_headers(&trailers)
                     .or_else(|| Pushback::from_headers(&head.headers));
-                let received = payload_len(&data);
+                let received = framing.payload();
                 let res = replayed(head, data, None, Some(trailers));
                 return judged(res, status, pushback, received);
             }
@@ -247,10 +249,10 @@ where
     }
 }
 
-/// The status in a header block, unless it is OK. A `grpc-status: 0` is
+/// The status in a header block, unless it is OK. An OK code is
 /// recognised without building a `Status` (which copies the whole block).
 fn failed_status(headers: &HeaderMap) -> Option<Status> {
-    if headers.get(GRPC_STATUS).is_some_and(|v| v == "0") {
+    if grpc_code(headers) == Some(Code::Ok) {
         return None;
     }
     Status::from_header_map(headers).filter(|s| s.code() != Code::Ok)

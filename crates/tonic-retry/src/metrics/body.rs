@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::{HeaderMap, Response};
+use http::Response;
 use http_body::{Frame, SizeHint};
 use tokio::time::Instant;
 use tonic::body::Body;
@@ -20,7 +20,7 @@ use tonic::{Code, Status};
 
 use super::call::{Attempt, Call};
 use crate::framing::FrameCounter;
-use crate::headers::GRPC_STATUS;
+use crate::headers::grpc_code;
 use crate::transport::BoxError;
 
 /// A request body whose message bytes are added to `sent` as they go.
@@ -105,7 +105,7 @@ impl http_body::Body for Delivered {
                 if let Some(data) = f.data_ref() {
                     this.counter.feed(data);
                 } else if let Some(trailers) = f.trailers_ref() {
-                    this.end(code_in(trailers).unwrap_or(Code::Unknown));
+                    this.end(grpc_code(trailers).unwrap_or(Code::Unknown));
                 }
             }
             Some(Err(status)) => this.end(status.code()),
@@ -158,7 +158,7 @@ pub(crate) fn deliver(
         counter: FrameCounter::default(),
         ends: Some((attempt, call)),
     };
-    if let Some(code) = code_in(&head.headers) {
+    if let Some(code) = grpc_code(&head.headers) {
         // Trailers-only: the status is already here.
         body.end(code);
         return Ok(Response::from_parts(head, body.inner_body()));
@@ -171,10 +171,4 @@ impl Delivered {
     fn inner_body(mut self) -> Body {
         std::mem::replace(&mut self.inner, Body::empty())
     }
-}
-
-/// The status code in a header block, if it has one.
-fn code_in(headers: &HeaderMap) -> Option<Code> {
-    let value = headers.get(GRPC_STATUS)?.to_str().ok()?;
-    Some(Code::from_i32(value.parse().ok()?))
 }
