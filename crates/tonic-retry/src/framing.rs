@@ -7,8 +7,6 @@
 //! each message (a compression flag and a length). [`FrameCounter`] keeps
 //! the state of one prefix across chunks and answers both.
 
-use bytes::Bytes;
-
 /// The messages and payload bytes (prefixes excluded) of a gRPC body fed
 /// in chunks.
 #[derive(Debug, Clone, Copy, Default)]
@@ -74,7 +72,7 @@ impl FrameCounter {
 
 /// The payload bytes of whole buffered chunks (a buffered request's size).
 #[cfg(any(feature = "otel", test))]
-pub(crate) fn payload_len<'a>(chunks: impl IntoIterator<Item = &'a Bytes>) -> u64 {
+pub(crate) fn payload_len<'a>(chunks: impl IntoIterator<Item = &'a bytes::Bytes>) -> u64 {
     let mut counter = FrameCounter::default();
     for chunk in chunks {
         counter.feed(chunk);
@@ -85,6 +83,7 @@ pub(crate) fn payload_len<'a>(chunks: impl IntoIterator<Item = &'a Bytes>) -> u6
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
 
     fn message(len: usize) -> Vec<u8> {
         let mut m = vec![0];
