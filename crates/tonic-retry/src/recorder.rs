@@ -33,12 +33,6 @@ impl Meters {
         }
     }
 
-    /// The metrics recorded into.
-    #[cfg(feature = "otel")]
-    pub(crate) fn get(&self) -> Option<&GrpcMetrics> {
-        self.metrics.as_ref()
-    }
-
     /// Register `path` (`/package.Service/Method`), or with `service`,
     /// every method of the service (`package.Service`).
     pub(crate) fn register(&mut self, path: Option<&str>, service: Option<&str>) {

@@ -377,12 +377,6 @@ impl Retrying {
         self.meters = Meters::new(metrics);
         self
     }
-    /// The metrics calls are recorded in, if any.
-    #[cfg(feature = "otel")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
-    pub fn metrics(&self) -> Option<&crate::metrics::GrpcMetrics> {
-        self.meters.get()
-    }
     /// The message of the give-up warning.
     pub fn give_up_message(&self) -> &'static str {
         self.give_up_message

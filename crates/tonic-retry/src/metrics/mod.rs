@@ -57,10 +57,11 @@
 //!     .method("/kv.Store/Get", MethodConfig::idempotent())
 //!     .metrics(metrics.clone());
 //! // A loop's calls, named by method:
-//! let retrying = Retrying::default().with_metrics(metrics.with_methods(["/kv.Store/Get"]));
-//! assert_eq!(retrying.metrics().unwrap().method_label("/kv.Store/Get"), "kv.Store/Get");
-//! assert_eq!(retrying.metrics().unwrap().method_label("/kv.Store/Scan"), "other");
-//! # let _ = layer;
+//! let for_loop = metrics.with_methods(["/kv.Store/Get"]);
+//! assert_eq!(for_loop.method_label("/kv.Store/Get"), "kv.Store/Get");
+//! assert_eq!(for_loop.method_label("/kv.Store/Scan"), "other");
+//! let retrying = Retrying::default().with_metrics(for_loop);
+//! # let _ = (layer, retrying);
 //! ```
 
 use std::collections::{HashMap, HashSet};
@@ -241,7 +242,6 @@ impl Labels {
 #[derive(Debug, Clone)]
 pub struct GrpcMetrics {
     pub(crate) instruments: Arc<Instruments>,
-    meter: Meter,
     pub(crate) target: Option<StringValue>,
     /// Label values by path (`/package.Service/Method`).
     methods: Arc<HashMap<String, StringValue>>,
@@ -260,7 +260,6 @@ impl GrpcMetrics {
         GrpcMetrics {
             other: Arc::new(Labels::new(instruments.clone(), other.clone(), other)),
             instruments,
-            meter: meter.clone(),
             target: None,
             methods: Arc::default(),
             services: Arc::default(),
@@ -341,12 +340,6 @@ impl GrpcMetrics {
     pub(crate) fn with_service(mut self, service: &str) -> Self {
         Arc::make_mut(&mut self.services).insert(service.to_owned());
         self
-    }
-
-    /// The meter the instruments were made on, for instruments of a
-    /// caller's own beside them.
-    pub fn meter(&self) -> &Meter {
-        &self.meter
     }
 
     /// The `grpc.method` value calls to `path` are recorded under: the
