@@ -100,6 +100,7 @@ pub(crate) mod core;
 mod error;
 pub(crate) mod ids;
 pub(crate) mod integrity;
+pub mod layer;
 pub(crate) mod not_found;
 mod options;
 pub(crate) mod progress;
