@@ -367,23 +367,12 @@ impl SparkSessionBuilder {
     /// session id is drawn here (unless the connection string gives one), so
     /// two sessions built from one string never share it.
     pub fn build(mut self) -> Result<SparkSession, SparkError> {
-        let config = match (self.config.take(), self.remote.take()) {
-            (Some(c), _) => c,
-            (None, Some(url)) => ConnectionString::parse(&url)?,
-            (None, None) => ConnectionString::from_env()?,
-        };
+        let (config, flow_control) = self.resolve()?;
         let deadlines = self.deadlines.unwrap_or_default();
         deadlines.validate()?;
         let idle_timeout = self.idle_timeout.unwrap_or(Some(DEFAULT_IDLE_TIMEOUT));
         check_option("idle_timeout", idle_timeout)?;
         check_option("connect_timeout", self.connect_timeout)?;
-        let flow_control = self.flow_control.unwrap_or(config.http2_flow_control());
-        flow_control
-            .validate()
-            .map_err(|reason| SparkError::InvalidOption {
-                field: "http2_flow_control",
-                reason,
-            })?;
         let chunk = self.chunk_size(&config)?;
         if self.configs.0.iter().any(|(k, _)| k.trim().is_empty()) {
             return Err(SparkError::InvalidOption {
@@ -397,6 +386,65 @@ impl SparkSessionBuilder {
                 reason: "needs renew_stale_session(true): a resumed query runs on a fresh server-side session",
             });
         }
+        let (retrying, meters) = self.metered(self.retrying.clone().unwrap_or_default(), &config);
+        let (channel, credentials) = self.make_channel(&config, flow_control)?;
+        let client = SparkClient::new(channel)
+            .max_decoding_message_size(config.max_message_size())
+            .max_encoding_message_size(config.max_message_size());
+        Ok(SparkSession::new(
+            client,
+            &config,
+            Options {
+                retrying,
+                meters,
+                deadlines,
+                idle_timeout,
+                release_wait: self.release_wait.unwrap_or(DEFAULT_RELEASE_WAIT),
+                arrow_chunk_size: chunk,
+                interrupt_on_drop: self.interrupt_on_drop,
+                configs: self.configs,
+                renew_stale_session: self.renew_stale_session,
+                resume_queries: self.resume_queries,
+                credentials,
+            },
+        ))
+    }
+
+    /// The channel a session built from this builder would use, alone:
+    /// the connection string's (or `SPARK_REMOTE`'s) TLS, CA, token or
+    /// token provider, keepalive and flow control, over a reconnecting
+    /// connection; for programs that forward calls to a Spark Connect server
+    /// (a proxy such as `spark-connect-guard`). Session-only options are
+    /// ignored.
+    pub fn build_channel(mut self) -> Result<GrpcChannel, SparkError> {
+        let (config, flow_control) = self.resolve()?;
+        check_option("connect_timeout", self.connect_timeout)?;
+        Ok(self.make_channel(&config, flow_control)?.0)
+    }
+
+    /// The connection string and the HTTP/2 flow control, checked.
+    fn resolve(&mut self) -> Result<(ConnectionString, Http2FlowControl), SparkError> {
+        let config = match (self.config.take(), self.remote.take()) {
+            (Some(c), _) => c,
+            (None, Some(url)) => ConnectionString::parse(&url)?,
+            (None, None) => ConnectionString::from_env()?,
+        };
+        let flow_control = self.flow_control.unwrap_or(config.http2_flow_control());
+        flow_control
+            .validate()
+            .map_err(|reason| SparkError::InvalidOption {
+                field: "http2_flow_control",
+                reason,
+            })?;
+        Ok((config, flow_control))
+    }
+
+    /// The session's channel and credentials.
+    fn make_channel(
+        &mut self,
+        config: &ConnectionString,
+        flow_control: Http2FlowControl,
+    ) -> Result<(GrpcChannel, Option<Credentials>), SparkError> {
         // The connection string's token is a provider that never refreshes:
         // one code path for both.
         let provider_given = self.credentials.is_some();
@@ -404,12 +452,11 @@ impl SparkSessionBuilder {
             let token = config.token()?.clone();
             Some(Credentials::new(Arc::new(StaticToken(token))))
         });
-        let auth = AuthInterceptor::metadata_only(&config);
-        let (retrying, meters) = self.metered(self.retrying.clone().unwrap_or_default(), &config);
+        let auth = AuthInterceptor::metadata_only(config);
         // Wrapped once: a channel built here is intercepted, sanitized and
         // boxed in one step; a caller's channel is already a sanitized
         // `GrpcChannel`, so it is only intercepted and boxed again.
-        let channel = match self.channel {
+        let channel = match self.channel.take() {
             Some(c) => BoxCloneSyncService::new(
                 TokenService::new(InterceptedService::new(c, auth), credentials.clone())
                     .map_response(|r: http::Response<_>| r.map(tonic::body::Body::new))
@@ -419,7 +466,7 @@ impl SparkSessionBuilder {
                 let timeout = self.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
                 // A reconnecting channel: a stall reattach dials a fresh
                 // connection instead of waiting on a dead one.
-                let builder = ChannelBuilder::new(&config)
+                let builder = ChannelBuilder::new(config)
                     .connect_timeout(timeout)
                     .http2_flow_control(flow_control)
                     .bearer_token(provider_given);
@@ -442,26 +489,7 @@ impl SparkSessionBuilder {
                 channel
             }
         };
-        let client = SparkClient::new(channel)
-            .max_decoding_message_size(config.max_message_size())
-            .max_encoding_message_size(config.max_message_size());
-        Ok(SparkSession::new(
-            client,
-            &config,
-            Options {
-                retrying,
-                meters,
-                deadlines,
-                idle_timeout,
-                release_wait: self.release_wait.unwrap_or(DEFAULT_RELEASE_WAIT),
-                arrow_chunk_size: chunk,
-                interrupt_on_drop: self.interrupt_on_drop,
-                configs: self.configs,
-                renew_stale_session: self.renew_stale_session,
-                resume_queries: self.resume_queries,
-                credentials,
-            },
-        ))
+        Ok((channel, credentials))
     }
 
     /// Record the session's metrics on `meter` (feature `otel`; default:

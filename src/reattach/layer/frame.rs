@@ -9,7 +9,6 @@
 //! their source chain, which the retry policy classifies).
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use http_body::Body as _;
 use http_body_util::BodyExt;
 use tonic::Status;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
@@ -79,7 +78,6 @@ pub(crate) async fn read_request(
             buf.put(data);
         }
     }
-    debug_assert!(body.is_end_stream());
     let buf = buf.freeze();
     if buf.len() < HEADER {
         return Err(Status::internal(

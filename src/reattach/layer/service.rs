@@ -22,9 +22,10 @@ use crate::reattach::ReattachOptions;
 use crate::retrying::Retrying;
 use crate::transport::{BoxError, GrpcChannel, grpc_channel};
 
-/// The largest ExecutePlan or ReattachExecute request the layer reads by
-/// default: 128 MiB, Spark's default inbound message limit.
-pub const DEFAULT_MAX_REQUEST_SIZE: usize = 128 * 1024 * 1024;
+/// The largest message (a caller's ExecutePlan or ReattachExecute, a
+/// server's response) the layer reads by default: 128 MiB, Spark's default
+/// message limit.
+pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 128 * 1024 * 1024;
 
 /// A tower layer that makes every `ExecutePlan` through it a reattachable
 /// execution (see [`crate::reattach::layer`]).
@@ -34,7 +35,7 @@ pub struct ReattachLayer {
     retrying: Retrying,
     options: ReattachOptions,
     releases: Releases,
-    max_request_size: usize,
+    max_message_size: usize,
 }
 
 impl Default for ReattachLayer {
@@ -43,7 +44,7 @@ impl Default for ReattachLayer {
             retrying: Retrying::default(),
             options: ReattachOptions::default(),
             releases: Releases::Own,
-            max_request_size: DEFAULT_MAX_REQUEST_SIZE,
+            max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
         }
     }
 }
@@ -75,9 +76,10 @@ impl ReattachLayer {
         self
     }
 
-    /// The largest request read (default [`DEFAULT_MAX_REQUEST_SIZE`]).
-    pub fn max_request_size(mut self, bytes: usize) -> Self {
-        self.max_request_size = bytes;
+    /// The largest request or response message read (default
+    /// [`DEFAULT_MAX_MESSAGE_SIZE`]); a larger one fails the call.
+    pub fn max_message_size(mut self, bytes: usize) -> Self {
+        self.max_message_size = bytes;
         self
     }
 }
@@ -175,7 +177,7 @@ impl ReattachService {
         req: http::Request<tonic::body::Body>,
     ) -> Result<Response, Status> {
         let (parts, body) = req.into_parts();
-        let msg = match frame::read_request(body, self.config.max_request_size).await? {
+        let msg = match frame::read_request(body, self.config.max_message_size).await? {
             RequestBody::Message(msg) => msg,
             RequestBody::Compressed(raw) => {
                 // Not readable here: forwarded as it came.
@@ -208,7 +210,9 @@ impl ReattachService {
             headers.remove(name);
         }
         let driver_parts = Parts {
-            grpc: tonic::client::Grpc::new(self.inner.clone()),
+            grpc: tonic::client::Grpc::new(self.inner.clone())
+                .max_decoding_message_size(self.config.max_message_size)
+                .max_encoding_message_size(self.config.max_message_size),
             metadata: MetadataMap::from_headers(headers),
             retrying: self.config.retrying.clone(),
             options: self.config.options.clone(),
