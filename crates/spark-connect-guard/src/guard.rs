@@ -3,12 +3,28 @@
 use std::net::{Ipv4Addr, SocketAddr};
 
 use spark_connect_retry::reattach::layer::{ReattachLayer, Releases};
-use spark_connect_retry::session::{SparkError, SparkSessionBuilder};
+use spark_connect_retry::session::{Http2FlowControl, SparkError, SparkSessionBuilder};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
 use tower::Layer;
+
+/// The guard's HTTP/2 receive windows towards the upstream: 1 MiB per
+/// stream, 32 MiB per connection (shared by every client's calls).
+///
+/// *Why small per stream:* the server counts a response as sent once the
+/// guard has read it, and keeps only so much of what it sent for a
+/// reattach (Spark: `observerRetryBufferSize`, 10 MiB). What the guard has
+/// read but the client has not received is lost to the client when its
+/// connection breaks; the client then resumes from further back. The
+/// stream window bounds that gap (plus one response being handed over), so
+/// it stays well inside the server's buffer. The cost: at most one window
+/// per round trip to the upstream (1 MiB at 10 ms is 100 MiB/s).
+pub const UPSTREAM_FLOW_CONTROL: Http2FlowControl = Http2FlowControl::Fixed {
+    stream_window: 1024 * 1024,
+    connection_window: 32 * 1024 * 1024,
+};
 
 /// Why a guard could not start.
 #[derive(Debug, thiserror::Error)]
@@ -48,8 +64,9 @@ impl GuardBuilder {
 
     /// Reach the upstream as this session builder would (its connection
     /// string, token provider, CA, client identity, connect timeout, flow
-    /// control; see
-    /// [`SparkSessionBuilder::build_channel`]).
+    /// control; see [`SparkSessionBuilder::build_channel`]). Give it
+    /// [`UPSTREAM_FLOW_CONTROL`] (or a stream window as small) unless the
+    /// server keeps more than 10 MiB for reattaches.
     pub fn upstream(mut self, upstream: SparkSessionBuilder) -> Self {
         self.upstream = upstream;
         self
@@ -113,7 +130,9 @@ impl Guard {
     /// A guard in front of `upstream`, an `sc://` connection string.
     pub fn builder(upstream: impl Into<String>) -> GuardBuilder {
         GuardBuilder {
-            upstream: SparkSessionBuilder::default().remote(upstream),
+            upstream: SparkSessionBuilder::default()
+                .remote(upstream)
+                .http2_flow_control(UPSTREAM_FLOW_CONTROL),
             listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
             layer: ReattachLayer::new(),
         }

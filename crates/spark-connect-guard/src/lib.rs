@@ -37,6 +37,16 @@
 //! execution after its detach timeout.) A client's own `ReattachExecute`
 //! is carried on like an `ExecutePlan`, from the position it asks for.
 //!
+//! # Bounded buffering
+//!
+//! The guard reads the next upstream response only when the client's
+//! connection accepts more (HTTP/2 flow control end to end): it holds at
+//! most one response plus its upstream stream window
+//! ([`UPSTREAM_FLOW_CONTROL`], 1 MiB) beyond what the client's connection
+//! took, however slowly the client reads. That bound also keeps a client
+//! that resumes after a cut inside the server's retry buffer (see
+//! [`UPSTREAM_FLOW_CONTROL`]).
+//!
 //! # Loopback by default
 //!
 //! [`GuardBuilder`] listens on `127.0.0.1:0` unless given another address:
@@ -55,4 +65,4 @@
 
 mod guard;
 
-pub use guard::{Guard, GuardBuilder, GuardError};
+pub use guard::{Guard, GuardBuilder, GuardError, UPSTREAM_FLOW_CONTROL};

@@ -325,18 +325,20 @@ fn core_response(head: wire::ResponseHead) -> ExecutePlanResponse {
 pub(crate) fn to_status(err: ReattachError) -> Status {
     match err {
         ReattachError::Status(s) => s,
-        ReattachError::ResponseAlreadyReceived { status, .. } => {
-            let message = format!(
+        // The server's status as it came when it has rich details: gRPC
+        // clients (grpc-python) refuse details whose message differs from
+        // grpc-message. Without details, the message says what happened.
+        ReattachError::ResponseAlreadyReceived { status, .. } if !status.details().is_empty() => {
+            status
+        }
+        ReattachError::ResponseAlreadyReceived { status, .. } => Status::with_metadata(
+            status.code(),
+            format!(
                 "[RESPONSE_ALREADY_RECEIVED] the server lost the execution after responses were delivered: {}",
                 status.message()
-            );
-            Status::with_details_and_metadata(
-                status.code(),
-                message,
-                Bytes::copy_from_slice(status.details()),
-                status.metadata().clone(),
-            )
-        }
+            ),
+            status.metadata().clone(),
+        ),
         ReattachError::InvalidOperationId(_) => Status::invalid_argument(err.to_string()),
         other => Status::internal(other.to_string()),
     }

@@ -125,10 +125,7 @@ async fn not_found_before_any_response_re_executes_after_fails_clearly() {
         .error
         .expect("an error, never a short result as if whole");
     assert!(!out.complete);
-    assert!(
-        err.message().contains("RESPONSE_ALREADY_RECEIVED"),
-        "{err:?}"
-    );
+    assert!(err.message().contains("OPERATION_NOT_FOUND"), "{err:?}");
     assert!(out.ids.iter().copied().eq(0..out.ids.len() as i64));
 }
 
