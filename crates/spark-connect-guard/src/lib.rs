@@ -63,6 +63,8 @@
 //! # }
 //! ```
 
+#![warn(missing_docs)]
+
 mod guard;
 
 pub use guard::{Guard, GuardBuilder, GuardError, UPSTREAM_FLOW_CONTROL};
