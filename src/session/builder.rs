@@ -18,9 +18,9 @@ use super::error::SparkError;
 use super::flow_control::Http2FlowControl;
 use super::options::{BuilderConfigs, Options};
 use super::spark::SparkSession;
-use super::token::cache::Credentials;
-use super::token::service::TokenService;
-use super::token::{StaticToken, TokenProvider};
+use crate::token::cache::Credentials;
+use crate::token::service::TokenService;
+use crate::token::{StaticToken, TokenProvider};
 use crate::deadlines::{RpcDeadlines, check_timeout};
 use crate::meters::SessionMeters;
 use crate::policy::RetryPolicy;
@@ -328,14 +328,14 @@ impl SparkSessionBuilder {
     /// connection string's `token=` once: cached until it expires or the
     /// server refuses it, then asked again; a call or a result stream
     /// refused for its token continues with a fresh one, once (see
-    /// [`token`](super::token)). Like a token in the connection string, it
+    /// [`token`](crate::token)). Like a token in the connection string, it
     /// implies TLS to any host but `localhost`. Replaces the connection
     /// string's token.
     ///
     /// ```
     /// use spark_connect_retry::session::SparkSession;
     /// use spark_connect_retry::session::conn_string::Token;
-    /// use spark_connect_retry::session::token::{AccessToken, provider_fn};
+    /// use spark_connect_retry::token::{AccessToken, provider_fn};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), spark_connect_retry::session::SparkError> {

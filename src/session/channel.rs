@@ -7,7 +7,7 @@
 //! * [`AuthInterceptor`] adds `authorization: Bearer <token>` and the connection string's
 //!   extra metadata to every request. A [`SparkSession`](super::SparkSession) takes only the
 //!   metadata from it and sends the token through its token provider
-//!   ([`token`](super::token)), which refreshes a token that expires.
+//!   ([`token`](crate::token)), which refreshes a token that expires.
 //! * [`crate::transport::spark_client`] turns such a channel (or any service stack) into
 //!   the generated client.
 //!

@@ -451,10 +451,10 @@ pub enum SparkError {
     #[error("operation id {0:?} is not a UUID")]
     InvalidOperationId(String),
     /// The token provider failed, or the server refused its token again
-    /// after a refresh ([`crate::session::token`]); it names the provider,
+    /// after a refresh ([`crate::token`]); it names the provider,
     /// never the token.
     #[error(transparent)]
-    Token(crate::session::token::TokenError),
+    Token(crate::token::TokenError),
 }
 
 /// ` <operation id>`, when the error names one.
@@ -500,7 +500,7 @@ impl From<tonic::Status> for SparkError {
         if let Some(tls) = crate::session::tls::TlsHandshakeError::from_status(&s) {
             return SparkError::Tls(tls.clone());
         }
-        if let Some(t) = crate::session::token::refusal::token_error(&s) {
+        if let Some(t) = crate::token::refusal::token_error(&s) {
             return SparkError::Token(t.clone());
         }
         SparkError::Server(Box::new(ServerError::from_status(s)))

@@ -5,7 +5,7 @@
 //! reattachable results, Arrow decoding, Spark's errors. This module is that
 //! client: `sc://` connection strings ([`conn_string`]), the tonic channel
 //! with TLS, token and keepalive ([`channel`]), tokens that expire
-//! ([`token`]), and [`SparkSession`]: SQL
+//! ([`token`](crate::token)), and [`SparkSession`]: SQL
 //! in, Arrow `RecordBatch`es out, every RPC under the policy, behaving like
 //! PySpark's session (eager `sql()`, tags and interrupts, `close()` ending
 //! the server session, errors with Spark's class and SQLSTATE).
@@ -63,7 +63,6 @@ mod stale;
 mod tags;
 #[cfg(feature = "tls")]
 pub mod tls;
-pub mod token;
 #[cfg(feature = "arrow")]
 mod upload;
 #[cfg(feature = "arrow")]

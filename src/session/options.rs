@@ -7,7 +7,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::token::cache::Credentials;
+use crate::token::cache::Credentials;
 use crate::deadlines::RpcDeadlines;
 use crate::meters::SessionMeters;
 use crate::retrying::Retrying;

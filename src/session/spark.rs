@@ -22,9 +22,9 @@ use super::error::{ErrorDetails, ServerError, SparkError};
 use super::generation::{Generation, Renewal};
 use super::options::{Options, lock};
 use super::stale::{Verdict, reported_class, verdict};
-use super::token::call::CallToken;
-use super::token::refusal::token_error;
-use super::token::service::TokenUsed;
+use crate::token::call::CallToken;
+use crate::token::refusal::token_error;
+use crate::token::service::TokenUsed;
 use crate::error_classes::SESSION_CHANGED;
 use crate::proto::execute_plan_request::{RequestOption, request_option};
 use crate::proto::{

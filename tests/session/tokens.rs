@@ -11,7 +11,7 @@ use std::time::Duration;
 use arrow_array::{Array, Int64Array};
 use spark_connect_retry::retrying::RecordingSleeper;
 use spark_connect_retry::session::conn_string::Token;
-use spark_connect_retry::session::token::{AccessToken, TokenError, TokenFuture, TokenProvider};
+use spark_connect_retry::token::{AccessToken, TokenError, TokenFuture, TokenProvider};
 use spark_connect_retry::session::{SparkError, SparkSession};
 use spark_connect_testkit::{Rpc, TestServer, TokenRotation};
 

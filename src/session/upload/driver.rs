@@ -17,7 +17,7 @@ use crate::session::error::SparkError;
 use crate::session::generation::Generation;
 use crate::session::options::lock;
 use crate::session::spark::{SparkSession, with_deadline};
-use crate::session::token::call::CallToken;
+use crate::token::call::CallToken;
 
 impl SparkSession {
     /// Upload `blobs` as `cache/<sha256>` artifacts in one group, under the

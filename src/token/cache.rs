@@ -168,7 +168,7 @@ fn header_value(token: &AccessToken) -> HeaderValue {
 mod tests {
     use super::*;
     use crate::session::conn_string::Token;
-    use crate::session::token::{TokenFuture, provider_fn};
+    use crate::token::{TokenFuture, provider_fn};
 
     fn counting(lifetime: Option<Duration>) -> (Credentials, Arc<AtomicU64>) {
         let n = Arc::new(AtomicU64::new(0));

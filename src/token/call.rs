@@ -59,7 +59,7 @@ mod tests {
 
     use super::*;
     use crate::session::conn_string::Token;
-    use crate::session::token::{AccessToken, StaticToken, provider_fn, refusal::token_error};
+    use crate::token::{AccessToken, StaticToken, provider_fn, refusal::token_error};
 
     #[tokio::test]
     async fn one_fresh_token_then_a_marked_refusal() {
