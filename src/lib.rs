@@ -74,6 +74,7 @@ pub mod proto {
     pub const SERVICE_NAME: &str = "spark.connect.SparkConnectService";
 }
 
+mod connect;
 pub mod deadlines;
 mod error_classes;
 pub mod layer;

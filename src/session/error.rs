@@ -18,12 +18,12 @@ use std::collections::HashMap;
 use std::error::Error as _;
 use std::fmt;
 
+use crate::connect::channel::ChannelError;
+use crate::connect::conn_string::ConnectionStringError;
 use crate::error_classes::{SESSION_CHANGED, SESSION_CLOSED};
 use crate::policy::Failure;
 use crate::reattach::ReattachError;
 use crate::retrying::GaveUp;
-use crate::session::channel::ChannelError;
-use crate::session::conn_string::ConnectionStringError;
 
 /// An error the server reported, with Spark's details.
 ///
@@ -446,7 +446,7 @@ pub enum SparkError {
     /// certificate missing or refused): the call was made once.
     #[cfg(feature = "tls")]
     #[error("[TLS_HANDSHAKE_FAILED] {0}")]
-    Tls(#[source] crate::session::tls::TlsHandshakeError),
+    Tls(#[source] crate::connect::tls::TlsHandshakeError),
     /// A caller-provided operation id is not a UUID.
     #[error("operation id {0:?} is not a UUID")]
     InvalidOperationId(String),
@@ -497,7 +497,7 @@ impl SparkError {
 impl From<tonic::Status> for SparkError {
     fn from(s: tonic::Status) -> Self {
         #[cfg(feature = "tls")]
-        if let Some(tls) = crate::session::tls::TlsHandshakeError::from_status(&s) {
+        if let Some(tls) = crate::connect::tls::TlsHandshakeError::from_status(&s) {
             return SparkError::Tls(tls.clone());
         }
         if let Some(t) = crate::token::refusal::token_error(&s) {

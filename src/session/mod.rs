@@ -31,11 +31,8 @@
 //! ```
 
 mod arrow_stream;
-mod builder;
 mod builder_configs;
-pub mod channel;
 mod config;
-pub mod conn_string;
 #[cfg(feature = "arrow")]
 mod dataframe;
 #[cfg(feature = "arrow")]
@@ -45,11 +42,10 @@ mod decode_fuzz;
 #[cfg(feature = "arrow")]
 mod digest;
 mod error;
-mod flow_control;
 mod generation;
 #[cfg(feature = "arrow")]
 mod local_data;
-mod options;
+pub(crate) mod options;
 pub mod params;
 mod queries;
 mod renewal;
@@ -61,21 +57,25 @@ pub mod schema;
 mod spark;
 mod stale;
 mod tags;
-#[cfg(feature = "tls")]
-pub mod tls;
 #[cfg(feature = "arrow")]
 mod upload;
 #[cfg(feature = "arrow")]
 mod view;
 
+pub use crate::connect::builder::{
+    DEFAULT_RELEASE_WAIT, MIN_ARROW_CHUNK_SIZE, SparkSessionBuilder,
+};
+pub use crate::connect::channel;
+pub use crate::connect::conn_string;
+pub use crate::connect::flow_control::{
+    DEFAULT_CONNECTION_WINDOW, DEFAULT_STREAM_WINDOW, Http2FlowControl, MAX_WINDOW, MIN_WINDOW,
+};
+#[cfg(feature = "tls")]
+pub use crate::connect::tls;
 pub use arrow_stream::ArrowStream;
-pub use builder::{DEFAULT_RELEASE_WAIT, MIN_ARROW_CHUNK_SIZE, SparkSessionBuilder};
 #[cfg(feature = "arrow")]
 pub use dataframe::{DataFrame, UPLOAD_GROUP_BYTES};
 pub use error::{ErrorDetails, ResultChange, ServerError, SparkError};
-pub use flow_control::{
-    DEFAULT_CONNECTION_WINDOW, DEFAULT_STREAM_WINDOW, Http2FlowControl, MAX_WINDOW, MIN_WINDOW,
-};
 pub use spark::SparkSession;
 #[cfg(feature = "arrow")]
 pub use upload::{UploadError, UploadStats};

@@ -17,14 +17,11 @@ use std::time::Duration;
 use tonic::Status;
 use tracing::Instrument;
 
-use super::conn_string::ConnectionString;
 use super::error::{ErrorDetails, ServerError, SparkError};
 use super::generation::{Generation, Renewal};
 use super::options::{Options, lock};
 use super::stale::{Verdict, reported_class, verdict};
-use crate::token::call::CallToken;
-use crate::token::refusal::token_error;
-use crate::token::service::TokenUsed;
+use crate::connect::conn_string::ConnectionString;
 use crate::error_classes::SESSION_CHANGED;
 use crate::proto::execute_plan_request::{RequestOption, request_option};
 use crate::proto::{
@@ -32,6 +29,9 @@ use crate::proto::{
 };
 use crate::reattach::{ReattachError, ReattachOptions, ReattachableExecution, ReleaseTracker};
 use crate::retrying::AttemptError;
+use crate::token::call::CallToken;
+use crate::token::refusal::token_error;
+use crate::token::service::TokenUsed;
 use crate::transport::SparkClient;
 
 struct Inner {
@@ -122,7 +122,7 @@ unary_requests!(
 );
 
 impl SparkSession {
-    pub(super) fn new(client: SparkClient, config: &ConnectionString, options: Options) -> Self {
+    pub(crate) fn new(client: SparkClient, config: &ConnectionString, options: Options) -> Self {
         let user_id = config.user_id().unwrap_or_default().to_owned();
         let session_id = config.session_id().unwrap_or_else(uuid::Uuid::new_v4);
         let renewal = Renewal::new(session_id.to_string(), options.renew_stale_session)
@@ -323,7 +323,7 @@ impl SparkSession {
         g: &Generation,
     ) -> SparkError {
         #[cfg(feature = "tls")]
-        if let Some(tls) = crate::session::tls::TlsHandshakeError::from_status(&status) {
+        if let Some(tls) = crate::connect::tls::TlsHandshakeError::from_status(&status) {
             return SparkError::Tls(tls.clone());
         }
         let target = format!("{}:{}", self.inner.host, self.inner.port);

@@ -167,7 +167,7 @@ fn header_value(token: &AccessToken) -> HeaderValue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::session::conn_string::Token;
+    use crate::connect::conn_string::Token;
     use crate::token::{TokenFuture, provider_fn};
 
     fn counting(lifetime: Option<Duration>) -> (Credentials, Arc<AtomicU64>) {

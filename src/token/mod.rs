@@ -83,7 +83,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use crate::session::conn_string::Token;
+use crate::connect::conn_string::Token;
 use crate::transport::BoxError;
 
 pub(crate) mod cache;
