@@ -82,6 +82,7 @@ mod meters;
 pub mod policy;
 pub mod reattach;
 pub mod reconnect;
+mod results;
 pub mod retrying;
 pub mod session;
 pub mod status;

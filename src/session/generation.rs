@@ -17,7 +17,7 @@ use crate::reattach::ids::{SessionIdMismatch, check_session_ids};
 /// The ids of one server-side session: the client session id requests
 /// carry, and the server-side id its responses pinned.
 #[derive(Debug)]
-pub(super) struct Generation {
+pub(crate) struct Generation {
     session_id: String,
     server_side: Mutex<Option<String>>,
     pub(super) stale: AtomicBool,

@@ -30,30 +30,19 @@
 //! # }
 //! ```
 
-mod arrow_stream;
 mod builder_configs;
 mod config;
 #[cfg(feature = "arrow")]
 mod dataframe;
-#[cfg(feature = "arrow")]
-mod decode;
-#[cfg(all(test, feature = "arrow"))]
-mod decode_fuzz;
-#[cfg(feature = "arrow")]
-mod digest;
 mod error;
-mod generation;
+pub(crate) mod generation;
 #[cfg(feature = "arrow")]
 mod local_data;
 pub(crate) mod options;
 pub mod params;
 mod queries;
 mod renewal;
-#[cfg(feature = "arrow")]
-pub mod resume;
 mod rpcs;
-#[cfg(feature = "arrow")]
-pub mod schema;
 mod spark;
 mod stale;
 mod tags;
@@ -72,7 +61,11 @@ pub use crate::connect::flow_control::{
 };
 #[cfg(feature = "tls")]
 pub use crate::connect::tls;
-pub use arrow_stream::ArrowStream;
+pub use crate::results::arrow_stream::ArrowStream;
+#[cfg(feature = "arrow")]
+pub use crate::results::resume;
+#[cfg(feature = "arrow")]
+pub use crate::results::schema;
 #[cfg(feature = "arrow")]
 pub use dataframe::{DataFrame, UPLOAD_GROUP_BYTES};
 pub use error::{ErrorDetails, ResultChange, ServerError, SparkError};

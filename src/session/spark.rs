@@ -200,7 +200,7 @@ impl SparkSession {
     pub(super) fn renewal(&self) -> &Renewal {
         &self.inner.renewal
     }
-    pub(super) fn options(&self) -> &Options {
+    pub(crate) fn options(&self) -> &Options {
         &self.inner.options
     }
     pub(super) fn user_context(&self) -> Option<UserContext> {
@@ -234,7 +234,7 @@ impl SparkSession {
     /// with renewal on, a stale session is marked for renewal; off, a
     /// `SESSION_CHANGED` closes it, as in PySpark (the other stale errors
     /// keep coming from the server).
-    pub(super) fn note_failure(
+    pub(crate) fn note_failure(
         &self,
         g: &Generation,
         err: &SparkError,
@@ -260,7 +260,7 @@ impl SparkSession {
 
     /// Whether a call that failed with this verdict is sent again on a
     /// fresh session.
-    pub(super) fn resend(&self, v: Verdict) -> bool {
+    pub(crate) fn resend(&self, v: Verdict) -> bool {
         v == Verdict::StaleRefused && self.renewal().enabled
     }
 
@@ -315,7 +315,7 @@ impl SparkSession {
     /// class, SQLSTATE and parameters, the operation id, the details
     /// FetchErrorDetails adds (once per error id), the RPC and the server's
     /// address (which a give-up displays with its history).
-    pub(super) async fn call_error(
+    pub(crate) async fn call_error(
         &self,
         status: Status,
         rpc: Option<&'static str>,
@@ -387,7 +387,7 @@ impl SparkSession {
     }
 
     /// A reattachable execution of `plan` on generation `g`.
-    pub(super) fn start_execution(
+    pub(crate) fn start_execution(
         &self,
         g: &Generation,
         plan: Plan,
@@ -433,7 +433,7 @@ impl SparkSession {
     /// Checks one item of an execution of generation `g`: session ids on a
     /// response; a stale session noted. A server status is handed back
     /// unconverted (`Err(Ok(status))`) so the caller can enrich it.
-    pub(super) fn check_item(
+    pub(crate) fn check_item(
         &self,
         g: &Generation,
         item: Result<ExecutePlanResponse, ReattachError>,
