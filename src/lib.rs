@@ -78,6 +78,8 @@ mod connect;
 pub mod deadlines;
 mod error_classes;
 pub mod layer;
+#[cfg(feature = "arrow")]
+mod local_data;
 mod meters;
 pub mod policy;
 pub mod reattach;

@@ -423,7 +423,7 @@ pub enum SparkError {
     /// the server reported, or a malformed upload answer.
     #[cfg(feature = "arrow")]
     #[error(transparent)]
-    Upload(#[from] super::upload::UploadError),
+    Upload(#[from] crate::local_data::upload::UploadError),
     /// A query re-executed after the server lost its execution
     /// ([`resume_queries`](super::SparkSessionBuilder::resume_queries)) gave
     /// a different result: its first rows are not the ones already

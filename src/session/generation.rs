@@ -35,11 +35,11 @@ impl Generation {
         }
     }
     /// The client session id.
-    pub(super) fn session_id(&self) -> &str {
+    pub(crate) fn session_id(&self) -> &str {
         &self.session_id
     }
     /// The server-side id pinned by the first response that carried one.
-    pub(super) fn observed(&self) -> Option<String> {
+    pub(crate) fn observed(&self) -> Option<String> {
         lock(&self.server_side).clone()
     }
     /// Checks a response's ids ([`check_session_ids`]), pinning the first

@@ -36,18 +36,14 @@ mod config;
 mod dataframe;
 mod error;
 pub(crate) mod generation;
-#[cfg(feature = "arrow")]
-mod local_data;
 pub(crate) mod options;
 pub mod params;
 mod queries;
 mod renewal;
 mod rpcs;
-mod spark;
+pub(crate) mod spark;
 mod stale;
 mod tags;
-#[cfg(feature = "arrow")]
-mod upload;
 #[cfg(feature = "arrow")]
 mod view;
 
@@ -61,6 +57,8 @@ pub use crate::connect::flow_control::{
 };
 #[cfg(feature = "tls")]
 pub use crate::connect::tls;
+#[cfg(feature = "arrow")]
+pub use crate::local_data::upload::{UploadError, UploadStats};
 pub use crate::results::arrow_stream::ArrowStream;
 #[cfg(feature = "arrow")]
 pub use crate::results::resume;
@@ -70,5 +68,3 @@ pub use crate::results::schema;
 pub use dataframe::{DataFrame, UPLOAD_GROUP_BYTES};
 pub use error::{ErrorDetails, ResultChange, ServerError, SparkError};
 pub use spark::SparkSession;
-#[cfg(feature = "arrow")]
-pub use upload::{UploadError, UploadStats};

@@ -203,17 +203,17 @@ impl SparkSession {
     pub(crate) fn options(&self) -> &Options {
         &self.inner.options
     }
-    pub(super) fn user_context(&self) -> Option<UserContext> {
+    pub(crate) fn user_context(&self) -> Option<UserContext> {
         Some(self.inner.user_context.clone())
     }
-    pub(super) fn client_type_field(&self) -> Option<String> {
+    pub(crate) fn client_type_field(&self) -> Option<String> {
         Some(self.inner.client_type.clone())
     }
 
     /// Verify a response's session ids against its generation, with the
     /// rule executions use ([`crate::reattach::ids`]); a changed server
     /// session makes the session stale.
-    pub(super) fn verify(
+    pub(crate) fn verify(
         &self,
         g: &Generation,
         session_id: &str,
@@ -266,7 +266,7 @@ impl SparkSession {
 
     /// The client every RPC of this session goes through.
     #[cfg(feature = "arrow")]
-    pub(super) fn client(&self) -> SparkClient {
+    pub(crate) fn client(&self) -> SparkClient {
         self.inner.client.clone()
     }
 
@@ -454,7 +454,7 @@ impl SparkSession {
 /// the request, and the whole call (a client stream's upload included)
 /// bounded by it, since tonic's timeout covers only the time to headers.
 /// `used` learns which token the request carried.
-pub(super) async fn with_deadline<Req, Resp, Fut>(
+pub(crate) async fn with_deadline<Req, Resp, Fut>(
     deadline: Option<Duration>,
     req: Req,
     used: TokenUsed,
