@@ -187,3 +187,44 @@ async fn malformed_grpc_from_a_client_gets_a_status() {
     assert_eq!(ids.len(), 10_000);
     guard.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_upstream_token_is_sent_and_never_logged() {
+    const TOKEN: &str = "s3cret-guard-token";
+    let s = TestServer::builder()
+        .max_bytes_per_stream(256 * 1024)
+        .required_token(TOKEN)
+        .start()
+        .await
+        .unwrap();
+    s.faults()
+        .push(Fault::unavailable().on(Rpc::ReattachExecute).times(2));
+    let sleeper = RecordingSleeper::new();
+    // A token goes over plaintext to localhost only.
+    let upstream = format!(
+        "{}/;token={TOKEN}",
+        s.remote().replace("127.0.0.1", "localhost")
+    );
+    let (out, events) = tonic_retry_echo::capture::capture(async {
+        let guard = Guard::builder(upstream)
+            .layer(ReattachLayer::new().retrying(retrying(&sleeper)))
+            .start()
+            .await
+            .unwrap();
+        let channel =
+            tonic::transport::Endpoint::from_shared(format!("http://{}", guard.local_addr()))
+                .unwrap()
+                .connect_lazy();
+        let mut client =
+            SparkConnectServiceClient::new(channel).max_decoding_message_size(usize::MAX);
+        let out = drain(&mut client, sql_request(&range_sql(300_000))).await;
+        guard.shutdown().await;
+        out
+    })
+    .await;
+    assert_exact(&out, 300_000);
+    assert!(!events.is_empty(), "the layer's events were captured");
+    let logged = format!("{events:?}");
+    assert!(!logged.contains(TOKEN), "the token was logged");
+    assert_eq!(s.faults().pending(), 0);
+}
