@@ -1,7 +1,10 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use prost::Message;
 
-use super::*;
+use super::{
+    ResponseHead, execute_head, execute_request, reattach_from, reattach_head, reattach_request,
+    release_request, response_head,
+};
 use crate::proto::execute_plan_request::{RequestOption, request_option};
 use crate::proto::release_execute_request::Release as ReleaseKind;
 use crate::proto::{
