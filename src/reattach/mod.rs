@@ -93,8 +93,9 @@
 //! ([`ReattachError::ZeroIdleTimeout`]); a huge value is effectively off.
 //!
 //! The decision logic is `core::ReattachCore`, a pure state machine
-//! unit-tested beside its code; the driver [`ReattachableExecution`] only
-//! performs its actions.
+//! unit-tested beside its code; its drivers only perform its actions:
+//! [`ReattachableExecution`] for the session's typed client, and
+//! [`layer::ReattachLayer`] on raw bytes under any generated stub.
 
 pub(crate) mod core;
 mod error;
