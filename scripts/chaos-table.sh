@@ -9,7 +9,8 @@
 # Clients:
 #   pyspark   PySpark 4.3's Spark Connect client (scripts/chaos/client_pyspark.py)
 #   jvm       the JVM (Scala) client 4.3, the jar in the pyspark wheel, run by a
-#             small Java program on its classpath (scripts/chaos/ChaosJvm.java)
+#             small Java program on its classpath (scripts/chaos/ChaosJvm.java;
+#             javac is installed from openjdk-17-jdk-headless when missing)
 #   official  the official Rust client, apache-spark-connect 4.2.0
 #             (scripts/side_by_side_official.rs, built by scripts/official-client.sh;
 #             it needs protoc, which that script installs when missing)
@@ -59,6 +60,12 @@ for client in $CLIENTS; do
             JAR="$PYSPARK_DIR/jars/connect-repl/spark-connect-client-jvm_2.13-4.3.0.jar"
             [ -f "$JAR" ] || { log "no JVM client jar at $JAR"; exit 2; }
             CP="$JAR:$PYSPARK_DIR/jars/*"
+            if ! command -v javac >/dev/null; then
+                # scripts/spark-install.sh installs a JRE only.
+                log "installing openjdk-17-jdk-headless (javac) for the JVM client's program"
+                DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jdk-headless >&2 ||
+                    { log "no javac: install a JDK 17"; exit 2; }
+            fi
             CLASSES="$TARGET/chaos-jvm"
             mkdir -p "$CLASSES"
             log "compiling the JVM client's program (javac)"
