@@ -83,15 +83,24 @@ def start(cmd, log_path):
 
 
 def stop(proc):
-    """SIGTERM, then SIGKILL after 15 s; returns the exit status."""
+    """SIGTERM, then SIGKILL after 15 s; returns what it printed after its
+    first line (the fault proxy's summary)."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    return proc.returncode
+    try:
+        rest, _ = proc.communicate(timeout=15)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        rest, _ = proc.communicate()
+    return rest or ""
+
+
+def proxy_cuts(summary):
+    """The cuts the fault proxy made, from its JSON summary line."""
+    for line in summary.splitlines():
+        if line.startswith("{"):
+            return json.loads(line).get("cuts")
+    return None
 
 
 def run_client(cmd, remote, query, err_path):
@@ -152,7 +161,7 @@ class Table:
     def cell(self, row, client, cmd, via, upstream_start, expect):
         """Runs one cell: a fresh upstream, the guard when asked, the client."""
         tag = f"{row}-{client}-{via}"
-        procs = []
+        procs, cuts = [], None
         try:
             upstream = upstream_start(tag)
             procs.append(upstream[0])
@@ -168,8 +177,12 @@ class Table:
             r = {"rows": 0, "wrong": None, "seconds": None, "error": str(e)}
         finally:
             for p in reversed(procs):
-                stop(p)
+                rest = stop(p)
+                if p is procs[0]:
+                    cuts = proxy_cuts(rest)
         ok, text = judge(expect, r)
+        if cuts is not None:
+            text += f" [{cuts} cuts]"
         if ok:
             if (client, via, row) in KNOWN:
                 text += " (a known finding no longer seen)"
@@ -222,7 +235,7 @@ def main():
     p.add_argument("--proxy", help="the fault proxy program (examples/fault_proxy.rs)")
     p.add_argument("--spark-cuts", default="4M,8M,8M")
     p.add_argument("--out")
-    p.add_argument("scenarios", nargs="+")
+    p.add_argument("scenarios", nargs="*")
     args = p.parse_args()
     log_dir = os.environ.get("CHAOS_LOG_DIR") or tempfile.mkdtemp(prefix="chaos-table-")
     os.makedirs(log_dir, exist_ok=True)
