@@ -11,11 +11,13 @@
 #
 # Usage: scripts/official-client.sh [DIR]
 #   DIR  where to build (default: $OFFICIAL_CLIENT_DIR, else
-#        target/side-by-side-official; kept between runs, so later builds
-#        are incremental). Build output goes to DIR/build.log.
+#        ~/.cache/spark-connect-retry/official-client-4.2.0: outside the
+#        clone, like the Spark install, so a CI machine builds it once; later
+#        builds are incremental). Build output goes to DIR/build.log.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-DIR="${1:-${OFFICIAL_CLIENT_DIR:-$ROOT/target/side-by-side-official}}"
+export HOME="${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}"
+DIR="${1:-${OFFICIAL_CLIENT_DIR:-$HOME/.cache/spark-connect-retry/official-client-4.2.0}}"
 log() { printf '[official-client] %s\n' "$*" >&2; }
 
 mkdir -p "$DIR/src"

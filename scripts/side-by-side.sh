@@ -55,10 +55,10 @@
 #                    OutOfMemoryError -> TaskResultLost)
 #   SBS_OUT          output dir (default target/side-by-side/<timestamp>)
 #   SBS_OFFICIAL     1 (default) to run the official-client arm; 0 to skip it
-#   SBS_OFFICIAL_DIR where the official client is built (default
-#                    target/side-by-side-official; kept between runs), by
-#                    scripts/official-client.sh. It needs `protoc`: installed
-#                    from Debian's protobuf-compiler if missing
+#   SBS_OFFICIAL_DIR where the official client is built, by
+#                    scripts/official-client.sh (default: that script's, a
+#                    directory under ~/.cache kept between runs). It needs
+#                    `protoc`: installed from Debian's protobuf-compiler if missing
 #   SBS_BASE_BENCH   a side_by_side bench executable built from another commit
 #                    (copy it aside first): run as one more arm, `base`, for a
 #                    before/after in one run (default: none)
@@ -164,7 +164,7 @@ if [ -n "$BASE" ] && ! [ -x "$BASE" ]; then die "SBS_BASE_BENCH=$BASE is not an 
 # protoc): scripts/official-client.sh builds it, as for scripts/chaos-table.sh.
 OFFICIAL=""
 if [ "${SBS_OFFICIAL:-1}" = 1 ]; then
-    OFFICIAL="$("$ROOT/scripts/official-client.sh" "${SBS_OFFICIAL_DIR:-$ROOT/target/side-by-side-official}" | tail -n1)" ||
+    OFFICIAL="$("$ROOT/scripts/official-client.sh" ${SBS_OFFICIAL_DIR:+"$SBS_OFFICIAL_DIR"} | tail -n1)" ||
         die "official client build failed; or set SBS_OFFICIAL=0"
 fi
 
