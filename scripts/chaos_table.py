@@ -56,15 +56,13 @@ KNOWN = {
     ("official", "alone", "graceful-ends"):
         "takes a clean stream end without ResultComplete for the end of the result",
     ("official", "alone", "demo"):
-        "takes a clean stream end without ResultComplete for the end of the result",
+        "does not send again an ExecutePlan lost to a reset connection",
     ("official", "alone", "retry-info"):
-        "does not read google.rpc.RetryInfo",
-    ("official", "alone", "black-hole"):
-        "no idle timeout",
+        "does not retry RESOURCE_EXHAUSTED, RetryInfo or not",
     ("official", "alone", "restart"):
-        "no reattach after the restart's reset",
+        "stops at the reset with a transport error: no reattach, so it never learns the session is gone",
     ("official", "alone", "spark-cuts"):
-        "reattach after a cut connection",
+        "stops at the first cut with a transport error: no reattach after a reset connection",
 }
 
 
@@ -147,7 +145,7 @@ def judge(expect, r):
 
 
 def short(error):
-    return error if len(error) <= 110 else error[:107] + "..."
+    return error if len(error) <= 100 else error[:97] + "..."
 
 
 class Table:
