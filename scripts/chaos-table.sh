@@ -19,10 +19,10 @@
 #   (default: crates/spark-connect-testkit/scenarios/*.toml)
 # Environment:
 #   CHAOS_CLIENTS        clients to run (default: "pyspark jvm official")
-#   CHAOS_GUARD          1 (default): add the through-the-guard columns when
-#                        `cargo build -p spark-connect-guard` succeeds (the guard
-#                        crate is in the workspace); 0: never; or a path to a
-#                        spark-connect-guard executable
+#   CHAOS_GUARD          1 (default): build spark-connect-guard and add the
+#                        through-the-guard columns; a failed build fails the
+#                        script (the columns never vanish silently); 0: no guard
+#                        columns; or a path to a spark-connect-guard executable
 #   CHAOS_SPARK_REMOTE   real Spark's sc:// address for the fault-proxy row
 #                        (default: $SPARK_CONNECT_TEST_REMOTE; empty: no such row)
 #   CHAOS_SPARK_CUTS     the fault proxy's cut schedule (default 4M,8M,8M)
@@ -83,11 +83,12 @@ GUARD_SETTING="${CHAOS_GUARD:-1}"
 case "$GUARD_SETTING" in
     0) log "the guard columns are off (CHAOS_GUARD=0)" ;;
     1)
-        if cargo build --quiet -p spark-connect-guard 2>/dev/null; then
-            args+=(--guard "$TARGET/debug/spark-connect-guard")
-        else
-            log "no spark-connect-guard in this workspace: no guard columns"
-        fi ;;
+        log "building spark-connect-guard"
+        if ! cargo build --quiet -p spark-connect-guard; then
+            log "spark-connect-guard failed to build (CHAOS_GUARD=0 runs the table without it)"
+            exit 2
+        fi
+        args+=(--guard "$TARGET/debug/spark-connect-guard") ;;
     *) args+=(--guard "$GUARD_SETTING") ;;
 esac
 
