@@ -64,14 +64,9 @@ pub fn error_info(status: &Status) -> Option<SparkErrorInfo> {
     })
 }
 
-/// The message of the rich `google.rpc.Status`, if the details decode.
-pub fn rich_message(status: &Status) -> Option<String> {
-    details(status).map(|s| s.message)
-}
-
 /// Whether the status names `marker` (e.g. `INVALID_HANDLE.OPERATION_NOT_FOUND`)
 /// in its message, in the rich status message, or as its ErrorInfo error class.
-pub fn mentions(status: &Status, marker: &str) -> bool {
+pub(crate) fn mentions(status: &Status, marker: &str) -> bool {
     if status.message().contains(marker) {
         return true;
     }
@@ -86,7 +81,7 @@ pub fn mentions(status: &Status, marker: &str) -> bool {
 /// The Spark error class of `status`: ErrorInfo's `errorClass`, or else the
 /// `[CLASS]` prefix Spark puts in messages (for when metadata was dropped
 /// because it exceeded the server's size limit).
-pub fn spark_error_class(status: &Status) -> Option<String> {
+pub(crate) fn spark_error_class(status: &Status) -> Option<String> {
     if let Some(class) = error_info(status).and_then(|i| i.error_class().map(str::to_owned)) {
         return Some(class);
     }

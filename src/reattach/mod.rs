@@ -111,6 +111,6 @@ pub use error::ReattachError;
 pub use integrity::IntegrityError;
 pub use options::{DEFAULT_IDLE_TIMEOUT, ReattachOptions};
 pub use progress::EmptySegment;
-pub use release::{MIN_RELEASE_ATTEMPT, RELEASE_UNTIL_INTERVAL, ReleaseTracker};
+pub use release::ReleaseTracker;
 pub use stats::{StreamStats, StreamStatsHandle};
 pub use stream::ReattachableExecution;

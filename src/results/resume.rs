@@ -42,12 +42,12 @@ use crate::session::SparkError;
 
 /// Resumptions allowed per query when a retry policy sets no limit
 /// (`max_retries: None`), and PySpark's default policy's limit.
-pub const DEFAULT_MAX_RESUMPTIONS: u32 = 15;
+pub(crate) const DEFAULT_MAX_RESUMPTIONS: u32 = 15;
 
 /// The resumptions a retry loop allows per query: the largest
 /// `max_retries` of its policies ([`DEFAULT_MAX_RESUMPTIONS`] for a policy
 /// without a limit; PySpark's default policy allows 15). No policy: none.
-pub fn budget(retrying: &Retrying) -> u32 {
+pub(crate) fn budget(retrying: &Retrying) -> u32 {
     retrying
         .policies()
         .iter()

@@ -16,7 +16,7 @@ use crate::proto::data_type::{Kind, StructField};
 use crate::session::SparkError;
 
 /// The time zone given to `TIMESTAMP` columns (see the module docs).
-pub const TIMESTAMP_ZONE: &str = "UTC";
+pub(crate) const TIMESTAMP_ZONE: &str = "UTC";
 
 /// Spark's default decimal: `DECIMAL(10, 0)`.
 const DEFAULT_DECIMAL: (i32, i32) = (10, 0);
