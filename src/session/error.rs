@@ -15,7 +15,6 @@
 //! attempts and 0.9 s of waiting; last error: UNAVAILABLE: …`.
 
 use std::collections::HashMap;
-use std::error::Error as _;
 use std::fmt;
 
 use crate::connect::channel::ChannelError;
@@ -280,8 +279,7 @@ fn code_name(code: tonic::Code) -> &'static str {
 fn write_causes(f: &mut String, status: &tonic::Status, message: &str) -> fmt::Result {
     use std::fmt::Write as _;
     let mut written = message.to_owned();
-    let mut next = status.source();
-    while let Some(err) = next {
+    for err in crate::status::sources(status) {
         if !err.is::<GaveUp>() && !err.is::<tonic::Status>() {
             let text = err.to_string();
             // tonic's own wrapper says nothing its cause does not.
@@ -290,7 +288,6 @@ fn write_causes(f: &mut String, status: &tonic::Status, message: &str) -> fmt::R
                 written.push_str(&text);
             }
         }
-        next = err.source();
     }
     Ok(())
 }
