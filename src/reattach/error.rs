@@ -26,9 +26,9 @@ pub enum ReattachError {
         #[source]
         status: tonic::Status,
     },
-    /// The server-side session id changed within the stream (a server restart).
+    /// The server-side session id changed (a server restart).
     #[error(
-        "server-side session id changed from {expected} to {got} (server restarted?); create a new session"
+        "[INVALID_HANDLE.SESSION_CHANGED] server-side session changed from {expected} to {got}; create a new session"
     )]
     ServerSideSessionChanged {
         /// The id seen first.
@@ -36,8 +36,9 @@ pub enum ReattachError {
         /// The id received.
         got: String,
     },
-    /// A response carried another session id than the request.
-    #[error("received session id {got}, expected {expected}")]
+    /// A response named another session than the request: the server (or
+    /// something between) mixed up sessions; nothing of it is used.
+    #[error("protocol error: response for session {got}, expected {expected}")]
     SessionMismatch {
         /// The request's session id.
         expected: String,

@@ -35,7 +35,7 @@ use arrow_array::RecordBatch;
 use super::digest::{Digest, RowDigest};
 use crate::error_classes::{OPERATION_NOT_FOUND, SESSION_NOT_FOUND};
 use crate::proto::{Plan, plan, relation};
-use crate::reattach::StreamStats;
+use crate::reattach::{ReattachError, StreamStats};
 use crate::retrying::Retrying;
 use crate::session::ResultChange;
 use crate::session::SparkError;
@@ -103,7 +103,8 @@ fn is_query(sql: &str) -> bool {
 /// operation or session gone) rather than that the query failed.
 fn execution_lost(err: &SparkError) -> bool {
     match err {
-        SparkError::ResponseAlreadyReceived(_) | SparkError::SessionChanged { .. } => true,
+        SparkError::ResponseAlreadyReceived(_)
+        | SparkError::Execution(ReattachError::ServerSideSessionChanged { .. }) => true,
         SparkError::Server(_) => matches!(
             err.error_class(),
             Some(

@@ -421,7 +421,7 @@ fn chunks(rows: i64, parts: usize, first_id: usize) -> Vec<ExecutePlanResponse> 
 
 fn expect_integrity(err: Option<SparkError>, check: impl Fn(&IntegrityError) -> bool) {
     match err {
-        Some(SparkError::Integrity(ref e)) if check(e) => {}
+        Some(SparkError::Execution(ReattachError::Integrity(ref e))) if check(e) => {}
         other => panic!("{other:?}"),
     }
 }
