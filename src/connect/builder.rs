@@ -99,7 +99,7 @@ impl SparkSessionBuilder {
     }
     /// Stall detection: reattach, over a fresh connection, when a result
     /// stream is silent for this long (default
-    /// [`crate::reattach::DEFAULT_IDLE_TIMEOUT`], 10 s; `None` turns it off).
+    /// 10 s, as [`ReattachOptions`](crate::reattach::ReattachOptions)'s; `None` turns it off).
     pub fn idle_timeout(mut self, idle: Option<Duration>) -> Self {
         self.idle_timeout = Some(idle);
         self

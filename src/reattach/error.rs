@@ -53,7 +53,7 @@ pub enum ReattachError {
     #[error("idle_timeout must be positive (None turns stall detection off)")]
     ZeroIdleTimeout,
     /// A deadline in [`ReattachOptions::deadlines`](super::ReattachOptions::deadlines) cannot be used (zero, or
-    /// above [`crate::deadlines::MAX_TIMEOUT`]; `None` means no deadline).
+    /// above 100 years; `None` means no deadline).
     #[error(transparent)]
     InvalidDeadline(crate::deadlines::InvalidDeadline),
     /// The stream broke a stream-integrity rule (see the module docs).

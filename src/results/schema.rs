@@ -36,11 +36,6 @@ pub fn arrow_schema(dt: &crate::proto::DataType) -> Result<SchemaRef, SparkError
     }
 }
 
-/// The Arrow type Spark uses for `dt`.
-pub fn arrow_type(dt: &crate::proto::DataType) -> Result<DataType, SparkError> {
-    convert(dt, 0)
-}
-
 fn fields(fields: &[StructField], depth: usize) -> Result<Fields, SparkError> {
     fields
         .iter()
@@ -237,7 +232,7 @@ mod tests {
             scale: Some(2),
             ..Default::default()
         }));
-        assert!(arrow_type(&bad_decimal).is_err());
+        assert!(convert(&bad_decimal, 0).is_err());
         // Nesting without end is refused, not a stack overflow.
         let mut deep = t(Kind::Long(Default::default()));
         for _ in 0..200 {
@@ -246,7 +241,7 @@ mod tests {
                 ..Default::default()
             })));
         }
-        let err = arrow_type(&deep).unwrap_err();
+        let err = convert(&deep, 0).unwrap_err();
         assert!(err.to_string().contains("nested deeper"), "{err}");
     }
 }
