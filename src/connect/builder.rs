@@ -104,7 +104,8 @@ impl SparkSessionBuilder {
         self.idle_timeout = Some(idle);
         self
     }
-    /// How long [`SparkSession::close`] waits for background releases.
+    /// How long [`SparkSession::close`] waits for background releases
+    /// (default 10 s).
     pub fn release_wait(mut self, wait: Duration) -> Self {
         self.release_wait = Some(wait);
         self
