@@ -30,10 +30,10 @@ use crate::token::{StaticToken, TokenProvider};
 use crate::transport::{GrpcChannel, SparkClient, grpc_channel};
 
 /// How long [`SparkSession::close`] waits for background releases (PySpark: 10 s).
-pub const DEFAULT_RELEASE_WAIT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_RELEASE_WAIT: Duration = Duration::from_secs(10);
 
 /// The smallest preferred Arrow chunk the server accepts (PySpark: 1 KiB).
-pub const MIN_ARROW_CHUNK_SIZE: usize = 1024;
+pub(crate) const MIN_ARROW_CHUNK_SIZE: usize = 1024;
 
 /// Room left in a gRPC message for the response around an Arrow chunk.
 const CHUNK_HEADROOM: usize = 64 * 1024;
@@ -99,12 +99,13 @@ impl SparkSessionBuilder {
     }
     /// Stall detection: reattach, over a fresh connection, when a result
     /// stream is silent for this long (default
-    /// [`crate::reattach::DEFAULT_IDLE_TIMEOUT`], 10 s; `None` turns it off).
+    /// 10 s, as [`ReattachOptions`](crate::reattach::ReattachOptions)'s; `None` turns it off).
     pub fn idle_timeout(mut self, idle: Option<Duration>) -> Self {
         self.idle_timeout = Some(idle);
         self
     }
-    /// How long [`SparkSession::close`] waits for background releases.
+    /// How long [`SparkSession::close`] waits for background releases
+    /// (default 10 s).
     pub fn release_wait(mut self, wait: Duration) -> Self {
         self.release_wait = Some(wait);
         self
@@ -147,7 +148,7 @@ impl SparkSessionBuilder {
         self
     }
     /// The chunk size to ask the server for, in bytes (at least
-    /// [`MIN_ARROW_CHUNK_SIZE`]). By default the client's maximum message
+    /// 1 KiB). By default the client's maximum message
     /// size less 64 KiB, so every chunk fits in a message; the server uses
     /// its own maximum (`spark.connect.session.resultChunking.maxChunkSize`)
     /// when that is smaller.
@@ -237,7 +238,7 @@ impl SparkSessionBuilder {
     /// N on, each row exactly once. Different, or fewer rows: it fails
     /// with [`SparkError::ResultChanged`] saying how many rows had been
     /// delivered. At most the retry policy's `max_retries` resumptions per
-    /// query ([`resume::budget`](crate::session::resume::budget)); each is logged
+    /// query (15 for a policy without a limit); each is logged
     /// at `warn` with the old and new operation ids and counted in
     /// [`ArrowStream::stats`](crate::session::ArrowStream::stats).
     ///

@@ -59,7 +59,7 @@
 //! 2 min, if its bytes can still arrive), or, with keepalive off, forever.
 //!
 //! *What:* when a segment brings no message for
-//! [`ReattachOptions::idle_timeout`] (default [`DEFAULT_IDLE_TIMEOUT`], 10 s),
+//! [`ReattachOptions::idle_timeout`] (default 10 s),
 //! or a segment being opened gets no response headers for that long, the
 //! execution reattaches at once from the last response it yielded, and sends
 //! that ReattachExecute over a **fresh connection**
@@ -111,8 +111,9 @@ mod stream;
 
 pub use error::ReattachError;
 pub use integrity::IntegrityError;
-pub use options::{DEFAULT_IDLE_TIMEOUT, ReattachOptions};
+pub(crate) use options::DEFAULT_IDLE_TIMEOUT;
+pub use options::ReattachOptions;
 pub use progress::EmptySegment;
-pub use release::{MIN_RELEASE_ATTEMPT, RELEASE_UNTIL_INTERVAL, ReleaseTracker};
+pub use release::ReleaseTracker;
 pub use stats::{StreamStats, StreamStatsHandle};
 pub use stream::ReattachableExecution;

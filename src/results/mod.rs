@@ -17,6 +17,6 @@ mod decode_fuzz;
 #[cfg(feature = "arrow")]
 mod digest;
 #[cfg(feature = "arrow")]
-pub mod resume;
+pub(crate) mod resume;
 #[cfg(feature = "arrow")]
 pub mod schema;

@@ -47,24 +47,18 @@ mod tags;
 #[cfg(feature = "arrow")]
 mod view;
 
-pub use crate::connect::builder::{
-    DEFAULT_RELEASE_WAIT, MIN_ARROW_CHUNK_SIZE, SparkSessionBuilder,
-};
+pub use crate::connect::builder::SparkSessionBuilder;
 pub use crate::connect::channel;
 pub use crate::connect::conn_string;
-pub use crate::connect::flow_control::{
-    DEFAULT_CONNECTION_WINDOW, DEFAULT_STREAM_WINDOW, Http2FlowControl, MAX_WINDOW, MIN_WINDOW,
-};
+pub use crate::connect::flow_control::Http2FlowControl;
 #[cfg(feature = "tls")]
 pub use crate::connect::tls;
 #[cfg(feature = "arrow")]
 pub use crate::local_data::upload::{UploadError, UploadStats};
 pub use crate::results::arrow_stream::ArrowStream;
 #[cfg(feature = "arrow")]
-pub use crate::results::resume;
-#[cfg(feature = "arrow")]
 pub use crate::results::schema;
 #[cfg(feature = "arrow")]
-pub use dataframe::{DataFrame, UPLOAD_GROUP_BYTES};
+pub use dataframe::DataFrame;
 pub use error::{ErrorDetails, ResultChange, ServerError, SparkError};
 pub use spark::SparkSession;

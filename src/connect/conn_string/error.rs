@@ -111,7 +111,7 @@ pub enum ConnectionStringError {
         /// What is wrong with the value.
         reason: &'static str,
     },
-    /// The user agent is longer than [`MAX_USER_AGENT_LEN`] once percent-encoded.
+    /// The user agent is longer than 2,048 characters once percent-encoded.
     #[error(
         "user agent is {encoded_len} characters once percent-encoded; at most {MAX_USER_AGENT_LEN} are allowed"
     )]
