@@ -165,6 +165,7 @@ fn is_set(var: &str) -> bool {
 mod real_spark {
     pub(crate) mod cli;
     mod cuts;
+    mod layer;
     mod params;
     mod proxies;
     mod restart;
