@@ -30,15 +30,13 @@ fn stub_over_layer(
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect_lazy();
-    let counted = tower::util::MapRequest::new(
-        channel,
-        move |req: http::Request<tonic::body::Body>| {
+    let counted =
+        tower::util::MapRequest::new(channel, move |req: http::Request<tonic::body::Body>| {
             if req.uri().path() == REATTACH_EXECUTE {
                 reattaches.fetch_add(1, Ordering::SeqCst);
             }
             req
-        },
-    );
+        });
     let layer = ReattachLayer::new().retrying(Retrying::default().with_seed(11));
     SparkConnectServiceClient::new(layer.layer(counted)).max_decoding_message_size(usize::MAX)
 }
@@ -102,7 +100,10 @@ async fn read_rows(
     Ok(check)
 }
 
-real_test!(layer_under_a_foreign_stub_through_seeded_cuts, needs = [SPARK]);
+real_test!(
+    layer_under_a_foreign_stub_through_seeded_cuts,
+    needs = [SPARK]
+);
 /// 8 seeded schedules of up to 3 cuts (RST, FIN every fourth seed) 200 kB
 /// to 20 MB into each connection, as the session's: 2M rows exact each
 /// time, and the layer reattached after the cuts.
@@ -154,7 +155,10 @@ async fn layer_under_a_foreign_stub_through_seeded_cuts() {
     eprintln!("layer, 8 seeds: {all_cuts} cuts, {all_reattaches} ReattachExecute, all exact");
 }
 
-real_test!(layer_under_a_foreign_stub_through_graceful_ends_and_cuts, needs = [GRACEFUL]);
+real_test!(
+    layer_under_a_foreign_stub_through_graceful_ends_and_cuts,
+    needs = [GRACEFUL]
+);
 /// The server ends each stream cleanly after 1 MiB or 1 s, and the proxy
 /// cuts the connection twice on top: 2M rows exact, with a reattach per
 /// clean end (a stub alone would stop at the first).
