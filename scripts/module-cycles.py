@@ -211,6 +211,9 @@ class Crate:
                 if is_pub:
                     continue  # looked through by whoever uses the re-exported path
                 g[f] |= self.resolve(segs)
+            # The paths of code: `use` items are read above (a re-export
+            # written `pub use x::Y;` is looked through, as `pub use x::{Y};`).
+            t = USE.sub("", t)
             child_paths = []
             for child in self.children[f]:
                 child_paths += re.findall(

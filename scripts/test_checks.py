@@ -77,6 +77,17 @@ class ModuleCycles(unittest.TestCase):
         })
         self.assertEqual(rc, 0, out)
 
+    def test_a_re_export_of_one_name_is_looked_through_as_a_braced_one(self):
+        # `pub use state::S;` in mod.rs is no dependency of mod.rs on
+        # state.rs, exactly as `pub use state::{S};` is not.
+        for line in ("pub use state::S;", "pub use state::{S};"):
+            rc, out = self.check({
+                "lib.rs": "mod policy;\n",
+                "policy/mod.rs": "mod state;\n" + line + "\npub struct P;\n",
+                "policy/state.rs": "use super::P;\npub struct S(pub P);\n",
+            })
+            self.assertEqual(rc, 0, line + "\n" + out)
+
     def test_methods_written_beside_a_caller_that_needs_them_fail(self):
         # service.rs dispatches to methods that executions.rs writes in an
         # `impl Service` block, importing Service back: a circle.

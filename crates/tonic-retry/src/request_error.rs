@@ -19,9 +19,9 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body::{Body, Frame};
-use tower::{BoxError, Layer, Service};
+use tower::{Layer, Service};
 
-use crate::retrying::BoxFuture;
+use crate::boxed::{BoxError, BoxFuture};
 
 type Slot = Arc<Mutex<Option<tonic::Status>>>;
 
@@ -32,7 +32,7 @@ fn take(slot: &Slot) -> Option<tonic::Status> {
 /// Wraps a gRPC channel so that a request body's error is reported as
 /// itself (see the [module docs](self)).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct RequestErrorLayer;
+pub(crate) struct RequestErrorLayer;
 
 impl<S> Layer<S> for RequestErrorLayer {
     type Service = RequestError<S>;
@@ -43,7 +43,7 @@ impl<S> Layer<S> for RequestErrorLayer {
 
 /// The service [`RequestErrorLayer`] builds.
 #[derive(Debug, Clone)]
-pub struct RequestError<S> {
+pub(crate) struct RequestError<S> {
     inner: S,
 }
 

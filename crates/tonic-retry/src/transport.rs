@@ -11,8 +11,7 @@ use tower::{Layer, ServiceBuilder, ServiceExt};
 use crate::request_error::RequestErrorLayer;
 use crate::sanitize::SanitizeLayer;
 
-/// A boxed error, as tonic's transport and tower use (tower's own alias).
-pub use tower::BoxError;
+pub use crate::boxed::BoxError;
 
 /// Any HTTP/2 service that can carry gRPC, boxed. Transport errors are
 /// already `tonic::Status` values (made by `Status::from_error`, which keeps

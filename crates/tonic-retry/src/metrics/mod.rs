@@ -9,7 +9,7 @@
 //! ([`RetryLayer::metrics`](crate::layer::RetryLayer::metrics)) and from
 //! the [`Retrying`](crate::retrying::Retrying) loop
 //! ([`Retrying::with_metrics`](crate::retrying::Retrying::with_metrics),
-//! then [`Retrying::call_method`](crate::retrying::Retrying::call_method)).
+//! and [`Retrying::with_method`](crate::retrying::Retrying::with_method)).
 //! The nine instruments, their units, labels and when each is recorded are
 //! in the [crate docs](crate#metrics-feature-otel).
 //!

@@ -363,9 +363,9 @@ mod tests {
         assert_eq!(p.jitter(), MAX_POLICY_DURATION);
         assert_eq!(p.min_jitter_threshold(), MAX_POLICY_DURATION);
         assert_eq!(p.max_server_retry_delay(), Some(MAX_POLICY_DURATION));
-        let mut st = p.new_state();
+        let mut waits = p.backoff();
         for _ in 0..15 {
-            let w = p.next_attempt(&mut st, Some(Duration::MAX), &mut || 0.999);
+            let w = waits.next(Some(Duration::MAX), &mut || 0.999);
             assert!(w.is_some_and(|w| w <= MAX_POLICY_DURATION * 2), "{w:?}");
         }
     }

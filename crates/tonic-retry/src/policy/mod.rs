@@ -60,6 +60,7 @@
 //! assert_eq!(policy.max_retries(), Some(3));
 //! ```
 
+mod backoff;
 mod builder;
 mod classify;
 mod failure;
@@ -77,8 +78,9 @@ fn ms_to_duration(ms: f64) -> Duration {
 }
 pub use builder::{CUSTOM_POLICY_NAME, InvalidPolicy, MAX_POLICY_DURATION, RetryPolicyBuilder};
 
+pub use backoff::Backoff;
 pub use classify::{Classifier, CodeClassifier, DefaultClassifier, FnClassifier};
-pub use state::{GiveUpReason, PolicyState, RetryDecision, RetryReason, RetryState};
+pub use state::{GiveUpReason, RetryDecision, RetryReason, RetryState};
 
 use std::fmt;
 use std::sync::Arc;
@@ -93,8 +95,8 @@ pub const DEFAULT_MAX_SERVER_RETRY_DELAY: Duration = Duration::from_secs(600);
 ///
 /// Build one with [`RetryPolicy::builder`]; [`RetryPolicy::default`] is
 /// the gRPC default of the [module docs](self). Cloning is cheap. A policy holds no
-/// mutable state: each retry loop keeps its own [`PolicyState`], so budgets
-/// never carry over between calls.
+/// mutable state: each retry loop keeps its own state ([`RetryState`],
+/// [`Backoff`]), so budgets never carry over between calls.
 #[derive(Clone)]
 pub struct RetryPolicy {
     name: Arc<str>,
@@ -219,76 +221,8 @@ impl RetryPolicy {
         &self.classifier
     }
 
-    /// Whether this policy's classifier accepts `status`.
-    pub fn can_retry(&self, status: &tonic::Status) -> bool {
-        self.can_retry_failure(&Failure::new(status))
-    }
-
     /// Whether this policy's classifier accepts `failure`.
-    pub fn can_retry_failure(&self, failure: &Failure<'_>) -> bool {
-        self.classifier.can_retry_failure(failure)
-    }
-
-    /// A fresh per-loop state for this policy.
-    pub fn new_state(&self) -> PolicyState {
-        PolicyState::new(self.initial_backoff_ms)
-    }
-
-    /// The next wait, or `None` when the budget is used up.
-    ///
-    /// `server_delay` is the `RetryInfo.retry_delay` of the error, if any;
-    /// `jitter_sample` must return a value uniformly distributed in `[0, 1)`
-    /// and is only called when jitter applies. The order of operations (that
-    /// of a widely used client's loop, kept so that a program ported from it
-    /// waits exactly as before):
-    ///
-    /// 1. stop if `attempt >= max_retries`;
-    /// 2. `wait = next_wait`;
-    /// 3. only if `max_backoff` is set: `next_wait = min(max_backoff, wait * multiplier)`,
-    ///    from the un-floored wait, so a server delay never bends the sequence;
-    /// 4. if server delays are recognized: `wait = max(wait, min(delay, max_server_retry_delay))`;
-    /// 5. if `wait >= min_jitter_threshold`: `wait += jitter * sample`;
-    /// 6. truncate to whole milliseconds.
-    ///
-    /// With a [`proportional_jitter`](RetryPolicyBuilder::proportional_jitter)
-    /// factor `f` (gRFC A6, 2024 revision: `f = 0.2`), step 5 is instead
-    /// `wait *= 1 - f + 2 f sample`, applied before the server-delay floor of
-    /// step 4.
-    pub fn next_attempt(
-        &self,
-        state: &mut PolicyState,
-        server_delay: Option<Duration>,
-        jitter_sample: &mut dyn FnMut() -> f64,
-    ) -> Option<Duration> {
-        if let Some(max) = self.max_retries
-            && state.attempt >= max
-        {
-            return None;
-        }
-        state.attempt += 1;
-        let mut wait = state.next_wait_ms;
-        if let Some(max_backoff) = self.max_backoff_ms {
-            state.next_wait_ms = max_backoff.min(wait * self.backoff_multiplier);
-        }
-        if self.jitter_factor > 0.0 {
-            let sample = jitter_sample().clamp(0.0, 1.0);
-            wait *= 1.0 - self.jitter_factor + 2.0 * self.jitter_factor * sample;
-        }
-        if self.recognize_server_retry_delay
-            && let Some(delay) = server_delay
-        {
-            // Whole milliseconds: seconds*1000 + nanos/1e6, truncated toward zero.
-            let mut d = delay.as_secs() as f64 * 1000.0 + f64::from(delay.subsec_millis());
-            if let Some(cap) = self.max_server_retry_delay_ms {
-                d = d.min(cap);
-            }
-            wait = wait.max(d);
-        }
-        if self.jitter_factor == 0.0 && wait >= self.min_jitter_threshold_ms && self.jitter_ms > 0.0
-        {
-            let sample = jitter_sample().clamp(0.0, 1.0);
-            wait += self.jitter_ms * sample;
-        }
-        Some(Duration::from_millis(wait.trunc().max(0.0) as u64))
+    pub fn can_retry(&self, failure: &Failure<'_>) -> bool {
+        self.classifier.can_retry(failure)
     }
 }

@@ -10,11 +10,11 @@
 //! transport error chain, is [`GaveUp::last_status`] (also next in the chain).
 //!
 //! ```
-//! # #[tokio::main(flavor = "current_thread")]
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() {
-//! use tonic_retry::retrying::{RecordingSleeper, Retrying, gave_up};
+//! use tonic_retry::retrying::{Retrying, gave_up};
 //!
-//! let retrying = Retrying::default().with_sleeper(RecordingSleeper::new()).with_seed(1);
+//! let retrying = Retrying::default().with_seed(1); // on paused tokio time
 //! let status = retrying
 //!     .call(|| async { Err::<(), _>(tonic::Status::unavailable("down")) })
 //!     .await

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tonic::metadata::MetadataMap;
 use tonic::{Code, Status};
-use tonic_retry::policy::{Classifier, DefaultClassifier, FailureKind, classify_failure};
+use tonic_retry::policy::{Classifier, DefaultClassifier, Failure, FailureKind, classify_failure};
 use tonic_retry::retrying::{RecordingSleeper, Retrying};
 use tonic_retry::transport::{GrpcChannel, grpc_channel};
 use tonic_retry_echo::EchoClient;
@@ -95,7 +95,7 @@ async fn refused_connection_is_unprocessed_and_retried() {
     let status = client.say(say("s")).await.unwrap_err();
     assert_eq!(status.code(), Code::Unavailable);
     assert_eq!(classify_failure(&status), FailureKind::Unprocessed);
-    assert!(DefaultClassifier.can_retry(&status));
+    assert!(DefaultClassifier.can_retry(&Failure::new(&status)));
     // Through the boxed channel the source chain survives.
     let boxed = guarded(addr);
     let status = boxed.clone().say(say("s")).await.unwrap_err();
@@ -137,11 +137,11 @@ async fn reset_mid_stream_arrives_as_unknown_with_a_source_and_is_retryable() {
     assert_eq!(status.code(), Code::Unknown, "{status:?}");
     assert!(std::error::Error::source(&status).is_some());
     assert_eq!(classify_failure(&status), FailureKind::MaybeProcessed);
-    assert!(DefaultClassifier.can_retry(&status));
+    assert!(DefaultClassifier.can_retry(&Failure::new(&status)));
     // A server-sent Unknown is not retried.
-    assert!(!DefaultClassifier.can_retry(&Status::unknown(
+    assert!(!DefaultClassifier.can_retry(&Failure::new(&Status::unknown(
         "h2 protocol error: error reading a body from connection"
-    )));
+    ))));
 }
 
 #[tokio::test]
@@ -174,7 +174,7 @@ async fn client_timeout_is_a_deadline() {
     let status = client.say(req).await.unwrap_err();
     assert_eq!(status.code(), Code::Cancelled, "{status:?}");
     assert_eq!(classify_failure(&status), FailureKind::Deadline);
-    assert!(!DefaultClassifier.can_retry(&status));
+    assert!(!DefaultClassifier.can_retry(&Failure::new(&status)));
 }
 
 /// UNAVAILABLE with a `grpc-status-details-bin` that is not base64 (`!` is
@@ -210,7 +210,7 @@ async fn non_base64_details_from_a_real_server_do_not_panic() {
         status.message()
     );
     assert!(
-        !DefaultClassifier.can_retry(&status),
+        !DefaultClassifier.can_retry(&Failure::new(&status)),
         "a hostile server is not retried"
     );
 }
