@@ -5,8 +5,8 @@
 //! made every file that needed the word depend on that code, and the files
 //! closed a circle (metrics → transport → request errors → the loop →
 //! the recorder → metrics). Here they depend on nothing of this crate.
-//! Their public paths stay [`crate::transport::BoxError`] and
-//! [`crate::retrying::BoxFuture`].
+//! `BoxError` is public as [`crate::transport::BoxError`]; `BoxFuture` is
+//! `futures_util`'s, written once here.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -14,5 +14,6 @@ use std::pin::Pin;
 /// A boxed error, as tonic's transport and tower use (tower's own alias).
 pub use tower::BoxError;
 
-/// A boxed, sendable future.
-pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+/// A boxed, sendable future: `futures_util::future::BoxFuture<'static, T>`,
+/// the type [`Sleeper`](crate::retrying::Sleeper) returns.
+pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;

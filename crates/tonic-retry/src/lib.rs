@@ -14,5 +14,5 @@ mod recorder;
 mod request_error;
 pub mod retrying;
 pub mod sanitize;
-pub mod status;
+mod status;
 pub mod transport;

@@ -7,7 +7,7 @@
 //! error`, which names neither the limit nor the message. The original
 //! status is lost on the way.
 //!
-//! [`RequestErrorLayer`] keeps it: the request body is wrapped so that its
+//! `RequestErrorLayer` keeps it: the request body is wrapped so that its
 //! error, if any, is recorded, and when the call then fails (the response
 //! future, or the response body for a stream), the recorded status is
 //! returned instead of the reset. A call whose request body never fails is
@@ -41,7 +41,7 @@ impl<S> Layer<S> for RequestErrorLayer {
     }
 }
 
-/// The service [`RequestErrorLayer`] builds.
+/// The service `RequestErrorLayer` builds.
 #[derive(Debug, Clone)]
 pub(crate) struct RequestError<S> {
     inner: S,

@@ -20,7 +20,7 @@
 //!   bounded by elapsed time (1 h by default) from the first such request
 //!   in the loop; on give-up its cause is returned;
 //! * on give-up the last error is returned, after one warning
-//!   ([`DEFAULT_GIVE_UP_MESSAGE`] unless [`Retrying::with_give_up_message`]
+//!   (`"retries exhausted"` unless [`Retrying::with_give_up_message`]
 //!   says otherwise); a status that ran out of retries carries the loop's
 //!   history ([`GaveUp`]: attempts, time waited) in its source chain.
 //!
@@ -42,7 +42,7 @@
 //! loop (`run.rs`: [`Retrying::run`], [`Retrying::call`]), the decision a
 //! driver takes attempt by attempt (`decide.rs`), [`AttemptError`],
 //! [`LoopStats`], [`GaveUp`], and the injectable parts: [`Sleeper`],
-//! [`Clock`], [`Jitter`].
+//! [`Clock`], `Jitter`.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -70,8 +70,6 @@
 //! # }
 //! ```
 
-pub use crate::boxed::BoxFuture;
-
 mod attempt_error;
 mod clock;
 mod config;
@@ -83,15 +81,14 @@ mod sleeper;
 mod stats;
 
 pub use attempt_error::AttemptError;
+pub use clock::Clock;
 #[cfg(any(test, feature = "test-util"))]
 pub use clock::ManualClock;
-pub use clock::{Clock, TokioClock};
-pub use config::{DEFAULT_GIVE_UP_MESSAGE, DEFAULT_RETRY_NOW_BOUND, Retrying};
-pub use gave_up::{GaveUp, gave_up};
-pub use jitter::Jitter;
+pub use config::Retrying;
+pub use gave_up::GaveUp;
 #[cfg(any(test, feature = "test-util"))]
 pub use sleeper::RecordingSleeper;
-pub use sleeper::{Sleeper, TokioSleeper};
+pub use sleeper::Sleeper;
 pub use stats::LoopStats;
 
 #[cfg(test)]

@@ -242,7 +242,7 @@ where
 }
 
 pin_project_lite::pin_project! {
-    /// A body whose trailers are checked by [`sanitize_status_headers`].
+    /// A body whose trailers are checked by `sanitize_status_headers`.
     struct SanitizedBody<B> {
         #[pin]
         inner: B,

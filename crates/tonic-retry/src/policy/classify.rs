@@ -7,7 +7,7 @@
 //! their clients retry them. tonic 0.14 reports the same events under other
 //! codes, mostly `Unknown`, and only [`tonic::Status::source`] tells them
 //! apart from a status the server sent (server statuses never carry a
-//! source). [`classify_failure`](super::classify_failure) walks the source chain and stops at the
+//! source). `classify_failure` walks the source chain and stops at the
 //! first match:
 //!
 //! | first match in `source()` chain | [`FailureKind`] | grpc-core sees | retried by [`DefaultClassifier`] |
@@ -91,12 +91,11 @@ impl Classifier for DefaultClassifier {
     }
 }
 
-/// Retries a fixed set of codes (server-sent or not), plus transport failures
-/// when [`with_transport`](Self::with_transport) is set.
+/// Retries a fixed set of codes (server-sent or not): a service config's
+/// `retryableStatusCodes`.
 #[derive(Debug, Clone)]
-pub struct CodeClassifier {
+pub(crate) struct CodeClassifier {
     codes: HashSet<i32>,
-    transport: bool,
 }
 
 impl CodeClassifier {
@@ -104,20 +103,13 @@ impl CodeClassifier {
     pub fn new(codes: impl IntoIterator<Item = Code>) -> Self {
         CodeClassifier {
             codes: codes.into_iter().map(|c| c as i32).collect(),
-            transport: false,
         }
-    }
-    /// Also retry transport failures ([`FailureKind::is_transport`]), whatever code tonic gave them.
-    pub fn with_transport(mut self, yes: bool) -> Self {
-        self.transport = yes;
-        self
     }
 }
 
 impl Classifier for CodeClassifier {
     fn can_retry(&self, failure: &Failure<'_>) -> bool {
         self.codes.contains(&(failure.code() as i32))
-            || (self.transport && failure.kind().is_transport())
     }
 }
 
@@ -155,7 +147,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::classify_failure;
+    use crate::policy::failure::classify_failure;
     use std::time::Duration;
     use tonic::Status;
     use tonic_types::{ErrorDetails, StatusExt};

@@ -30,7 +30,7 @@
 //! | `backoff_multiplier` | 2 | A6 / gRPC retry guide example |
 //! | jitter | proportional, ×U(0.8, 1.2) | A6, 2024 revision |
 //! | `recognize_server_retry_delay` | true (`google.rpc.RetryInfo` is a floor) | AIP-194 |
-//! | `max_server_retry_delay` | 10 min ([`DEFAULT_MAX_SERVER_RETRY_DELAY`]) | a bound on what a server may ask |
+//! | `max_server_retry_delay` | 10 min | a bound on what a server may ask |
 //!
 //! Without jitter the waits are 100, 200, 400 and 800 ms: 1.5 s over 5
 //! attempts, so a dead server is reported within seconds. Set your own
@@ -46,12 +46,12 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use tonic_retry::policy::{RetryPolicy, CodeClassifier};
+//! use tonic_retry::policy::{FnClassifier, RetryPolicy};
 //!
 //! // A policy that only retries ABORTED, 3 times, 10 ms apart.
 //! let policy = RetryPolicy::builder()
 //!     .name("aborted")
-//!     .classifier(CodeClassifier::new([tonic::Code::Aborted]))
+//!     .classifier(FnClassifier::new("aborted", |f| f.code() == tonic::Code::Aborted))
 //!     .max_retries(Some(3))
 //!     .initial_backoff(Duration::from_millis(10))
 //!     .max_backoff(None)
@@ -66,9 +66,10 @@ mod classify;
 mod failure;
 mod state;
 
-pub use failure::{Failure, FailureKind, Pushback, classify_failure};
+pub(crate) use failure::Pushback;
+pub use failure::{Failure, FailureKind};
 
-/// [`MAX_POLICY_DURATION`] in milliseconds.
+/// The 365-day maximum of a policy duration, in milliseconds.
 const MAX_POLICY_MS: f64 = 365.0 * 24.0 * 60.0 * 60.0 * 1000.0;
 
 fn ms_to_duration(ms: f64) -> Duration {
@@ -76,10 +77,13 @@ fn ms_to_duration(ms: f64) -> Duration {
     // value can make `from_secs_f64` panic.
     Duration::from_secs_f64(ms.clamp(0.0, MAX_POLICY_MS) / 1000.0)
 }
-pub use builder::{CUSTOM_POLICY_NAME, InvalidPolicy, MAX_POLICY_DURATION, RetryPolicyBuilder};
+#[cfg(test)]
+pub(crate) use builder::MAX_POLICY_DURATION;
+pub use builder::{InvalidPolicy, RetryPolicyBuilder};
 
 pub use backoff::Backoff;
-pub use classify::{Classifier, CodeClassifier, DefaultClassifier, FnClassifier};
+pub(crate) use classify::CodeClassifier;
+pub use classify::{Classifier, DefaultClassifier, FnClassifier};
 pub use state::{GiveUpReason, RetryDecision, RetryReason, RetryState};
 
 use std::fmt;
@@ -89,7 +93,7 @@ use std::time::Duration;
 /// The default cap on the delay a server may ask for (`google.rpc.RetryInfo`
 /// or `grpc-retry-pushback-ms`): 10 minutes, the default
 /// [`max_server_retry_delay`](RetryPolicy::max_server_retry_delay).
-pub const DEFAULT_MAX_SERVER_RETRY_DELAY: Duration = Duration::from_secs(600);
+pub(crate) const DEFAULT_MAX_SERVER_RETRY_DELAY: Duration = Duration::from_secs(600);
 
 /// A retry policy: a classifier, a retry budget and a backoff schedule.
 ///
@@ -172,7 +176,7 @@ impl RetryPolicy {
 
     /// The policy's name (used in logs only): the builder's
     /// [`name`](RetryPolicyBuilder::name), `DefaultPolicy` for
-    /// [`RetryPolicy::default`], or [`CUSTOM_POLICY_NAME`] for a policy
+    /// [`RetryPolicy::default`], or `"custom"` for a policy
     /// changed from its builder's start without a name.
     pub fn name(&self) -> &str {
         &self.name

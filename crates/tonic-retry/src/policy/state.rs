@@ -123,7 +123,7 @@ impl RetryState {
     }
 
     /// Record a decision taken by a driver, for [`waited`](Self::waited)
-    /// and [`gave_up`](Self::gave_up).
+    /// and `gave_up`.
     pub(crate) fn note(&mut self, decision: &RetryDecision) {
         match decision {
             RetryDecision::Retry { delay, .. } => self.waited = self.waited.saturating_add(*delay),

@@ -1,7 +1,7 @@
 //! The clock the loop reads for its elapsed-time bound.
 //!
 //! Why a trait: immediate retries are bounded by elapsed time, and a bound
-//! of an hour cannot be tested on the wall clock. [`TokioClock`] is the
+//! of an hour cannot be tested on the wall clock. `TokioClock` is the
 //! default (paused tokio time moves it); `ManualClock` (feature
 //! `test-util`) is moved by hand.
 
@@ -17,7 +17,7 @@ pub trait Clock: Send + Sync + fmt::Debug {
 
 /// `tokio::time::Instant` since the first use (so `tokio::time::pause` applies).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct TokioClock;
+pub(crate) struct TokioClock;
 
 impl Clock for TokioClock {
     fn now(&self) -> Duration {

@@ -15,11 +15,11 @@ use crate::policy::RetryPolicy;
 use crate::recorder::Meters;
 
 /// The default bound on immediate retries: one hour.
-pub const DEFAULT_RETRY_NOW_BOUND: Duration = Duration::from_secs(3600);
+pub(crate) const DEFAULT_RETRY_NOW_BOUND: Duration = Duration::from_secs(3600);
 
 /// The warning logged once per give-up, unless
 /// [`Retrying::with_give_up_message`] replaces it.
-pub const DEFAULT_GIVE_UP_MESSAGE: &str = "retries exhausted";
+pub(crate) const DEFAULT_GIVE_UP_MESSAGE: &str = "retries exhausted";
 
 /// A reusable retry configuration; each [`run`](Self::run) or
 /// [`call`](Self::call) is one fresh loop.
@@ -80,18 +80,13 @@ impl Retrying {
         self.jitter = Jitter::seeded(seed);
         self
     }
-    /// Share a jitter source.
-    pub fn with_jitter(mut self, jitter: Jitter) -> Self {
-        self.jitter = jitter;
-        self
-    }
     /// Bound immediate retries to `bound` of elapsed time (default 1 h).
     pub fn with_retry_now_bound(mut self, bound: Duration) -> Self {
         self.retry_now_bound = bound;
         self
     }
     /// The message of the give-up warning (default
-    /// [`DEFAULT_GIVE_UP_MESSAGE`]), for a program whose logs must read as
+    /// `"retries exhausted"`), for a program whose logs must read as
     /// another client's.
     pub fn with_give_up_message(mut self, message: &'static str) -> Self {
         self.give_up_message = message;
@@ -131,9 +126,11 @@ impl Retrying {
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.clock
     }
-    /// The jitter source.
-    pub fn jitter(&self) -> &Jitter {
-        &self.jitter
+    /// A uniform sample in `[0, 1)` from the loop's jitter source (seeded
+    /// by [`with_seed`](Self::with_seed)), for a driver that computes waits
+    /// itself ([`Backoff::next`](crate::policy::Backoff::next)).
+    pub fn jitter_sample(&self) -> f64 {
+        self.jitter.sample()
     }
     /// The immediate-retry bound.
     pub fn retry_now_bound(&self) -> Duration {

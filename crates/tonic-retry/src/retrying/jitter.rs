@@ -2,7 +2,7 @@
 //!
 //! Why a type: clients that fail together must not retry together, so
 //! every wait is jittered; and a test, or a driver that shares one source
-//! between loops, needs the sequence to be seedable. [`Jitter`] is one
+//! between loops, needs the sequence to be seedable. `Jitter` is one
 //! shared, seedable generator.
 
 use std::fmt;
@@ -13,7 +13,7 @@ use rand::{Rng, SeedableRng};
 
 /// A shared, seedable source of jitter.
 #[derive(Clone)]
-pub struct Jitter {
+pub(crate) struct Jitter {
     rng: Arc<Mutex<StdRng>>,
 }
 

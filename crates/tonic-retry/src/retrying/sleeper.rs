@@ -2,7 +2,7 @@
 //!
 //! Why a trait: a loop that sleeps on the real clock cannot be tested
 //! without waiting for real, and a program may want its waits elsewhere (a
-//! runtime of its own, a test that records them). [`TokioSleeper`] is the
+//! runtime of its own, a test that records them). `TokioSleeper` is the
 //! default; `RecordingSleeper` (feature `test-util`) records each wait
 //! and returns at once.
 
@@ -13,13 +13,14 @@ use crate::boxed::BoxFuture;
 
 /// How the loop waits between attempts.
 pub trait Sleeper: Send + Sync + fmt::Debug {
-    /// A future that completes after `d`.
+    /// A future that completes after `d` (a
+    /// `futures_util::future::BoxFuture<'static, ()>`).
     fn sleep(&self, d: Duration) -> BoxFuture<()>;
 }
 
 /// Sleeps with `tokio::time::sleep` (so `tokio::time::pause` applies).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct TokioSleeper;
+pub(crate) struct TokioSleeper;
 
 impl Sleeper for TokioSleeper {
     fn sleep(&self, d: Duration) -> BoxFuture<()> {

@@ -3,10 +3,11 @@
 
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use tonic::{Code, Request, Status};
 use tonic_retry::layer::{MethodConfig, RetryLayer, RetryThrottle};
 use tonic_retry::policy::RetryPolicy;
-use tonic_retry::retrying::{BoxFuture, RecordingSleeper, Retrying};
+use tonic_retry::retrying::{RecordingSleeper, Retrying};
 use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::support::recorded::{Recorded, ready, unavailable_n};
@@ -17,7 +18,7 @@ fn layer(retrying: Retrying) -> RetryLayer {
     RetryLayer::new(retrying).method("/echo.Echo/Say", MethodConfig::idempotent())
 }
 
-fn slow(first_n: u32, d: Duration) -> impl Fn(u32) -> BoxFuture<Result<(), Status>> {
+fn slow(first_n: u32, d: Duration) -> impl Fn(u32) -> BoxFuture<'static, Result<(), Status>> {
     move |i| {
         Box::pin(async move {
             if i < first_n {
