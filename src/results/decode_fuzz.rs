@@ -10,7 +10,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::decode::decode;
-use super::error::SparkError;
+use crate::session::SparkError;
 
 /// A few valid payloads with varied layouts (fixed width, offsets, nulls,
 /// nesting, two batches in one stream).

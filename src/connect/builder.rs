@@ -14,19 +14,19 @@ use tower::util::BoxCloneSyncService;
 
 use super::channel::{AuthInterceptor, ChannelBuilder, DEFAULT_CONNECT_TIMEOUT};
 use super::conn_string::ConnectionString;
-use super::error::SparkError;
 use super::flow_control::Http2FlowControl;
-use super::options::{BuilderConfigs, Options};
-use super::spark::SparkSession;
-use super::token::cache::Credentials;
-use super::token::service::TokenService;
-use super::token::{StaticToken, TokenProvider};
 use crate::deadlines::{RpcDeadlines, check_timeout};
 use crate::meters::SessionMeters;
 use crate::policy::RetryPolicy;
 use crate::reattach::DEFAULT_IDLE_TIMEOUT;
 use crate::reconnect::ReconnectingChannel;
 use crate::retrying::Retrying;
+use crate::session::SparkError;
+use crate::session::SparkSession;
+use crate::session::options::{BuilderConfigs, Options};
+use crate::token::cache::Credentials;
+use crate::token::service::TokenService;
+use crate::token::{StaticToken, TokenProvider};
 use crate::transport::{GrpcChannel, SparkClient, grpc_channel};
 
 /// How long [`SparkSession::close`] waits for background releases (PySpark: 10 s).
@@ -155,7 +155,7 @@ impl SparkSessionBuilder {
         self.preferred_arrow_chunk_size = Some(bytes);
         self
     }
-    /// When an unfinished [`ArrowStream`](super::ArrowStream) is dropped,
+    /// When an unfinished [`ArrowStream`](crate::session::ArrowStream) is dropped,
     /// interrupt its operation on the server before releasing it (default
     /// off: the release alone frees the server's buffers, as in PySpark).
     pub fn interrupt_on_drop(mut self, enabled: bool) -> Self {
@@ -208,7 +208,7 @@ impl SparkSessionBuilder {
     /// counted ([`SparkSession::session_renewals`]).
     ///
     /// Never in the middle of an execution: a running
-    /// [`ArrowStream`](super::ArrowStream) keeps its error
+    /// [`ArrowStream`](crate::session::ArrowStream) keeps its error
     /// (`RESPONSE_ALREADY_RECEIVED`, `OPERATION_NOT_FOUND`), unless it
     /// [resumes](Self::resume_queries) the query: re-executed on the fresh
     /// session and verified against the rows already delivered.
@@ -227,7 +227,7 @@ impl SparkSessionBuilder {
     /// failing with `RESPONSE_ALREADY_RECEIVED` (default off; needs
     /// [`renew_stale_session`](Self::renew_stale_session)`(true)`, or
     /// [`build`](Self::build) fails naming this option). Per stream:
-    /// [`ArrowStream::set_resume`](super::ArrowStream::set_resume).
+    /// [`ArrowStream::set_resume`](crate::session::ArrowStream::set_resume).
     ///
     /// The stream keeps a running digest of the rows it delivered (XXH3-128
     /// over a canonical per-column encoding: no copy of the rows). On
@@ -237,9 +237,9 @@ impl SparkSessionBuilder {
     /// N on, each row exactly once. Different, or fewer rows: it fails
     /// with [`SparkError::ResultChanged`] saying how many rows had been
     /// delivered. At most the retry policy's `max_retries` resumptions per
-    /// query ([`resume::budget`](super::resume::budget)); each is logged
+    /// query ([`resume::budget`](crate::session::resume::budget)); each is logged
     /// at `warn` with the old and new operation ids and counted in
-    /// [`ArrowStream::stats`](super::ArrowStream::stats).
+    /// [`ArrowStream::stats`](crate::session::ArrowStream::stats).
     ///
     /// Queries only: a relation (`sql()` text starting with `SELECT`,
     /// `VALUES` or `TABLE`, `range`, local data). A command, or SQL that
@@ -328,14 +328,14 @@ impl SparkSessionBuilder {
     /// connection string's `token=` once: cached until it expires or the
     /// server refuses it, then asked again; a call or a result stream
     /// refused for its token continues with a fresh one, once (see
-    /// [`token`](super::token)). Like a token in the connection string, it
+    /// [`token`](crate::token)). Like a token in the connection string, it
     /// implies TLS to any host but `localhost`. Replaces the connection
     /// string's token.
     ///
     /// ```
     /// use spark_connect_retry::session::SparkSession;
     /// use spark_connect_retry::session::conn_string::Token;
-    /// use spark_connect_retry::session::token::{AccessToken, provider_fn};
+    /// use spark_connect_retry::token::{AccessToken, provider_fn};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), spark_connect_retry::session::SparkError> {

@@ -24,10 +24,10 @@ use std::panic::AssertUnwindSafe;
 use arrow_array::RecordBatch;
 use arrow_schema::{ArrowError, SchemaRef};
 
-use super::error::SparkError;
 use crate::proto::ExecutePlanResponse;
 use crate::proto::execute_plan_response::{ArrowBatch, ExecutionProgress, ResponseType};
 use crate::reattach::integrity::{BatchAssembler, ChunkHeader, IntegrityError, check_row_count};
+use crate::session::SparkError;
 
 /// What one response added.
 #[derive(Debug)]
