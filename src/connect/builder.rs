@@ -20,6 +20,7 @@ use crate::meters::SessionMeters;
 use crate::policy::RetryPolicy;
 use crate::reattach::DEFAULT_IDLE_TIMEOUT;
 use crate::reconnect::ReconnectingChannel;
+use crate::retrying::PySparkRetrying;
 use crate::retrying::Retrying;
 use crate::session::SparkError;
 use crate::session::SparkSession;
@@ -84,7 +85,7 @@ impl SparkSessionBuilder {
     }
     /// The retry policies, in order (default: one PySpark `DefaultPolicy`).
     pub fn retry_policies(mut self, policies: Vec<RetryPolicy>) -> Self {
-        self.retrying = Some(Retrying::new(policies));
+        self.retrying = Some(Retrying::pyspark_with(policies));
         self
     }
     /// A fully configured retry loop (policies, sleeper, clock, seed).
@@ -405,7 +406,10 @@ impl SparkSessionBuilder {
             Some(Credentials::new(Arc::new(StaticToken(token))))
         });
         let auth = AuthInterceptor::metadata_only(&config);
-        let (retrying, meters) = self.metered(self.retrying.clone().unwrap_or_default(), &config);
+        let (retrying, meters) = self.metered(
+            self.retrying.clone().unwrap_or_else(Retrying::pyspark),
+            &config,
+        );
         // Wrapped once: a channel built here is intercepted, sanitized and
         // boxed in one step; a caller's channel is already a sanitized
         // `GrpcChannel`, so it is only intercepted and boxed again.
