@@ -6,7 +6,7 @@
 //! gRPC's defaults (5 attempts within about 1.5 s); its types are the ones
 //! re-exported here. Spark's numbers are constructors on them, through the
 //! extension trait [`PySparkPolicy`] (as [`SparkConnectLayer`] puts
-//! Spark's method table on the layer): [`RetryPolicy::pyspark()`] is
+//! Spark's method table on the layer): [`RetryPolicy::pyspark()`](PySparkPolicy::pyspark) is
 //! PySpark 4.3.0's `DefaultPolicy` to the millisecond, and
 //! [`PySparkClassifier`] is its `can_retry`, which adds Spark's
 //! `INVALID_CURSOR.DISCONNECTED` rule to the gRPC one.
@@ -45,7 +45,7 @@ pub use tonic_retry::policy::{
     InvalidPolicy, RetryDecision, RetryPolicy, RetryPolicyBuilder, RetryReason, RetryState,
 };
 
-/// The name of PySpark's default policy, and of [`RetryPolicy::pyspark`].
+/// The name of PySpark's default policy, and of [`RetryPolicy::pyspark`](PySparkPolicy::pyspark).
 pub const DEFAULT_POLICY_NAME: &str = "DefaultPolicy";
 
 /// The marker of a stream preempted by a newer attach of the same operation.
