@@ -3,6 +3,7 @@
 use std::io::ErrorKind;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use spark_connect_testkit::CutMode;
 use spark_connect_testkit::CutReason;

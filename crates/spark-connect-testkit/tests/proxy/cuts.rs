@@ -2,6 +2,7 @@
 
 use std::io::ErrorKind;
 use std::time::Duration;
+use tokio::io::AsyncWriteExt;
 
 use spark_connect_testkit::CutMode;
 use spark_connect_testkit::CutReason;

@@ -1,6 +1,7 @@
 //! Latency and one-way delay: bytes intact and in order, each delay paid where it should be.
 
 use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use spark_connect_testkit::Direction;
 use spark_connect_testkit::FaultProxy;

@@ -3,6 +3,7 @@
 use std::io::ErrorKind;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use spark_connect_testkit::AddrRole;
 use spark_connect_testkit::FaultProxy;

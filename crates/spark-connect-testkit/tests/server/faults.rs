@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 use std::time::Instant;
+use tonic_types::StatusExt;
 
 use spark_connect_retry::proto;
 use spark_connect_testkit::Fault;
@@ -9,7 +10,6 @@ use spark_connect_testkit::Rpc;
 use spark_connect_testkit::SparkException;
 use spark_connect_testkit::TestServer;
 use tonic::Code;
-use tonic::transport::Channel;
 
 use crate::{
     SESSION, assert_spark, client, column, drain, exec, range_plan, reattach, release,

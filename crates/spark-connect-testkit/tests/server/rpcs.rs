@@ -1,6 +1,7 @@
 //! The other RPCs: handle errors, SQL grammar, config/analyze/interrupt/release-session, session ids, auth.
 
 use std::time::Duration;
+use tonic_types::StatusExt;
 
 use arrow_array::Int32Array;
 use spark_connect_retry::proto;
@@ -8,11 +9,10 @@ use spark_connect_retry::proto::execute_plan_response::ResponseType;
 use spark_connect_testkit::Rpc;
 use spark_connect_testkit::TestServer;
 use tonic::Code;
-use tonic::transport::Channel;
 
 use crate::{
-    SESSION, assert_spark, client, column, drain, error_class, exec, is_complete, range_plan,
-    reattach, release, sql_plan, sql_relation, transport_source,
+    SESSION, assert_spark, client, column, drain, exec, is_complete, range_plan, reattach,
+    sql_plan, sql_relation, transport_source,
 };
 
 #[tokio::test]

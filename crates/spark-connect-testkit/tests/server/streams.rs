@@ -1,6 +1,7 @@
 //! Result streams: real Arrow rows, graceful ends, reattach, release and buffer eviction, plan helpers.
 
 use std::time::Duration;
+use tonic_types::StatusExt;
 
 use spark_connect_retry::proto::execute_plan_response::ResponseType;
 use spark_connect_testkit::TestServer;
