@@ -16,7 +16,8 @@
 //!   artifacts and how a finished upload enters them (pure);
 //! * `tokens`: which bearer tokens are accepted, and when they rotate;
 //! * `state`: the state shared by all of them (sessions, executions, errors);
-//!   `settings`: the server's settings and their defaults;
+//!   `settings`: the server's settings and their defaults; `conf_defaults`:
+//!   the Spark confs it answers for keys a session never set;
 //! * `handle`: [`TestServer`], the public handle, and what it reports;
 //!   `builder`: [`TestServerBuilder`].
 
@@ -24,6 +25,7 @@ mod artifacts;
 mod buffer;
 mod builder;
 mod call;
+mod conf_defaults;
 mod executions;
 mod handle;
 mod producer;
