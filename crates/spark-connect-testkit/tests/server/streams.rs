@@ -3,6 +3,7 @@
 use std::time::Duration;
 use tonic_types::StatusExt;
 
+use spark_connect_retry::proto;
 use spark_connect_retry::proto::execute_plan_response::ResponseType;
 use spark_connect_testkit::TestServer;
 
