@@ -22,6 +22,7 @@ use rand::{Rng, SeedableRng};
 use spark_connect_retry::layer::{HedgingPolicy, RetryLayer, RetryService, SparkConnectLayer};
 use spark_connect_retry::proto::spark_connect_service_client::SparkConnectServiceClient;
 use spark_connect_retry::proto::*;
+use spark_connect_retry::retrying::PySparkRetrying;
 use spark_connect_retry::retrying::Retrying;
 use spark_connect_testkit::{SparkConnectService, SparkConnectServiceServer};
 use tonic::transport::{Channel, Endpoint, Server};
@@ -101,7 +102,7 @@ impl Arm {
     async fn new(name: &'static str, hedged: bool) -> Arm {
         let tail = Tail::default();
         let addr = serve(tail.clone()).await;
-        let mut layer = RetryLayer::spark_connect(Retrying::default());
+        let mut layer = RetryLayer::spark_connect(Retrying::pyspark());
         if hedged {
             let policy = HedgingPolicy::new(3, HEDGE_DELAY).expect("policy");
             layer = layer.hedge(CONFIG, policy);

@@ -7,8 +7,8 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
-use spark_connect_retry::policy::{Classifier, DefaultClassifier, classify_failure};
-use spark_connect_retry::retrying::{AttemptError, Retrying};
+use spark_connect_retry::policy::{Classifier, Failure, PySparkClassifier};
+use spark_connect_retry::retrying::{AttemptError, PySparkRetrying, Retrying};
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
@@ -40,23 +40,7 @@ fn statuses() -> Vec<(&'static str, Status)> {
 }
 
 fn bench(c: &mut Criterion) {
-    let retrying = Retrying::default().with_seed(1);
-    let policies: std::sync::Arc<[spark_connect_retry::deps::tonic_retry::policy::RetryPolicy]> =
-        retrying.policies().into();
-
-    let mut g = c.benchmark_group("on_status_fresh_state");
-    for (name, status) in statuses() {
-        // The fresh state is built in the untimed setup, so only the
-        // decision itself is measured.
-        g.bench_function(name, |b| {
-            b.iter_batched_ref(
-                || retrying.new_state(),
-                |state| state.on_status(black_box(&status), &mut || 0.5),
-                BatchSize::SmallInput,
-            )
-        });
-    }
-    g.finish();
+    let retrying = Retrying::pyspark().with_seed(1);
 
     let mut g = c.benchmark_group("retrying_decide_fresh_state");
     for (name, status) in statuses() {
@@ -74,21 +58,16 @@ fn bench(c: &mut Criterion) {
     // State construction alone, for reference: it is what a driver pays
     // once per loop (and the reattachable stream once per delivered response).
     c.bench_function("retry_state_new", |b| {
-        b.iter(|| {
-            spark_connect_retry::policy::RetryState::new(
-                black_box(policies.clone()),
-                Duration::from_secs(3600),
-            )
-        })
+        b.iter(|| black_box(&retrying).new_state())
     });
 
     let mut g = c.benchmark_group("classify");
     for (name, status) in statuses() {
         g.bench_function(format!("classify_failure/{name}"), |b| {
-            b.iter(|| classify_failure(black_box(&status)))
+            b.iter(|| Failure::new(black_box(&status)).kind())
         });
         g.bench_function(format!("default_can_retry/{name}"), |b| {
-            b.iter(|| DefaultClassifier.can_retry(black_box(&status)))
+            b.iter(|| PySparkClassifier.can_retry(&Failure::new(black_box(&status))))
         });
     }
     g.finish();

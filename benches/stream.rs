@@ -29,6 +29,7 @@ use spark_connect_retry::proto::{
     self, ExecutePlanRequest, Plan, Relation, ReleaseExecuteRequest, release_execute_request,
 };
 use spark_connect_retry::reattach::{ReattachOptions, ReattachableExecution};
+use spark_connect_retry::retrying::PySparkRetrying;
 use spark_connect_retry::retrying::Retrying;
 use spark_connect_retry::transport::spark_client;
 use spark_connect_testkit::{Fault, Rpc, TestServer};
@@ -148,7 +149,7 @@ async fn run_reattach(channel: &Channel, rows: i64) -> (Duration, i64) {
     let exec = ReattachableExecution::new(
         spark_client(channel.clone()),
         range_request(rows),
-        Retrying::default(),
+        Retrying::pyspark(),
         ReattachOptions::default(),
     )
     .unwrap();
@@ -282,7 +283,7 @@ async fn latency(reps: usize, marks: RetryMarks) {
     let channel = tonic::transport::Endpoint::from_shared(server.endpoint())
         .unwrap()
         .connect_lazy();
-    let policy_backoff = Retrying::default().policies()[0].initial_backoff();
+    let policy_backoff = Retrying::pyspark().policies()[0].initial_backoff();
 
     let mut total_gap = Vec::new();
     let mut excess = Vec::new();
@@ -298,7 +299,7 @@ async fn latency(reps: usize, marks: RetryMarks) {
         let exec = ReattachableExecution::new(
             spark_client(channel.clone()),
             range_request(ROWS_PER_BATCH as i64 * BATCHES),
-            Retrying::default(), // real TokioSleeper, default policy
+            Retrying::pyspark(), // real TokioSleeper, default policy
             ReattachOptions::default(),
         )
         .unwrap();

@@ -10,9 +10,13 @@ File A depends on file B when A names an item that B defines:
   a child module A declares (`mod x;` then `x::Item`), in a `use` or in code;
 - items defined in `mod.rs` and `lib.rs` count like any other (a child that
   uses its parent's item depends on the parent);
-- a `pub use` / `pub(crate) use` re-export is looked through: a user of the
-  re-exported path depends on the file that defines the item, and the
-  re-export itself adds no dependency;
+- a `pub use` / `pub(crate) use` re-export of this crate's item is looked
+  through: a user of the re-exported path depends on the file that defines
+  the item, and the re-export itself adds no dependency;
+- a name that a file brings in from another crate (`pub use tower::BoxError`)
+  is that file's: a user of the path depends on the re-exporting file,
+  whatever crate the item comes from (dropping that edge once hid a
+  five-file circle);
 - an inherent `impl Type { .. }` written in B for a type defined in A makes A
   depend on B when A's code calls one of the methods that block defines
   (`.name(`, `Self::name(`, `Type::name(`): the type's home then leans on
@@ -192,7 +196,10 @@ class Crate:
                 return {home}
             if name in self.imports[home]:
                 target = self.imports[home][name]
-                return set() if target is None else self.resolve(target, seen)
+                # Another crate's item, named through this file: the file
+                # chose it (a re-export such as `pub use tower::BoxError`),
+                # so a user of the path depends on this file.
+                return {home} if target is None else self.resolve(target, seen)
             # Unknown here (macro-generated, say): the module file itself.
             return {home}
         return set()
@@ -204,6 +211,9 @@ class Crate:
                 if is_pub:
                     continue  # looked through by whoever uses the re-exported path
                 g[f] |= self.resolve(segs)
+            # The paths of code: `use` items are read above (a re-export
+            # written `pub use x::Y;` is looked through, as `pub use x::{Y};`).
+            t = USE.sub("", t)
             child_paths = []
             for child in self.children[f]:
                 child_paths += re.findall(

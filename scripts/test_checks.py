@@ -77,6 +77,17 @@ class ModuleCycles(unittest.TestCase):
         })
         self.assertEqual(rc, 0, out)
 
+    def test_a_re_export_of_one_name_is_looked_through_as_a_braced_one(self):
+        # `pub use state::S;` in mod.rs is no dependency of mod.rs on
+        # state.rs, exactly as `pub use state::{S};` is not.
+        for line in ("pub use state::S;", "pub use state::{S};"):
+            rc, out = self.check({
+                "lib.rs": "mod policy;\n",
+                "policy/mod.rs": "mod state;\n" + line + "\npub struct P;\n",
+                "policy/state.rs": "use super::P;\npub struct S(pub P);\n",
+            })
+            self.assertEqual(rc, 0, line + "\n" + out)
+
     def test_methods_written_beside_a_caller_that_needs_them_fail(self):
         # service.rs dispatches to methods that executions.rs writes in an
         # `impl Service` block, importing Service back: a circle.
@@ -110,16 +121,61 @@ class ModuleCycles(unittest.TestCase):
         })
         self.assertEqual(rc, 0, out)
 
-    def test_other_crates_are_not_followed(self):
-        # lib.rs re-exports another crate's `policy`; a same-named fn in a
-        # file of this crate must not become a dependency.
+    def test_another_crates_item_is_an_edge_to_the_file_that_re_exports_it(self):
+        # lib.rs re-exports another crate's `policy`: a.rs, naming it through
+        # lib.rs, depends on lib.rs (the checker once dropped this edge). A
+        # same-named fn in a file of this crate is no dependency of lib.rs.
         rc, out = self.check({
-            "lib.rs": "mod a;\nmod b;\npub use other::policy;\n",
-            "a.rs": "use crate::policy::Policy;\npub fn policy() {}\npub fn f(_: Policy) { crate::b::g() }\n",
-            "b.rs": "pub fn g() {}\npub fn h() { crate::a::policy() }\n",
+            "lib.rs": "mod a;\nmod b;\npub use other::policy;\npub fn root() { b::h() }\n",
+            "a.rs": "use crate::policy::Policy;\npub fn policy() {}\npub fn f(_: Policy) {}\n",
+            "b.rs": "pub fn h() { crate::a::policy() }\n",
         })
-        self.assertEqual(rc, 1, out)  # a -> b -> a through real paths only
-        self.assertIn("a.rs <-> b.rs", out)
+        self.assertEqual(rc, 1, out)
+        self.assertIn("a.rs <-> b.rs <-> lib.rs", out)
+        self.assertIn("a.rs -> lib.rs", out)
+
+    def test_the_five_file_circle_through_tower_box_error_fails(self):
+        # The circle tonic-retry once had, which this checker reported as 0:
+        # metrics/body.rs -> transport.rs (BoxError, tower's, re-exported)
+        # -> request_error.rs -> retrying.rs (BoxFuture) -> recorder.rs
+        # -> metrics/body.rs.
+        rc, out = self.check({
+            "lib.rs": "mod metrics;\nmod recorder;\npub mod request_error;\npub mod retrying;\npub mod transport;\n",
+            "metrics/mod.rs": "pub(crate) mod body;\n",
+            "metrics/body.rs": "use crate::transport::BoxError;\npub(crate) fn deliver(_: BoxError) {}\n",
+            "transport.rs": "use crate::request_error::RequestErrorLayer;\npub use tower::BoxError;\n"
+                            "pub fn grpc_channel() -> RequestErrorLayer { RequestErrorLayer }\n",
+            "request_error.rs": "use crate::retrying::BoxFuture;\npub struct RequestErrorLayer;\n"
+                                "pub fn call() -> BoxFuture<()> { Box::pin(async {}) }\n",
+            "retrying.rs": "use crate::recorder::CallRecorder;\npub type BoxFuture<T> = "
+                           "std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;\n"
+                           "pub fn run(_: CallRecorder) {}\n",
+            "recorder.rs": "use crate::metrics::body;\npub(crate) struct CallRecorder;\n"
+                           "pub(crate) fn end() { body::deliver(todo!()) }\n",
+        })
+        self.assertEqual(rc, 1, out)
+        self.assertIn("metrics/body.rs <-> recorder.rs <-> request_error.rs <-> retrying.rs <-> transport.rs", out)
+        self.assertIn("metrics/body.rs -> transport.rs", out)
+
+    def test_the_five_files_with_the_vocabulary_in_a_leaf_pass(self):
+        # The same files once BoxError and BoxFuture live in a leaf module.
+        rc, out = self.check({
+            "lib.rs": "mod metrics;\nmod recorder;\nmod request_error;\npub mod retrying;\n"
+                      "pub mod transport;\npub mod vocabulary;\n",
+            "vocabulary.rs": "pub use tower::BoxError;\npub type BoxFuture<T> = "
+                             "std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;\n",
+            "metrics/mod.rs": "pub(crate) mod body;\n",
+            "metrics/body.rs": "use crate::vocabulary::BoxError;\npub(crate) fn deliver(_: BoxError) {}\n",
+            "transport.rs": "use crate::request_error::RequestErrorLayer;\n"
+                            "pub fn grpc_channel() -> RequestErrorLayer { RequestErrorLayer }\n",
+            "request_error.rs": "use crate::vocabulary::BoxFuture;\npub struct RequestErrorLayer;\n"
+                                "pub fn call() -> BoxFuture<()> { Box::pin(async {}) }\n",
+            "retrying.rs": "use crate::recorder::CallRecorder;\npub fn run(_: CallRecorder) {}\n",
+            "recorder.rs": "use crate::metrics::body;\npub(crate) struct CallRecorder;\n"
+                           "pub(crate) fn end() { body::deliver(todo!()) }\n",
+        })
+        self.assertEqual(rc, 0, out)
+        self.assertIn("0 cycle(s)", out)
 
 
 class OnePath(unittest.TestCase):

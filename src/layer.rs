@@ -22,11 +22,11 @@
 //! use tower::ServiceBuilder;
 //! use spark_connect_retry::layer::{RetryLayer, RetryThrottle, SparkConnectLayer};
 //! use spark_connect_retry::proto::spark_connect_service_client::SparkConnectServiceClient;
-//! use spark_connect_retry::retrying::Retrying;
+//! use spark_connect_retry::retrying::{PySparkRetrying, Retrying};
 //!
 //! let channel = tonic::transport::Endpoint::from_static("http://127.0.0.1:15002")
 //!     .connect_lazy();
-//! let layer = RetryLayer::spark_connect(Retrying::default())
+//! let layer = RetryLayer::spark_connect(Retrying::pyspark())
 //!     .per_attempt_timeout(Duration::from_secs(30))
 //!     .throttle(RetryThrottle::new(10, 0.1)?);
 //! let mut client =
@@ -36,10 +36,9 @@
 //! ```
 
 pub use tonic_retry::layer::{
-    CallOptions, CallStats, CallStatsHandle, ConfigWarning, DEFAULT_MAX_REQUEST_BUFFER,
-    DEFAULT_MAX_RESPONSE_BUFFER, HedgingError, HedgingPolicy, InvalidThrottle, MAX_HEDGED_ATTEMPTS,
-    MAX_TOKENS_LIMIT, MethodConfig, MethodEntry, MethodName, ResponseKind, RetryLayer,
-    RetryService, RetryStats, RetryStatsHandle, RetryThrottle, ServiceConfig, ServiceConfigError,
+    CallOptions, CallStats, CallStatsHandle, ConfigWarning, HedgingPolicy, MethodConfig,
+    MethodEntry, MethodName, ResponseKind, RetryLayer, RetryService, RetryStats, RetryStatsHandle,
+    RetryThrottle, ServiceConfig, ServiceConfigError,
 };
 
 use crate::proto::SERVICE_NAME;
@@ -56,9 +55,9 @@ pub trait SparkConnectLayer {
     ///
     /// ```
     /// use spark_connect_retry::layer::{RetryLayer, SparkConnectLayer};
-    /// use spark_connect_retry::retrying::Retrying;
+    /// use spark_connect_retry::retrying::{PySparkRetrying, Retrying};
     ///
-    /// let layer = RetryLayer::spark_connect(Retrying::default());
+    /// let layer = RetryLayer::spark_connect(Retrying::pyspark());
     /// let execute = layer.method_config("/spark.connect.SparkConnectService/ExecutePlan");
     /// assert!(!execute.is_idempotent());
     /// let config = layer.method_config("/spark.connect.SparkConnectService/Config");

@@ -10,18 +10,22 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use spark_connect_retry::policy::{CodeClassifier, FnClassifier, RetryPolicy};
-use spark_connect_retry::retrying::{AttemptError, ManualClock, RecordingSleeper, Retrying};
+use spark_connect_retry::policy::{Classifier, Failure, FnClassifier, PySparkPolicy, RetryPolicy};
+use spark_connect_retry::retrying::{AttemptError, PySparkRetrying, Retrying};
 use tonic::{Code, Status};
+use tonic_retry::retrying::{ManualClock, RecordingSleeper};
 use tonic_types::{ErrorDetails, StatusExt};
 
 fn no_jitter() -> RetryPolicy {
-    RetryPolicy::builder().jitter_ms(0.0).build().unwrap()
+    RetryPolicy::pyspark_builder()
+        .jitter_ms(0.0)
+        .build()
+        .unwrap()
 }
 
 /// PySpark's `TestPolicy`: max 3, initial 10 ms, max_backoff 10 ms, jitter 10 ms from 10 ms.
 fn test_policy() -> RetryPolicy {
-    RetryPolicy::builder()
+    RetryPolicy::pyspark_builder()
         .name("TestPolicy")
         .max_retries(Some(3))
         .backoff_multiplier(4.0)
@@ -43,12 +47,12 @@ fn retry_info(code: Code, d: Duration) -> Status {
 
 /// Drive a policy's arithmetic directly, `n` times, with a fixed jitter sample.
 fn waits(policy: &RetryPolicy, errors: &[Option<Duration>], sample: f64) -> Vec<Option<u64>> {
-    let mut st = policy.new_state();
+    let mut backoff = policy.backoff();
     errors
         .iter()
         .map(|d| {
-            policy
-                .next_attempt(&mut st, *d, &mut || sample)
+            backoff
+                .next(*d, &mut || sample)
                 .map(|w| w.as_millis() as u64)
         })
         .collect()
@@ -72,7 +76,7 @@ fn default_policy_table_without_jitter() {
 #[test]
 fn default_policy_max_jitter_only_from_threshold() {
     // sample 1.0 means the full 500 ms; only waits >= 2000 ms get it.
-    let w: Vec<u64> = waits(&RetryPolicy::default(), &[None; 15], 1.0)
+    let w: Vec<u64> = waits(&RetryPolicy::pyspark(), &[None; 15], 1.0)
         .into_iter()
         .flatten()
         .collect();
@@ -82,7 +86,7 @@ fn default_policy_max_jitter_only_from_threshold() {
 
 #[test]
 fn jitter_threshold_is_inclusive_and_truncates() {
-    let p = RetryPolicy::builder()
+    let p = RetryPolicy::pyspark_builder()
         .initial_backoff_ms(2000.0)
         .max_backoff_ms(Some(2000.0))
         .build()
@@ -92,7 +96,7 @@ fn jitter_threshold_is_inclusive_and_truncates() {
 
 #[test]
 fn without_max_backoff_the_wait_never_grows() {
-    let p = RetryPolicy::base_builder()
+    let p = RetryPolicy::pyspark_base_builder()
         .initial_backoff_ms(100.0)
         .backoff_multiplier(4.0)
         .build()
@@ -131,14 +135,14 @@ fn server_delay_capped_by_max_server_retry_delay_only() {
             .iter()
             .all(|w| *w == Some(600_000))
     );
-    let uncapped = RetryPolicy::builder()
+    let uncapped = RetryPolicy::pyspark_builder()
         .jitter_ms(0.0)
         .max_server_retry_delay(None)
         .build()
         .unwrap();
     assert_eq!(waits(&uncapped, &[ten_hours], 0.0), vec![Some(36_000_000)]);
     // Sub-millisecond nanos are truncated toward zero.
-    let p = RetryPolicy::builder()
+    let p = RetryPolicy::pyspark_builder()
         .jitter_ms(0.0)
         .min_jitter_threshold_ms(1e9)
         .build()
@@ -155,7 +159,7 @@ fn server_delay_capped_by_max_server_retry_delay_only() {
 
 #[test]
 fn builder_rejects_bad_values_naming_the_field() {
-    let e = RetryPolicy::builder()
+    let e = RetryPolicy::pyspark_builder()
         .backoff_multiplier(f64::NAN)
         .build()
         .unwrap_err();
@@ -164,30 +168,37 @@ fn builder_rejects_bad_values_naming_the_field() {
     for (field, r) in [
         (
             "initial_backoff",
-            RetryPolicy::builder().initial_backoff_ms(-1.0).build(),
+            RetryPolicy::pyspark_builder()
+                .initial_backoff_ms(-1.0)
+                .build(),
         ),
         (
             "max_backoff",
-            RetryPolicy::builder()
+            RetryPolicy::pyspark_builder()
                 .max_backoff_ms(Some(f64::INFINITY))
                 .build(),
         ),
-        ("jitter", RetryPolicy::builder().jitter_ms(-0.5).build()),
+        (
+            "jitter",
+            RetryPolicy::pyspark_builder().jitter_ms(-0.5).build(),
+        ),
         (
             "min_jitter_threshold",
-            RetryPolicy::builder()
+            RetryPolicy::pyspark_builder()
                 .min_jitter_threshold_ms(f64::NEG_INFINITY)
                 .build(),
         ),
         (
             "max_server_retry_delay",
-            RetryPolicy::builder()
+            RetryPolicy::pyspark_builder()
                 .max_server_retry_delay_ms(Some(f64::NAN))
                 .build(),
         ),
         (
             "backoff_multiplier",
-            RetryPolicy::builder().backoff_multiplier(0.0).build(),
+            RetryPolicy::pyspark_builder()
+                .backoff_multiplier(0.0)
+                .build(),
         ),
     ] {
         assert_eq!(r.unwrap_err().field(), field);
@@ -197,7 +208,7 @@ fn builder_rejects_bad_values_naming_the_field() {
 // ---- Retrying loop: test_connect_retry.py (RetryTests) ---------------------
 
 fn any_error_policy(max: u32) -> RetryPolicy {
-    RetryPolicy::base_builder()
+    RetryPolicy::pyspark_base_builder()
         .classifier(FnClassifier::new("any", |_| true))
         .max_retries(Some(max))
         .initial_backoff_ms(10.0)
@@ -205,10 +216,15 @@ fn any_error_policy(max: u32) -> RetryPolicy {
         .unwrap()
 }
 
+/// A classifier of one code, as PySpark's tests write `can_retry`.
+fn codes(code: Code) -> impl Classifier {
+    FnClassifier::new("code", move |f: &Failure<'_>| f.code() == code)
+}
+
 fn code_policy(code: Code, max: u32) -> RetryPolicy {
-    RetryPolicy::base_builder()
+    RetryPolicy::pyspark_base_builder()
         .name(format!("{code:?}"))
-        .classifier(CodeClassifier::new([code]))
+        .classifier(codes(code))
         .max_retries(Some(max))
         .initial_backoff_ms(10.0)
         .build()
@@ -240,13 +256,13 @@ async fn script(retrying: Retrying, errors: Vec<Status>) -> (Result<u32, Status>
 #[tokio::test]
 async fn simple_and_below_limit() {
     let (r, attempts, sleeps) = script(
-        Retrying::new(vec![any_error_policy(1)]),
+        Retrying::pyspark_with(vec![any_error_policy(1)]),
         vec![Status::internal("x")],
     )
     .await;
     assert_eq!((r.unwrap(), attempts, sleeps), (1, 2, vec![10]));
     let (r, attempts, _) = script(
-        Retrying::new(vec![any_error_policy(4)]),
+        Retrying::pyspark_with(vec![any_error_policy(4)]),
         vec![Status::internal("x")],
     )
     .await;
@@ -257,7 +273,8 @@ async fn simple_and_below_limit() {
 #[tokio::test]
 async fn exceed_retries_returns_the_original_error() {
     let errs = vec![Status::internal("boom"); 4];
-    let (r, attempts, sleeps) = script(Retrying::new(vec![any_error_policy(2)]), errs).await;
+    let (r, attempts, sleeps) =
+        script(Retrying::pyspark_with(vec![any_error_policy(2)]), errs).await;
     let e = r.unwrap_err();
     assert_eq!((e.code(), e.message()), (Code::Internal, "boom"));
     assert_eq!((attempts, sleeps.len()), (3, 2));
@@ -268,16 +285,16 @@ async fn exceed_retries_returns_the_original_error() {
 #[tokio::test]
 async fn non_retryable_error_propagates_at_once() {
     let (r, attempts, sleeps) = script(
-        Retrying::new(vec![code_policy(Code::Unavailable, 4)]),
+        Retrying::pyspark_with(vec![code_policy(Code::Unavailable, 4)]),
         vec![Status::internal("nope")],
     )
     .await;
     assert_eq!(r.unwrap_err().code(), Code::Internal);
     assert_eq!((attempts, sleeps.len()), (1, 0));
     // A non-gRPC error never retries, even with a catch-all policy.
-    let retrying = Retrying::new(vec![any_error_policy(5)]);
+    let retrying = Retrying::pyspark_with(vec![any_error_policy(5)]);
     let n = AtomicU32::new(0);
-    let r: Result<(), AttemptError<std::io::Error>> = retrying
+    let (r, _): (Result<(), AttemptError<std::io::Error>>, _) = retrying
         .run(|| {
             n.fetch_add(1, Ordering::SeqCst);
             async { Err(AttemptError::Other(std::io::Error::other("value error"))) }
@@ -292,13 +309,13 @@ async fn non_retryable_error_propagates_at_once() {
 #[tokio::test]
 async fn specific_exception_and_exceed() {
     let (r, attempts, _) = script(
-        Retrying::new(vec![code_policy(Code::Unavailable, 4)]),
+        Retrying::pyspark_with(vec![code_policy(Code::Unavailable, 4)]),
         vec![Status::unavailable("u")],
     )
     .await;
     assert_eq!((r.is_ok(), attempts), (true, 2));
     let (r, attempts, _) = script(
-        Retrying::new(vec![code_policy(Code::Unavailable, 2)]),
+        Retrying::pyspark_with(vec![code_policy(Code::Unavailable, 2)]),
         vec![Status::unavailable("u"); 10],
     )
     .await;
@@ -311,7 +328,7 @@ async fn multiple_policies_each_with_its_own_budget() {
     let mut errs = vec![Status::unavailable("u"); 2];
     errs.extend(vec![Status::internal("i"); 4]);
     let (r, attempts, _) = script(
-        Retrying::new(vec![
+        Retrying::pyspark_with(vec![
             code_policy(Code::Unavailable, 2),
             code_policy(Code::Internal, 4),
         ]),
@@ -326,7 +343,7 @@ async fn multiple_policies_each_with_its_own_budget() {
 #[tokio::test]
 async fn first_matching_policy_decides_without_fallback() {
     let (r, attempts, _) = script(
-        Retrying::new(vec![
+        Retrying::pyspark_with(vec![
             code_policy(Code::Internal, 2),
             code_policy(Code::Internal, 4),
         ]),
@@ -341,8 +358,8 @@ async fn first_matching_policy_decides_without_fallback() {
 async fn budgets_interleave_per_policy() {
     // A(UNAVAILABLE, max 1, 10 ms), B(ABORTED, max 5, 20 ms); errors U, AB, AB, U.
     let a = code_policy(Code::Unavailable, 1);
-    let b = RetryPolicy::base_builder()
-        .classifier(CodeClassifier::new([Code::Aborted]))
+    let b = RetryPolicy::pyspark_base_builder()
+        .classifier(codes(Code::Aborted))
         .max_retries(Some(5))
         .initial_backoff_ms(20.0)
         .build()
@@ -353,7 +370,7 @@ async fn budgets_interleave_per_policy() {
         Status::aborted("a"),
         Status::unavailable("u2"),
     ];
-    let (r, attempts, sleeps) = script(Retrying::new(vec![a, b]), errs).await;
+    let (r, attempts, sleeps) = script(Retrying::pyspark_with(vec![a, b]), errs).await;
     assert_eq!(r.unwrap_err().message(), "u2");
     assert_eq!((attempts, sleeps), (4, vec![10, 20, 20]));
 }
@@ -365,7 +382,7 @@ async fn budgets_interleave_per_policy() {
 #[tokio::test]
 async fn default_policy_unavailable_forever_sleeps_15_times() {
     let (r, attempts, sleeps) =
-        script(Retrying::default(), vec![Status::unavailable("down"); 100]).await;
+        script(Retrying::pyspark(), vec![Status::unavailable("down"); 100]).await;
     assert_eq!(r.unwrap_err().code(), Code::Unavailable);
     assert_eq!((attempts, sleeps.len()), (16, 15));
     let total: u64 = sleeps.iter().sum();
@@ -381,7 +398,7 @@ async fn default_policy_unavailable_forever_sleeps_15_times() {
 #[tokio::test]
 async fn retry_info_makes_unimplemented_retryable() {
     let (_, attempts, sleeps) = script(
-        Retrying::default(),
+        Retrying::pyspark(),
         vec![retry_info(Code::Unimplemented, Duration::ZERO); 100],
     )
     .await;
@@ -392,7 +409,7 @@ async fn retry_info_makes_unimplemented_retryable() {
 #[tokio::test]
 async fn retry_delay_overrides_max_backoff() {
     let (_, _, sleeps) = script(
-        Retrying::default(),
+        Retrying::pyspark(),
         vec![retry_info(Code::Unavailable, Duration::from_secs(300)); 100],
     )
     .await;
@@ -408,12 +425,12 @@ async fn retry_delay_overrides_max_backoff() {
 #[tokio::test]
 async fn deadline_exceeded_is_not_retried() {
     let (r, attempts, sleeps) =
-        script(Retrying::default(), vec![Status::deadline_exceeded("late")]).await;
+        script(Retrying::pyspark(), vec![Status::deadline_exceeded("late")]).await;
     assert_eq!(
         (r.unwrap_err().code(), attempts, sleeps.len()),
         (Code::DeadlineExceeded, 1, 0)
     );
-    let (_, attempts, _) = script(Retrying::default(), vec![Status::aborted("a")]).await;
+    let (_, attempts, _) = script(Retrying::pyspark(), vec![Status::aborted("a")]).await;
     assert_eq!(attempts, 1);
 }
 
@@ -425,7 +442,7 @@ async fn retry_now_script(
     script: Vec<AttemptError>,
 ) -> (Result<usize, AttemptError>, usize) {
     let clock = ManualClock::new();
-    let retrying = Retrying::new(policies)
+    let retrying = Retrying::pyspark_with(policies)
         .with_sleeper(RecordingSleeper::new())
         .with_clock(clock.clone())
         .with_retry_now_bound(bound);
@@ -445,7 +462,8 @@ async fn retry_now_script(
                 }
             }
         })
-        .await;
+        .await
+        .0;
     (r, n.load(Ordering::SeqCst) as usize)
 }
 
@@ -508,7 +526,7 @@ async fn retry_now_clock_starts_at_first_marker() {
     ];
     script.extend((0..100).map(|_| deadline_marker()));
     let (r, tries) = retry_now_script(
-        vec![RetryPolicy::default()],
+        vec![RetryPolicy::pyspark()],
         Duration::from_secs(3600),
         Duration::from_secs(600),
         script,
@@ -534,7 +552,7 @@ async fn retry_now_works_with_no_policies() {
 #[tokio::test]
 async fn test_policy_sleeps_between_10_and_20_ms() {
     let (r, attempts, sleeps) = script(
-        Retrying::new(vec![test_policy()]),
+        Retrying::pyspark_with(vec![test_policy()]),
         vec![Status::unavailable("u"); 3],
     )
     .await;

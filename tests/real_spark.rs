@@ -29,9 +29,11 @@ use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 use arrow_array::{Array, Int64Array, RecordBatch};
-use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
+use spark_connect_retry::retrying::PySparkRetrying;
+use spark_connect_retry::retrying::Retrying;
 use spark_connect_retry::session::{SparkError, SparkSession};
 use spark_connect_testkit::{CutMode, CutSchedule, Direction, FaultProxy};
+use tonic_retry::retrying::RecordingSleeper;
 
 mod support;
 use support::{arrow_data, streams};
@@ -325,7 +327,7 @@ fn seeds() -> std::ops::Range<u64> {
 fn session(url: &str) -> SparkSession {
     SparkSession::builder()
         .remote(url)
-        .retrying(Retrying::default().with_seed(11))
+        .retrying(Retrying::pyspark().with_seed(11))
         .build()
         .unwrap()
 }

@@ -17,10 +17,12 @@ use rand::{Rng, SeedableRng};
 use spark_connect_retry::proto::ExecutePlanRequest;
 use spark_connect_retry::proto::execute_plan_response::ResponseType;
 use spark_connect_retry::reattach::{ReattachOptions, ReattachableExecution, ReleaseTracker};
-use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
+use spark_connect_retry::retrying::PySparkRetrying;
+use spark_connect_retry::retrying::Retrying;
 use spark_connect_retry::transport::spark_client;
 use spark_connect_testkit::{Fault, Rpc, SparkException, TestServer, plans};
 use tonic::Code;
+use tonic_retry::retrying::RecordingSleeper;
 
 const SCHEDULES: u64 = 500;
 
@@ -153,7 +155,7 @@ async fn five_hundred_seeded_fault_schedules_deliver_exactly_once() {
         let mut exec = ReattachableExecution::with_tracker(
             spark_client(channel),
             request(rows),
-            Retrying::default()
+            Retrying::pyspark()
                 .with_sleeper(sleeper.clone())
                 .with_seed(seed),
             // Stall detection off: the soak hunts silent streams (docs/hangs.md),

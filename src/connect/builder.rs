@@ -20,6 +20,7 @@ use crate::meters::SessionMeters;
 use crate::policy::RetryPolicy;
 use crate::reattach::DEFAULT_IDLE_TIMEOUT;
 use crate::reconnect::ReconnectingChannel;
+use crate::retrying::PySparkRetrying;
 use crate::retrying::Retrying;
 use crate::session::SparkError;
 use crate::session::SparkSession;
@@ -84,7 +85,7 @@ impl SparkSessionBuilder {
     }
     /// The retry policies, in order (default: one PySpark `DefaultPolicy`).
     pub fn retry_policies(mut self, policies: Vec<RetryPolicy>) -> Self {
-        self.retrying = Some(Retrying::new(policies));
+        self.retrying = Some(Retrying::pyspark_with(policies));
         self
     }
     /// A fully configured retry loop (policies, sleeper, clock, seed).
@@ -387,7 +388,10 @@ impl SparkSessionBuilder {
                 reason: "needs renew_stale_session(true): a resumed query runs on a fresh server-side session",
             });
         }
-        let (retrying, meters) = self.metered(self.retrying.clone().unwrap_or_default(), &config);
+        let (retrying, meters) = self.metered(
+            self.retrying.clone().unwrap_or_else(Retrying::pyspark),
+            &config,
+        );
         let (channel, credentials) = self.make_channel(&config, flow_control)?;
         let client = SparkClient::new(channel)
             .max_decoding_message_size(config.max_message_size())

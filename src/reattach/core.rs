@@ -492,15 +492,11 @@ impl ReattachCore {
         if failure.kind() == crate::policy::FailureKind::Ambiguous {
             return self.retry_now(status, EmptySegment::Cut, retrying);
         }
-        match self.decide_failure(retrying, &failure) {
-            Some(delay) => self.reattach(delay, retrying),
-            None => {
-                // The status keeps the loop's history (attempts, time
-                // waited) when the policy gave up on a retryable failure.
-                let state = self.retry.get_or_insert_with(|| retrying.new_state());
-                let status = retrying.give_up_status(state, AttemptError::Status(status));
-                self.fail(status)
-            }
+        // On give-up the status keeps the loop's history (attempts, time
+        // waited) when the policy gave up on a retryable failure.
+        match self.decide(retrying, AttemptError::Status(status)) {
+            Ok(delay) => self.reattach(delay, retrying),
+            Err(status) => self.fail(status),
         }
     }
 
@@ -531,26 +527,6 @@ impl ReattachCore {
                 Ok(delay)
             }
             RetryDecision::GiveUp(_) => Err(retrying.give_up_status(state, error)),
-        }
-    }
-
-    /// Ask the shared policy core about a classified failure; `Some(delay)` to retry.
-    fn decide_failure(&mut self, retrying: &Retrying, failure: &Failure) -> Option<Duration> {
-        let state = self.retry.get_or_insert_with(|| retrying.new_state());
-        let matched = state.matching(failure);
-        match retrying.decide_failure(state, failure, matched) {
-            RetryDecision::Retry {
-                delay,
-                reason: RetryReason::Transparent,
-            } => {
-                self.counters.transparent_retries += 1;
-                Some(delay)
-            }
-            RetryDecision::Retry { delay, .. } => {
-                self.counters.policy_retries += 1;
-                Some(delay)
-            }
-            RetryDecision::GiveUp(_) => None,
         }
     }
 

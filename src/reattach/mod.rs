@@ -82,7 +82,7 @@
 //! a reattach, which never re-executes: the server keeps computing, and the
 //! new segment resumes from the same position. A stall reattach that the
 //! server answers (response headers or a message) does not count toward the
-//! immediate-retry bound ([`crate::retrying::DEFAULT_RETRY_NOW_BOUND`], 1 h);
+//! immediate-retry bound (1 h by default, [`Retrying::with_retry_now_bound`](crate::retrying::Retrying::with_retry_now_bound));
 //! only unanswered ones add up. Spark 4.3's server sends a reattached
 //! stream's headers together with its first message, so a query silent
 //! *without* progress reports for over an hour in a row fails with the stall

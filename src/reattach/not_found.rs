@@ -32,7 +32,7 @@
 
 use tonic::{Code, Status};
 
-use crate::policy::{FailureKind, classify_failure};
+use crate::policy::{Failure, FailureKind};
 
 use crate::error_classes::{OPERATION_NOT_FOUND, SESSION_NOT_FOUND};
 
@@ -144,7 +144,7 @@ impl Delivery {
 
     /// The segment failed with `status` (from the server or the transport).
     pub(crate) fn failed(&mut self, status: &Status) {
-        if self.execute_open && classify_failure(status) != FailureKind::Unprocessed {
+        if self.execute_open && Failure::new(status).kind() != FailureKind::Unprocessed {
             self.may_know = true;
         }
     }

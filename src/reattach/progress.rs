@@ -59,7 +59,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::policy::{PolicyState, RetryPolicy};
+use crate::policy::{Backoff, Failure, PySparkPolicy, RetryPolicy};
 use crate::retrying::Retrying;
 
 /// What the server kept doing in a run of empty segments.
@@ -106,8 +106,7 @@ pub(crate) enum Verdict {
 /// The current run of empty segments (the [module docs](self)' rule).
 #[derive(Debug, Clone)]
 pub(crate) struct EmptyRun {
-    policy: tonic_retry::policy::RetryPolicy,
-    state: PolicyState,
+    backoff: Backoff,
     /// Segments counted in this run (short and empty).
     pub(crate) counted: u32,
     /// Backoff waited in this run.
@@ -121,12 +120,11 @@ impl EmptyRun {
         let policy = retrying
             .policies()
             .iter()
-            .find(|p| p.can_retry(&probe))
+            .find(|p| p.can_retry(&Failure::new(&probe)))
             .cloned()
-            .unwrap_or_else(|| RetryPolicy::default().into_inner());
+            .unwrap_or_else(RetryPolicy::pyspark);
         EmptyRun {
-            state: policy.new_state(),
-            policy,
+            backoff: policy.backoff(),
             counted: 0,
             waited: Duration::ZERO,
         }
@@ -135,8 +133,7 @@ impl EmptyRun {
     /// The wait the next counted segment would owe, without jitter; `None`
     /// when the budget is used up.
     pub(crate) fn owed(&self) -> Option<Duration> {
-        self.policy
-            .next_attempt(&mut self.state.clone(), None, &mut || 0.0)
+        self.backoff.clone().next(None, &mut || 0.0)
     }
 
     /// An empty segment that stayed open for `lived`: reopen (after how
@@ -150,11 +147,7 @@ impl EmptyRun {
         if self.counted == 1 {
             return Verdict::Reopen(Duration::ZERO); // rule 2: the first is free
         }
-        let jitter = retrying.jitter();
-        match self
-            .policy
-            .next_attempt(&mut self.state, None, &mut || jitter.sample())
-        {
+        match self.backoff.next(None, &mut || retrying.jitter_sample()) {
             Some(wait) => {
                 self.waited += wait;
                 Verdict::Reopen(wait) // rule 3
@@ -167,9 +160,10 @@ impl EmptyRun {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::retrying::PySparkRetrying;
 
     fn retrying() -> Retrying {
-        Retrying::default().with_seed(1)
+        Retrying::pyspark().with_seed(1)
     }
 
     #[test]
@@ -205,7 +199,7 @@ mod tests {
 
     #[test]
     fn no_policy_for_unavailable_falls_back_to_the_default() {
-        let r = Retrying::new(vec![]);
+        let r = Retrying::pyspark_with(vec![]);
         let run = EmptyRun::new(&r);
         assert_eq!(run.owed(), Some(Duration::from_millis(50)));
     }

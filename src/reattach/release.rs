@@ -232,7 +232,9 @@ impl Releaser {
         let token = &CallToken::new(self.credentials.as_ref());
         let result = self
             .retrying
-            .run_method::<_, std::convert::Infallible, _, _>(RELEASE_EXECUTE, || {
+            .clone()
+            .with_method(RELEASE_EXECUTE)
+            .run::<_, std::convert::Infallible, _, _>(|| {
                 let mut client = self.client.clone();
                 let mut request = tonic::Request::new(req.clone());
                 if unanswered.load(Ordering::SeqCst) {
@@ -259,6 +261,7 @@ impl Releaser {
                 }
             })
             .await
+            .0
             .map_err(AttemptError::into_status);
         self.meters.released(result.is_ok());
         match result {
@@ -267,7 +270,7 @@ impl Releaser {
             }
             Err(status) => {
                 self.tracker.inner.failed.fetch_add(1, Ordering::SeqCst);
-                let history = crate::retrying::gave_up(&status).map(ToString::to_string);
+                let history = crate::retrying::GaveUp::of(&status).map(ToString::to_string);
                 tracing::warn!(
                     rpc.grpc.status_code = status.code() as i32,
                     rpc.grpc.status_message = status.message(),

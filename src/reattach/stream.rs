@@ -186,7 +186,7 @@ impl Driver {
             during,
             rpc.grpc.status_code = status.code() as i32,
             rpc.grpc.status_message = status.message(),
-            failure.kind = ?crate::policy::classify_failure(&status),
+            failure.kind = ?crate::policy::Failure::new(&status).kind(),
             failure.source = ?std::error::Error::source(&status),
             "reattachable execution: segment failed"
         );

@@ -311,7 +311,9 @@ mod tests {
     use arrow_schema::{DataType, Field, Schema};
 
     use super::*;
+    use crate::policy::PySparkPolicy;
     use crate::proto::{self, Relation};
+    use crate::retrying::PySparkRetrying;
 
     fn ids(range: std::ops::Range<i64>) -> RecordBatch {
         let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
@@ -462,19 +464,22 @@ mod tests {
         });
         assert_eq!((now.responses, now.reattaches, now.resumptions), (7, 1, 1));
         let policy = |n| {
-            crate::policy::RetryPolicy::builder()
+            crate::policy::RetryPolicy::pyspark_builder()
                 .max_retries(n)
                 .build()
                 .unwrap()
         };
         assert_eq!(
-            budget(&Retrying::new(vec![policy(Some(3)), policy(Some(5))])),
+            budget(&Retrying::pyspark_with(vec![
+                policy(Some(3)),
+                policy(Some(5))
+            ])),
             5
         );
         assert_eq!(
-            budget(&Retrying::new(vec![policy(None)])),
+            budget(&Retrying::pyspark_with(vec![policy(None)])),
             DEFAULT_MAX_RESUMPTIONS
         );
-        assert_eq!(budget(&Retrying::new(Vec::new())), 0);
+        assert_eq!(budget(&Retrying::pyspark_with(Vec::new())), 0);
     }
 }

@@ -134,7 +134,7 @@ impl ServerError {
     /// The retry history, when the retry policy gave up on this call
     /// (attempts made, time waited, the last attempt's status).
     pub fn gave_up(&self) -> Option<&GaveUp> {
-        crate::retrying::gave_up(&self.status)
+        crate::retrying::GaveUp::of(&self.status)
     }
     /// The RPC that failed (`ExecutePlan`, `Config`, …), when known.
     pub fn rpc(&self) -> Option<&str> {

@@ -298,7 +298,9 @@ impl SparkSession {
         self.inner
             .options
             .retrying
-            .run_method::<_, std::convert::Infallible, _, _>(Req::PATH, || {
+            .clone()
+            .with_method(Req::PATH)
+            .run::<_, std::convert::Infallible, _, _>(|| {
                 let used = token.slot();
                 let attempt = with_deadline(deadline, req.clone(), used.clone(), |r| {
                     call(self.inner.client.clone(), r)
@@ -307,6 +309,7 @@ impl SparkSession {
             })
             .instrument(span)
             .await
+            .0
             .map_err(AttemptError::into_status)
     }
 

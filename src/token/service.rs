@@ -15,8 +15,10 @@ use tower::Service;
 
 use super::cache::Credentials;
 use super::refusal::provider_failed;
-use crate::retrying::BoxFuture;
 use crate::transport::BoxError;
+
+/// A boxed, sendable future.
+type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'static>>;
 
 /// Where the service notes which token a request carried (0: none).
 #[derive(Debug, Clone, Default)]

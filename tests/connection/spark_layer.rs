@@ -4,15 +4,17 @@
 use spark_connect_retry::layer::{RetryLayer, SparkConnectLayer};
 use spark_connect_retry::proto::spark_connect_service_client::SparkConnectServiceClient;
 use spark_connect_retry::proto::{self, ConfigRequest};
-use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
+use spark_connect_retry::retrying::PySparkRetrying;
+use spark_connect_retry::retrying::Retrying;
 use spark_connect_retry::session::SparkSession;
 use spark_connect_retry::transport::grpc_channel;
 use spark_connect_testkit::{Fault, Rpc, TestServer, plans};
+use tonic_retry::retrying::RecordingSleeper;
 use tower::ServiceBuilder;
 
 fn layer(sleeper: &RecordingSleeper) -> RetryLayer {
     RetryLayer::spark_connect(
-        Retrying::default()
+        Retrying::pyspark()
             .with_sleeper(sleeper.clone())
             .with_seed(2),
     )
@@ -120,7 +122,7 @@ async fn a_session_over_a_layered_channel() {
     let spark = SparkSession::builder()
         .remote(server.remote())
         .channel(grpc_channel(layered))
-        .retrying(Retrying::default().with_sleeper(sleeper.clone()))
+        .retrying(Retrying::pyspark().with_sleeper(sleeper.clone()))
         .build()
         .unwrap();
     // The layer absorbs the UNAVAILABLE below the session's own loop...

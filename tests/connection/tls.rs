@@ -13,13 +13,13 @@ use std::time::Duration;
 use rcgen::{
     BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, KeyUsagePurpose, date_time_ymd,
 };
-use spark_connect_retry::retrying::RecordingSleeper;
 use spark_connect_retry::session::tls::TlsFailure;
 use spark_connect_retry::session::{SparkError, SparkSession};
 use spark_connect_testkit::TestServer;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls::{self, RootCertStore, ServerConfig, server::WebPkiClientVerifier};
+use tonic_retry::retrying::RecordingSleeper;
 
 use crate::support::policies::recorded;
 

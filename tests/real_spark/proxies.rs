@@ -13,8 +13,10 @@
 use std::process::Command;
 use std::sync::Arc;
 
+use spark_connect_retry::policy::PySparkPolicy;
 use spark_connect_retry::policy::RetryPolicy;
 use spark_connect_retry::reattach::StreamStats;
+use spark_connect_retry::retrying::PySparkRetrying;
 use tokio::sync::Mutex;
 
 use crate::*;
@@ -65,7 +67,7 @@ impl Lb {
         SparkSession::builder()
             .remote(self.url(offset))
             .retrying(
-                Retrying::default()
+                Retrying::pyspark()
                     .with_seed(5)
                     .with_sleeper(sleeper.clone()),
             )
@@ -328,7 +330,7 @@ async fn haproxy_backend_down_then_up_mid_query_3m_rows_exact() {
     // Real waits: the backend comes back while the policy backs off.
     let spark = SparkSession::builder()
         .remote(lb.url(HAPROXY))
-        .retrying(Retrying::default().with_seed(5))
+        .retrying(Retrying::pyspark().with_seed(5))
         .build()
         .unwrap();
     let lb = Arc::new(lb);
@@ -397,8 +399,11 @@ async fn http_errors_from_the_proxy_map_to_unavailable_and_a_command_runs_once()
     let Some(lb) = lb() else { return };
     let _turn = TURN.lock().await;
     // gRPC's HTTP-to-gRPC mapping: 429, 502, 503, 504 are UNAVAILABLE.
-    let no_retry = Retrying::new(vec![
-        RetryPolicy::builder().max_retries(Some(0)).build().unwrap(),
+    let no_retry = Retrying::pyspark_with(vec![
+        RetryPolicy::pyspark_builder()
+            .max_retries(Some(0))
+            .build()
+            .unwrap(),
     ]);
     for code in ["429", "502", "503", "504"] {
         lb.script(&["refuse", code]);
@@ -425,7 +430,7 @@ async fn http_errors_from_the_proxy_map_to_unavailable_and_a_command_runs_once()
     // A command sent while nginx answers 503, let through 1.5 s later: retried, run once.
     let spark = SparkSession::builder()
         .remote(lb.url(NGINX))
-        .retrying(Retrying::default().with_seed(5))
+        .retrying(Retrying::pyspark().with_seed(5))
         .build()
         .unwrap();
     let table = format!("lb_refused_{}", std::process::id());

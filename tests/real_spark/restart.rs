@@ -6,6 +6,7 @@
 
 use std::time::{Duration, Instant};
 
+use spark_connect_retry::policy::PySparkPolicy;
 use spark_connect_retry::policy::RetryPolicy;
 use spark_connect_retry::session::{ArrowStream, SparkError, SparkSession};
 
@@ -48,7 +49,7 @@ async fn server_killed_mid_query_fails_clearly_in_bounded_time() {
         return;
     };
     let victim = std::env::var("SPARK_CONNECT_TEST_VICTIM").expect("victim name");
-    let policy = RetryPolicy::builder()
+    let policy = RetryPolicy::pyspark_builder()
         .max_retries(Some(4))
         .initial_backoff(Duration::from_millis(100))
         .max_backoff(Some(Duration::from_millis(500)))

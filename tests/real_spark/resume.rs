@@ -7,7 +7,9 @@
 use std::time::{Duration, Instant};
 
 use arrow_array::{Array, Int64Array, RecordBatch};
+use spark_connect_retry::policy::PySparkPolicy;
 use spark_connect_retry::policy::RetryPolicy;
+use spark_connect_retry::retrying::PySparkRetrying;
 use spark_connect_retry::retrying::Retrying;
 use spark_connect_retry::session::{ArrowStream, ResultChange, SparkError, SparkSession};
 
@@ -19,7 +21,7 @@ const ROWS: i64 = 3_000_000;
 /// Renewal and resumption on; retries spread over about six minutes, long
 /// enough for the server to come back (20-90 s on a loaded machine).
 fn resuming(url: &str) -> SparkSession {
-    let policy = RetryPolicy::builder()
+    let policy = RetryPolicy::pyspark_builder()
         .max_retries(Some(120))
         .initial_backoff(Duration::from_millis(200))
         .max_backoff(Some(Duration::from_secs(3)))
@@ -27,7 +29,7 @@ fn resuming(url: &str) -> SparkSession {
         .unwrap();
     SparkSession::builder()
         .remote(url)
-        .retrying(Retrying::new(vec![policy]).with_seed(25))
+        .retrying(Retrying::pyspark_with(vec![policy]).with_seed(25))
         .renew_stale_session(true)
         .resume_queries(true)
         .build()

@@ -1,6 +1,7 @@
 //! Token auth, SQL errors with and without an error class, and the session RPCs.
 
 use crate::*;
+use spark_connect_retry::retrying::PySparkRetrying;
 
 real_test!(token_auth, needs = [TOKEN, TOKEN_VALUE]);
 async fn token_auth() {
@@ -13,7 +14,7 @@ async fn token_auth() {
     let sleeper = RecordingSleeper::new();
     let wrong = SparkSession::builder()
         .remote(format!("{base}/;token=not-the-token"))
-        .retrying(Retrying::default().with_sleeper(sleeper.clone()))
+        .retrying(Retrying::pyspark().with_sleeper(sleeper.clone()))
         .build()
         .unwrap();
     let err = wrong.spark_version().await.unwrap_err();

@@ -2,6 +2,8 @@
 //! embedded Spark Connect server, through injected faults.
 
 use crate::support::policies;
+use spark_connect_retry::policy::PySparkPolicy;
+use spark_connect_retry::retrying::PySparkRetrying;
 
 use std::time::Duration;
 
@@ -13,11 +15,12 @@ use spark_connect_retry::proto::execute_plan_response::ResponseType;
 use spark_connect_retry::reattach::{
     ReattachError, ReattachOptions, ReattachableExecution, ReleaseTracker,
 };
-use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
+use spark_connect_retry::retrying::Retrying;
 use spark_connect_retry::transport::{SparkClient, spark_client};
 use spark_connect_testkit::{Fault, Rpc, TestServer, plans};
 use tokio_stream::StreamExt;
 use tonic::Code;
+use tonic_retry::retrying::RecordingSleeper;
 
 const SESSION: &str = "6f1c6a7e-2b9d-4c1a-9d8e-0a1b2c3d4e5f";
 
@@ -501,7 +504,7 @@ async fn cancelling_during_a_backoff_returns_at_once_and_releases() {
     let s = server(100).await;
     s.faults()
         .push(Fault::unavailable().on(Rpc::ExecutePlan).after_responses(1));
-    let policy = RetryPolicy::builder()
+    let policy = RetryPolicy::pyspark_builder()
         .initial_backoff(Duration::from_secs(60))
         .build()
         .unwrap();
@@ -509,7 +512,7 @@ async fn cancelling_during_a_backoff_returns_at_once_and_releases() {
     let mut exec = ReattachableExecution::with_tracker(
         client(&s),
         range_request(5_000),
-        Retrying::new(vec![policy]),
+        Retrying::pyspark_with(vec![policy]),
         ReattachOptions::default(),
         tracker.clone(),
     )

@@ -5,6 +5,7 @@
 //! time).
 
 use crate::support::policies;
+use spark_connect_retry::retrying::PySparkRetrying;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -20,12 +21,13 @@ use spark_connect_retry::proto::{
 use spark_connect_retry::reattach::EmptySegment;
 use spark_connect_retry::reattach::IntegrityError;
 use spark_connect_retry::reattach::{ReattachError, ReattachOptions, ReattachableExecution};
-use spark_connect_retry::retrying::{ManualClock, RecordingSleeper, Retrying};
+use spark_connect_retry::retrying::Retrying;
 use spark_connect_retry::session::{SparkError, SparkSession};
 use spark_connect_retry::transport::spark_client;
 use spark_connect_testkit::{SparkConnectService, SparkConnectServiceServer};
 use tokio_stream::StreamExt;
 use tonic::{Code, Status};
+use tonic_retry::retrying::{ManualClock, RecordingSleeper};
 use tonic_types::{ErrorDetails, StatusExt};
 
 /// How long the scripted server takes to answer ReleaseExecute.
@@ -339,7 +341,7 @@ async fn a_deadline_too_large_for_the_clock_is_refused_where_it_enters() {
     let err = ReattachableExecution::new(
         spark_client(channel),
         ExecutePlanRequest::default(),
-        Retrying::default(),
+        Retrying::pyspark(),
         options,
     )
     .unwrap_err();

@@ -4,15 +4,17 @@
 //! unit-tested beside them, in `reattach::not_found`.)
 
 use crate::support::policies;
+use spark_connect_retry::retrying::PySparkRetrying;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arrow_array::Int64Array;
+use futures_util::future::BoxFuture;
 use spark_connect_retry::proto::execute_plan_response::ResponseType;
 use spark_connect_retry::reattach::{ReattachOptions, ReattachableExecution};
-use spark_connect_retry::retrying::{BoxFuture, Retrying, Sleeper};
+use spark_connect_retry::retrying::{Retrying, Sleeper};
 use spark_connect_retry::transport::spark_client;
 use spark_connect_testkit::{TestServer, plans};
 use tokio::net::{TcpSocket, TcpStream};
@@ -29,7 +31,7 @@ struct ListenOnSleep {
 }
 
 impl Sleeper for ListenOnSleep {
-    fn sleep(&self, _: Duration) -> BoxFuture<()> {
+    fn sleep(&self, _: Duration) -> BoxFuture<'static, ()> {
         let mut n = self.sleeps.lock().unwrap();
         *n += 1;
         if *n == self.at {
@@ -68,7 +70,7 @@ async fn refused_until_listening_sends_execute_again_and_never_reattaches() {
         reserved: Arc::new(Mutex::new(Some(socket))),
         upstream: server.addr(),
     };
-    let retrying = Retrying::new(vec![policies::test_policy()])
+    let retrying = Retrying::pyspark_with(vec![policies::test_policy()])
         .with_seed(3)
         .with_sleeper(sleeper.clone());
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))

@@ -6,18 +6,26 @@ use std::time::Duration;
 
 use arrow_array::{Array, Int64Array};
 use arrow_schema::DataType;
+use spark_connect_retry::policy::PySparkPolicy;
 use spark_connect_retry::policy::RetryPolicy;
 use spark_connect_retry::proto::execute_plan_request::request_option::RequestOption;
 use spark_connect_retry::proto::{self, Relation};
-use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
+use spark_connect_retry::retrying::PySparkRetrying;
+use spark_connect_retry::retrying::Retrying;
 use spark_connect_retry::session::{SparkError, SparkSession, SparkSessionBuilder};
 use spark_connect_testkit::TestServer;
 use tokio_stream::StreamExt;
+use tonic_retry::retrying::RecordingSleeper;
 
 fn builder(server: &TestServer) -> SparkSessionBuilder {
-    let retrying = Retrying::new(vec![RetryPolicy::builder().jitter_ms(0.0).build().unwrap()])
-        .with_sleeper(RecordingSleeper::new())
-        .with_seed(3);
+    let retrying = Retrying::pyspark_with(vec![
+        RetryPolicy::pyspark_builder()
+            .jitter_ms(0.0)
+            .build()
+            .unwrap(),
+    ])
+    .with_sleeper(RecordingSleeper::new())
+    .with_seed(3);
     SparkSession::builder()
         .remote(server.remote())
         .retrying(retrying)

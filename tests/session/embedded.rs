@@ -3,17 +3,25 @@
 use std::time::Duration;
 
 use arrow_array::{Array, Int64Array, RecordBatch};
+use spark_connect_retry::policy::PySparkPolicy;
 use spark_connect_retry::policy::RetryPolicy;
-use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
+use spark_connect_retry::retrying::PySparkRetrying;
+use spark_connect_retry::retrying::Retrying;
 use spark_connect_retry::session::{SparkError, SparkSession};
 use spark_connect_testkit::{CutMode, CutSchedule, Direction, FaultProxy};
 use spark_connect_testkit::{Fault, Rpc, TestServer};
 use tokio_stream::StreamExt;
+use tonic_retry::retrying::RecordingSleeper;
 
 fn fast_retrying(sleeper: &RecordingSleeper) -> Retrying {
-    Retrying::new(vec![RetryPolicy::builder().jitter_ms(0.0).build().unwrap()])
-        .with_sleeper(sleeper.clone())
-        .with_seed(9)
+    Retrying::pyspark_with(vec![
+        RetryPolicy::pyspark_builder()
+            .jitter_ms(0.0)
+            .build()
+            .unwrap(),
+    ])
+    .with_sleeper(sleeper.clone())
+    .with_seed(9)
 }
 
 fn session(server: &TestServer, sleeper: &RecordingSleeper) -> SparkSession {

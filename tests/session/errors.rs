@@ -5,10 +5,13 @@
 
 use std::error::Error as _;
 
+use spark_connect_retry::policy::PySparkPolicy;
 use spark_connect_retry::policy::RetryPolicy;
-use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
+use spark_connect_retry::retrying::PySparkRetrying;
+use spark_connect_retry::retrying::Retrying;
 use spark_connect_retry::session::{SparkError, SparkSession};
 use spark_connect_testkit::TestServer;
+use tonic_retry::retrying::RecordingSleeper;
 
 /// A port nobody listens on.
 fn closed_port() -> u16 {
@@ -59,7 +62,7 @@ async fn debug_of_a_server_error_has_no_raw_detail_bytes() {
 #[tokio::test]
 async fn giving_up_on_a_closed_port_names_the_address_attempts_and_time() {
     let port = closed_port();
-    let policy = RetryPolicy::builder()
+    let policy = RetryPolicy::pyspark_builder()
         .max_retries(Some(3))
         .jitter_ms(0.0)
         .build()
@@ -67,7 +70,7 @@ async fn giving_up_on_a_closed_port_names_the_address_attempts_and_time() {
     let sleeper = RecordingSleeper::new();
     let spark = SparkSession::builder()
         .remote(format!("sc://localhost:{port}/;token=s3cr3t-t0ken"))
-        .retrying(Retrying::new(vec![policy]).with_sleeper(sleeper.clone()))
+        .retrying(Retrying::pyspark_with(vec![policy]).with_sleeper(sleeper.clone()))
         .build()
         .unwrap();
     let err = spark.spark_version().await.expect_err("nobody listens");

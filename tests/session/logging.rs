@@ -9,11 +9,14 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use spark_connect_retry::policy::PySparkPolicy;
 use spark_connect_retry::policy::RetryPolicy;
-use spark_connect_retry::retrying::{RETRIES_EXCEEDED, RecordingSleeper, Retrying};
+use spark_connect_retry::retrying::PySparkRetrying;
+use spark_connect_retry::retrying::{RETRIES_EXCEEDED, Retrying};
 use spark_connect_retry::session::SparkSession;
 use spark_connect_testkit::{Fault, Rpc, TestServer};
 use tonic::Status;
+use tonic_retry::retrying::RecordingSleeper;
 
 use crate::support;
 
@@ -46,7 +49,7 @@ async fn give_up_forever(retrying: Retrying) -> (u32, usize, Vec<String>) {
 /// PySpark's words.
 #[tokio::test]
 async fn give_up_warns_once() {
-    let (attempts, sleeps, warnings) = give_up_forever(Retrying::default()).await;
+    let (attempts, sleeps, warnings) = give_up_forever(Retrying::pyspark()).await;
     assert_eq!((attempts, sleeps), (16, 15));
     assert_eq!(warnings, vec![RETRIES_EXCEEDED.to_owned()]);
 }
@@ -82,7 +85,7 @@ fn assert_first_retry(event: &support::Event, more: &[(&str, &str)]) {
 }
 
 fn quick_retrying() -> Retrying {
-    Retrying::default()
+    Retrying::pyspark()
         .with_sleeper(RecordingSleeper::new())
         .with_seed(1)
 }
@@ -181,7 +184,7 @@ async fn a_give_up_names_the_call_attempts_time_and_last_status() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
     };
-    let policy = RetryPolicy::builder()
+    let policy = RetryPolicy::pyspark_builder()
         .max_retries(Some(3))
         .jitter_ms(0.0)
         .build()

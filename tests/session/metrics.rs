@@ -7,10 +7,13 @@
 
 use std::time::Duration;
 
+use spark_connect_retry::policy::PySparkPolicy;
 use spark_connect_retry::policy::RetryPolicy;
-use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
+use spark_connect_retry::retrying::PySparkRetrying;
+use spark_connect_retry::retrying::Retrying;
 use spark_connect_retry::session::{ArrowStream, SparkSession, SparkSessionBuilder};
 use spark_connect_testkit::{Fault, Rpc, TestServer};
+use tonic_retry::retrying::RecordingSleeper;
 use tonic_retry_echo::metrics::{Pipeline, Recorded};
 
 use crate::support::arrow_data::{self, schema};
@@ -26,11 +29,14 @@ const RELEASE: (&str, &str) = (
 const REATTACHES: &str = "spark_connect.client.result.reattaches";
 
 fn builder(s: &TestServer, pipeline: &Pipeline, sleeper: &RecordingSleeper) -> SparkSessionBuilder {
-    let policy = RetryPolicy::builder().jitter_ms(0.0).build().unwrap();
+    let policy = RetryPolicy::pyspark_builder()
+        .jitter_ms(0.0)
+        .build()
+        .unwrap();
     SparkSession::builder()
         .remote(s.remote())
         .retrying(
-            Retrying::new(vec![policy])
+            Retrying::pyspark_with(vec![policy])
                 .with_sleeper(sleeper.clone())
                 .with_seed(3),
         )

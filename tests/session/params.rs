@@ -6,15 +6,18 @@
 use std::time::Duration;
 
 use arrow_array::{Array, Int64Array, RecordBatch};
+use spark_connect_retry::policy::PySparkPolicy;
 use spark_connect_retry::policy::RetryPolicy;
 use spark_connect_retry::proto;
-use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
+use spark_connect_retry::retrying::PySparkRetrying;
+use spark_connect_retry::retrying::Retrying;
 use spark_connect_retry::session::params::{Decimal, ParamError, ParamRef, Params};
 use spark_connect_retry::session::{SparkError, SparkSession};
 use spark_connect_testkit::{Fault, Rpc, TestServer};
+use tonic_retry::retrying::RecordingSleeper;
 
 fn session(server: &TestServer, resume: bool) -> SparkSession {
-    let policy = RetryPolicy::builder()
+    let policy = RetryPolicy::pyspark_builder()
         .jitter_ms(0.0)
         .max_retries(Some(6))
         .build()
@@ -22,7 +25,7 @@ fn session(server: &TestServer, resume: bool) -> SparkSession {
     SparkSession::builder()
         .remote(server.remote())
         .retrying(
-            Retrying::new(vec![policy])
+            Retrying::pyspark_with(vec![policy])
                 .with_sleeper(RecordingSleeper::new())
                 .with_seed(5),
         )

@@ -6,10 +6,13 @@
 use std::time::Duration;
 
 use arrow_array::{Array, Int64Array};
+use spark_connect_retry::policy::PySparkPolicy;
 use spark_connect_retry::policy::RetryPolicy;
-use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
+use spark_connect_retry::retrying::PySparkRetrying;
+use spark_connect_retry::retrying::Retrying;
 use spark_connect_retry::session::{SparkError, SparkSession, SparkSessionBuilder};
 use spark_connect_testkit::TestServer;
+use tonic_retry::retrying::RecordingSleeper;
 
 use crate::support::streams;
 use streams::first_error;
@@ -17,11 +20,14 @@ use streams::first_error;
 const ZONE: (&str, &str) = ("spark.sql.session.timeZone", "Asia/Kolkata");
 
 fn builder(server: &TestServer) -> SparkSessionBuilder {
-    let policy = RetryPolicy::builder().jitter_ms(0.0).build().unwrap();
+    let policy = RetryPolicy::pyspark_builder()
+        .jitter_ms(0.0)
+        .build()
+        .unwrap();
     SparkSession::builder()
         .remote(server.remote())
         .retrying(
-            Retrying::new(vec![policy])
+            Retrying::pyspark_with(vec![policy])
                 .with_sleeper(RecordingSleeper::new())
                 .with_seed(3),
         )

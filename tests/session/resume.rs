@@ -9,19 +9,22 @@ use std::sync::Arc;
 
 use arrow_array::{Array, Int64Array, RecordBatch};
 use arrow_schema::{DataType, Field, Schema};
+use spark_connect_retry::policy::PySparkPolicy;
 use spark_connect_retry::policy::RetryPolicy;
-use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
+use spark_connect_retry::retrying::PySparkRetrying;
+use spark_connect_retry::retrying::Retrying;
 use spark_connect_retry::session::{
     ArrowStream, ResultChange, SparkError, SparkSession, SparkSessionBuilder,
 };
 use spark_connect_testkit::{Fault, ResultEdit, Rpc, TestServer};
+use tonic_retry::retrying::RecordingSleeper;
 
 const QUERY: &str = "SELECT id, id*2 AS x FROM range(20000)";
 const ROWS: i64 = 20_000;
 const BATCH: i64 = 1000;
 
 fn builder(server: &TestServer, max_retries: u32) -> SparkSessionBuilder {
-    let policy = RetryPolicy::builder()
+    let policy = RetryPolicy::pyspark_builder()
         .jitter_ms(0.0)
         .max_retries(Some(max_retries))
         .build()
@@ -29,7 +32,7 @@ fn builder(server: &TestServer, max_retries: u32) -> SparkSessionBuilder {
     SparkSession::builder()
         .remote(server.remote())
         .retrying(
-            Retrying::new(vec![policy])
+            Retrying::pyspark_with(vec![policy])
                 .with_sleeper(RecordingSleeper::new())
                 .with_seed(7),
         )

@@ -12,8 +12,10 @@ use std::time::Duration;
 
 use crate::support::proxied::proxied_server;
 use crate::support::streams;
+use spark_connect_retry::policy::PySparkPolicy;
 use spark_connect_retry::policy::RetryPolicy;
 use spark_connect_retry::reattach::StreamStats;
+use spark_connect_retry::retrying::PySparkRetrying;
 use spark_connect_retry::retrying::Retrying;
 use spark_connect_retry::session::{SparkError, SparkSession};
 use streams::until_error;
@@ -53,8 +55,11 @@ fn assert_fails_after(took: Duration, err: &SparkError, stats: &StreamStats) {
 #[tokio::test(start_paused = true)]
 async fn killed_for_good_fails_after_exactly_the_policys_waits() {
     // PySpark's DefaultPolicy without its jitter: 50 ms x4 up to 60 s, 15 waits.
-    let policy = RetryPolicy::builder().jitter_ms(0.0).build().unwrap();
-    let (took, err, stats) = killed_mid_query(Retrying::new(vec![policy])).await;
+    let policy = RetryPolicy::pyspark_builder()
+        .jitter_ms(0.0)
+        .build()
+        .unwrap();
+    let (took, err, stats) = killed_mid_query(Retrying::pyspark_with(vec![policy])).await;
     assert_fails_after(took, &err, &stats);
     let waits = Duration::from_millis(608_250);
     assert!(
@@ -66,7 +71,7 @@ async fn killed_for_good_fails_after_exactly_the_policys_waits() {
 #[tokio::test(start_paused = true)]
 async fn killed_for_good_fails_after_the_default_policys_waits() {
     // With its jitter (up to 500 ms on each of the 12 waits from 2 s up).
-    let (took, err, stats) = killed_mid_query(Retrying::default().with_seed(7)).await;
+    let (took, err, stats) = killed_mid_query(Retrying::pyspark().with_seed(7)).await;
     assert_fails_after(took, &err, &stats);
     let (least, most) = (
         Duration::from_millis(608_250),

@@ -5,6 +5,7 @@
 //! clear error, and temporary views over the data read back with SQL.
 
 use crate::support::arrow_data;
+use spark_connect_retry::retrying::PySparkRetrying;
 
 use std::sync::Arc;
 
@@ -12,9 +13,10 @@ use arrow_array::{Array, Int64Array, RecordBatch};
 use arrow_data::schema;
 use arrow_schema::{DataType, Field, Schema};
 use spark_connect_retry::proto::relation::RelType;
-use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
+use spark_connect_retry::retrying::Retrying;
 use spark_connect_retry::session::{DataFrame, SparkError, SparkSession, UploadError};
 use spark_connect_testkit::{Fault, Rpc, TestServer};
+use tonic_retry::retrying::RecordingSleeper;
 
 /// Small limits, so a few hundred KiB make several chunks and groups:
 /// 64 KiB chunks, at most 3 per `AddArtifacts` stream (min with 200 KiB).
@@ -36,7 +38,7 @@ async fn session(server: &TestServer, sleeper: &RecordingSleeper) -> SparkSessio
     let spark = SparkSession::builder()
         .remote(server.remote())
         .retrying(
-            Retrying::default()
+            Retrying::pyspark()
                 .with_sleeper(sleeper.clone())
                 .with_seed(3),
         )

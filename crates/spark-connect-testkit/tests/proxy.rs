@@ -8,13 +8,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use spark_connect_testkit::{
-    AddrRole, CutMode, CutReason, CutSchedule, Direction, FaultProxy, FaultProxyError,
-};
+use spark_connect_testkit::FaultProxy;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
-use tokio::time::{Instant, timeout};
+use tokio::time::timeout;
 
 // The theme's tests, one file each: tests/proxy/*.rs.
 mod proxy {

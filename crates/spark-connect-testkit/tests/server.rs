@@ -1,14 +1,13 @@
 //! The embedded test server, exercised by a real tonic client over loopback.
 
 use std::error::Error as _;
-use std::time::{Duration, Instant};
 
-use arrow_array::{Array, Int32Array, Int64Array};
+use arrow_array::{Array, Int64Array};
 use spark_connect_retry::proto::{
     self, execute_plan_response::ResponseType,
     spark_connect_service_client::SparkConnectServiceClient,
 };
-use spark_connect_testkit::{Fault, Rpc, SparkException, TestServer};
+use spark_connect_testkit::TestServer;
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 use tonic_types::StatusExt;

@@ -2,6 +2,7 @@
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod boxed;
 mod framing;
 mod headers;
 pub mod layer;
@@ -10,8 +11,8 @@ pub mod layer;
 pub mod metrics;
 pub mod policy;
 mod recorder;
-pub mod request_error;
+mod request_error;
 pub mod retrying;
 pub mod sanitize;
-pub mod status;
+mod status;
 pub mod transport;

@@ -12,7 +12,7 @@ use http::{Request, Response};
 use tonic::Code;
 use tonic::body::Body;
 
-use crate::transport::BoxError;
+use crate::boxed::BoxError;
 
 #[cfg(feature = "otel")]
 use crate::metrics::{GrpcMetrics, body, call};

@@ -7,7 +7,7 @@
 //! error`, which names neither the limit nor the message. The original
 //! status is lost on the way.
 //!
-//! [`RequestErrorLayer`] keeps it: the request body is wrapped so that its
+//! `RequestErrorLayer` keeps it: the request body is wrapped so that its
 //! error, if any, is recorded, and when the call then fails (the response
 //! future, or the response body for a stream), the recorded status is
 //! returned instead of the reset. A call whose request body never fails is
@@ -19,9 +19,9 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body::{Body, Frame};
-use tower::{BoxError, Layer, Service};
+use tower::{Layer, Service};
 
-use crate::retrying::BoxFuture;
+use crate::boxed::{BoxError, BoxFuture};
 
 type Slot = Arc<Mutex<Option<tonic::Status>>>;
 
@@ -32,7 +32,7 @@ fn take(slot: &Slot) -> Option<tonic::Status> {
 /// Wraps a gRPC channel so that a request body's error is reported as
 /// itself (see the [module docs](self)).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct RequestErrorLayer;
+pub(crate) struct RequestErrorLayer;
 
 impl<S> Layer<S> for RequestErrorLayer {
     type Service = RequestError<S>;
@@ -41,9 +41,9 @@ impl<S> Layer<S> for RequestErrorLayer {
     }
 }
 
-/// The service [`RequestErrorLayer`] builds.
+/// The service `RequestErrorLayer` builds.
 #[derive(Debug, Clone)]
-pub struct RequestError<S> {
+pub(crate) struct RequestError<S> {
     inner: S,
 }
 

@@ -60,8 +60,8 @@ use tonic::Code;
 use tower::Layer;
 use tower::Service;
 
+use crate::boxed::BoxError;
 use crate::headers::{GRPC_MESSAGE, GRPC_STATUS, GRPC_STATUS_DETAILS as DETAILS};
-use tower::BoxError;
 
 /// The base64 engine gRPC uses for binary metadata (`-bin` keys): standard
 /// alphabet, padding optional.
@@ -74,7 +74,7 @@ pub const GRPC_BASE64: GeneralPurpose = GeneralPurpose::new(
 
 /// Replaces an undecodable `grpc-status-details-bin` with a non-retryable
 /// INTERNAL status. Returns `true` if it changed anything.
-pub fn sanitize_status_headers(headers: &mut HeaderMap) -> bool {
+pub(crate) fn sanitize_status_headers(headers: &mut HeaderMap) -> bool {
     let Some(value) = headers.get(DETAILS) else {
         return false;
     };
@@ -194,13 +194,18 @@ where
     }
 }
 
-pin_project_lite::pin_project! {
-    /// Response future of [`Sanitize`].
-    pub struct SanitizeFuture<F> {
-        #[pin]
-        inner: F,
+/// The response future, public only as [`Sanitize`]'s `Service::Future`
+/// (a private module keeps it out of the crate's paths).
+mod future {
+    pin_project_lite::pin_project! {
+        /// Response future of [`Sanitize`](super::Sanitize).
+        pub struct SanitizeFuture<F> {
+            #[pin]
+            pub(super) inner: F,
+        }
     }
 }
+use future::SanitizeFuture;
 
 impl<F, B, E> Future for SanitizeFuture<F>
 where
@@ -237,8 +242,8 @@ where
 }
 
 pin_project_lite::pin_project! {
-    /// A body whose trailers are checked by [`sanitize_status_headers`].
-    pub struct SanitizedBody<B> {
+    /// A body whose trailers are checked by `sanitize_status_headers`.
+    struct SanitizedBody<B> {
         #[pin]
         inner: B,
     }

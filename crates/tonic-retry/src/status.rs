@@ -25,7 +25,7 @@ const RETRY_INFO_URL: &str = "type.googleapis.com/google.rpc.RetryInfo";
 /// `google.rpc.Status` in place instead of decoding it into owned strings
 /// and vectors; it accepts and rejects exactly what a full decode does
 /// (checked against one by a property test).
-pub fn retry_info(status: &Status) -> Option<Duration> {
+pub(crate) fn retry_info(status: &Status) -> Option<Duration> {
     let details = status.details();
     if details.is_empty() {
         return None;

@@ -11,12 +11,11 @@ use tower::{Layer, ServiceBuilder, ServiceExt};
 use crate::request_error::RequestErrorLayer;
 use crate::sanitize::SanitizeLayer;
 
-/// A boxed error, as tonic's transport and tower use (tower's own alias).
-pub use tower::BoxError;
+pub use crate::boxed::BoxError;
 
 /// Any HTTP/2 service that can carry gRPC, boxed. Transport errors are
 /// already `tonic::Status` values (made by `Status::from_error`, which keeps
-/// the error as the status' source, so [`crate::policy::classify_failure`]
+/// the error as the status' source, so `crate::policy::classify_failure`
 /// still sees the chain).
 pub type GrpcChannel = BoxCloneSyncService<
     http::Request<tonic::body::Body>,
@@ -27,7 +26,7 @@ pub type GrpcChannel = BoxCloneSyncService<
 /// Box `service` (for example a tonic `Channel`) into a [`GrpcChannel`],
 /// guarded by [`SanitizeLayer`] against tonic's panic on malformed status
 /// details and against HTTP errors without a gRPC status (mapped as gRPC
-/// prescribes), and by [`RequestErrorLayer`] so that a request tonic cannot
+/// prescribes), and by `RequestErrorLayer` so that a request tonic cannot
 /// encode fails with its own status.
 pub fn grpc_channel<S, B>(service: S) -> GrpcChannel
 where

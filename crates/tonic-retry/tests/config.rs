@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tonic::{Code, Status};
 use tonic_retry::layer::{RetryLayer, ServiceConfig, ServiceConfigError};
+use tonic_retry::policy::Failure;
 use tonic_retry::retrying::Retrying;
 
 /// The shape of A6's own example: one service-wide entry, throttling, and
@@ -71,9 +72,9 @@ fn a_service_wide_entry_with_throttling() {
     assert_eq!(p.backoff_multiplier(), 2.0);
     assert_eq!(p.jitter_factor(), 0.2);
     assert!(!p.recognize_server_retry_delay());
-    assert!(p.can_retry(&Status::unavailable("")));
-    assert!(p.can_retry(&Status::resource_exhausted("")));
-    assert!(!p.can_retry(&Status::aborted("")));
+    assert!(p.can_retry(&Failure::new(&Status::unavailable(""))));
+    assert!(p.can_retry(&Failure::new(&Status::resource_exhausted(""))));
+    assert!(!p.can_retry(&Failure::new(&Status::aborted(""))));
     let t = config.retry_throttling().unwrap();
     assert_eq!(t.tokens(), 10.0);
 
@@ -103,7 +104,10 @@ fn per_method_entries_and_the_default() {
     assert_eq!(p.max_retries(), Some(4), "maxAttempts 9 is capped at 5");
     assert_eq!(p.initial_backoff(), Duration::from_millis(50));
     for code in [Code::Unavailable, Code::Aborted, Code::DeadlineExceeded] {
-        assert!(p.can_retry(&Status::new(code, "")), "{code:?}");
+        assert!(
+            p.can_retry(&Failure::new(&Status::new(code, ""))),
+            "{code:?}"
+        );
     }
     assert!(config.retry_throttling().is_none());
 
@@ -381,11 +385,12 @@ fn each_hedging_rule_broken_once() {
 /// attempts is a typed error.
 #[test]
 fn hedging_in_code_makes_the_method_idempotent() {
-    use tonic_retry::layer::{HedgingError, HedgingPolicy, MethodConfig};
+    use tonic_retry::layer::{HedgingPolicy, MethodConfig};
     let policy = HedgingPolicy::new(3, Duration::from_millis(5)).unwrap();
+    let e = HedgingPolicy::new(1, Duration::ZERO).unwrap_err();
     assert_eq!(
-        HedgingPolicy::new(1, Duration::ZERO),
-        Err(HedgingError::MaxAttempts(1))
+        e.to_string(),
+        "invalid hedging policy: `max_attempts` = 1 must be at least 2"
     );
     for m in [MethodConfig::non_idempotent(), MethodConfig::passthrough()] {
         let m = m.with_hedging(policy.clone());

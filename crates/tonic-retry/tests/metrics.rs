@@ -311,7 +311,9 @@ async fn the_loop_records_a_named_call_without_sizes() {
     let retrying = base(&sleeper).with_metrics(metrics(&pipeline).with_methods(["/kv.Store/Get"]));
     let mut n = 0;
     let got = retrying
-        .call_method("/kv.Store/Get", || {
+        .clone()
+        .with_method("/kv.Store/Get")
+        .call(|| {
             n += 1;
             let fail = n <= 2;
             async move {
@@ -331,9 +333,8 @@ async fn the_loop_records_a_named_call_without_sizes() {
         .await
         .unwrap();
     let _ = retrying
-        .call_method("/kv.Store/Put", || async {
-            Err::<(), _>(Status::internal("no"))
-        })
+        .with_method("/kv.Store/Put")
+        .call(|| async { Err::<(), _>(Status::internal("no")) })
         .await;
     let m = pipeline.read();
     let get = ("grpc.method", "kv.Store/Get");

@@ -63,12 +63,12 @@ proptest! {
     /// No wait exceeds max(max_backoff (or initial when unset), min(server delay, cap)) + jitter.
     #[test]
     fn waits_are_bounded(policy in arb_policy(), delays in proptest::collection::vec(proptest::option::of(0u64..2_000_000), 1..30), seed in any::<u64>()) {
-        let mut st = policy.new_state();
+        let mut waits = policy.backoff();
         let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(seed);
         let backoff_cap = policy.max_backoff().unwrap_or(policy.initial_backoff()).max(policy.initial_backoff());
         for d in delays {
             let server = d.map(Duration::from_millis);
-            let Some(wait) = policy.next_attempt(&mut st, server, &mut || rand::Rng::random::<f64>(&mut rng)) else { break };
+            let Some(wait) = waits.next(server, &mut || rand::Rng::random::<f64>(&mut rng)) else { break };
             let floor = match (policy.recognize_server_retry_delay(), server) {
                 (true, Some(s)) => policy.max_server_retry_delay().map_or(s, |c| s.min(c)),
                 _ => Duration::ZERO,
@@ -91,10 +91,10 @@ proptest! {
             .max_retries(None)
             .build()
             .unwrap();
-        let mut state = p.new_state();
+        let mut waits = p.backoff();
         let mut wait = Duration::ZERO;
         for _ in 0..n {
-            wait = p.next_attempt(&mut state, None, &mut || sample).unwrap();
+            wait = waits.next(None, &mut || sample).unwrap();
         }
         let backoff = (100.0 * 2f64.powi(n as i32 - 1)).min(1000.0);
         let ms = wait.as_millis() as f64;

@@ -41,7 +41,7 @@ impl SparkSession {
         let (result, loop_stats) = self
             .options()
             .retrying
-            .run_with_stats(|| self.upload_attempt(g, &group, &counts, sent.clone(), &rpc, &token))
+            .run(|| self.upload_attempt(g, &group, &counts, sent.clone(), &rpc, &token))
             .await;
         let group = group.into_inner().unwrap_or_else(|e| e.into_inner());
         let counts = counts.into_inner().unwrap_or_else(|e| e.into_inner());

@@ -8,13 +8,16 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use super::{Action, Event, ReattachCore};
+use crate::policy::PySparkPolicy;
 use crate::policy::RetryPolicy;
 use crate::proto::execute_plan_response::{ResponseType, ResultComplete};
 use crate::proto::{ExecutePlanRequest, ExecutePlanResponse};
 use crate::reattach::ReattachError;
-use crate::retrying::{ManualClock, Retrying};
+use crate::retrying::PySparkRetrying;
+use crate::retrying::Retrying;
 use proptest::prelude::*;
 use tonic::{Code, Status};
+use tonic_retry::retrying::ManualClock;
 use tonic_types::{ErrorDetails, StatusExt};
 
 /// What a segment does after its responses.
@@ -57,7 +60,7 @@ fn segment() -> impl Strategy<Value = Segment> {
 const SCHEDULE: [u64; 4] = [10, 20, 40, 80];
 
 fn retrying(clock: &ManualClock) -> Retrying {
-    let p = RetryPolicy::builder()
+    let p = RetryPolicy::pyspark_builder()
         .max_retries(Some(4))
         .initial_backoff_ms(10.0)
         .backoff_multiplier(2.0)
@@ -65,7 +68,7 @@ fn retrying(clock: &ManualClock) -> Retrying {
         .jitter_ms(0.0)
         .build()
         .unwrap();
-    Retrying::new(vec![p])
+    Retrying::pyspark_with(vec![p])
         .with_clock(clock.clone())
         .with_seed(1)
 }

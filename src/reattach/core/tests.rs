@@ -14,14 +14,17 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::{Action, Event, Open, ReattachCore, Release};
+use crate::policy::PySparkPolicy;
 use crate::policy::RetryPolicy;
 use crate::proto::execute_plan_response::{ResponseType, ResultComplete};
 use crate::proto::{ExecutePlanRequest, ExecutePlanResponse, ReattachExecuteRequest};
 use crate::reattach::ReattachError;
 use crate::reattach::integrity::IntegrityError;
 use crate::reattach::progress::EmptySegment;
-use crate::retrying::{ManualClock, Retrying};
+use crate::retrying::PySparkRetrying;
+use crate::retrying::Retrying;
 use tonic::{Code, Status};
+use tonic_retry::retrying::ManualClock;
 use tonic_types::{ErrorDetails, StatusExt};
 
 mod budget;
@@ -83,7 +86,7 @@ struct Counts {
 
 /// Test policy of PySpark's tests: max 3, sleeps in [10, 20] ms.
 fn test_retrying() -> Retrying {
-    let p = RetryPolicy::builder()
+    let p = RetryPolicy::pyspark_builder()
         .max_retries(Some(3))
         .initial_backoff_ms(10.0)
         .max_backoff_ms(Some(10.0))
@@ -91,7 +94,7 @@ fn test_retrying() -> Retrying {
         .min_jitter_threshold_ms(10.0)
         .build()
         .unwrap();
-    Retrying::new(vec![p]).with_seed(3)
+    Retrying::pyspark_with(vec![p]).with_seed(3)
 }
 
 fn request() -> ExecutePlanRequest {

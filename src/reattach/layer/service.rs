@@ -19,7 +19,7 @@ use super::frame::{self, RequestBody};
 use super::wire;
 use super::{EXECUTE_PLAN, REATTACH_EXECUTE, Releases};
 use crate::reattach::ReattachOptions;
-use crate::retrying::Retrying;
+use crate::retrying::{PySparkRetrying, Retrying};
 use crate::transport::{BoxError, GrpcChannel, grpc_channel};
 
 /// The largest message (a caller's ExecutePlan or ReattachExecute, a
@@ -41,7 +41,7 @@ pub struct ReattachLayer {
 impl Default for ReattachLayer {
     fn default() -> Self {
         ReattachLayer {
-            retrying: Retrying::default(),
+            retrying: Retrying::pyspark(),
             options: ReattachOptions::default(),
             releases: Releases::Own,
             max_message_size: DEFAULT_MAX_MESSAGE_SIZE,

@@ -18,11 +18,13 @@ use tonic_types::{ErrorDetails, StatusExt};
 
 use super::{Server, WORDINGS, recognise};
 use crate::error_classes::{OPERATION_NOT_FOUND, SESSION_NOT_FOUND};
+use crate::policy::PySparkPolicy;
 use crate::policy::RetryPolicy;
 use crate::proto::execute_plan_response::{ResponseType, ResultComplete};
 use crate::proto::{ExecutePlanRequest, ExecutePlanResponse};
 use crate::reattach::ReattachError;
 use crate::reattach::core::{Action, Event, Open, ReattachCore};
+use crate::retrying::PySparkRetrying;
 use crate::retrying::Retrying;
 
 /// The operation id of the captured Sail answer.
@@ -180,14 +182,14 @@ fn sail_operation_not_found_row_only_before_any_answer() {
 
 /// PySpark's `TestPolicy` shape (3 retries, 10 ms apart, no jitter), seed 3.
 fn test_retrying() -> Retrying {
-    let policy = RetryPolicy::builder()
+    let policy = RetryPolicy::pyspark_builder()
         .max_retries(Some(3))
         .initial_backoff_ms(10.0)
         .max_backoff_ms(Some(10.0))
         .jitter_ms(0.0)
         .build()
         .expect("a valid policy");
-    Retrying::new(vec![policy]).with_seed(3)
+    Retrying::pyspark_with(vec![policy]).with_seed(3)
 }
 
 fn core() -> ReattachCore {

@@ -6,8 +6,10 @@
 
 use serde::Deserialize;
 use spark_connect_retry::deps::arrow_array::{Array, Int64Array, RecordBatch};
-use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
+use spark_connect_retry::retrying::PySparkRetrying;
+use spark_connect_retry::retrying::Retrying;
 use spark_connect_retry::session::SparkSession;
+use tonic_retry::retrying::RecordingSleeper;
 
 use crate::Running;
 
@@ -58,7 +60,7 @@ async fn run(name: &str) {
     let sleeper = RecordingSleeper::new();
     let spark = SparkSession::builder()
         .remote(format!("sc://{}", server.addr))
-        .retrying(Retrying::default().with_sleeper(sleeper.clone()))
+        .retrying(Retrying::pyspark().with_sleeper(sleeper.clone()))
         .build()
         .unwrap();
     let result = match spark.sql(&expect.query).await {

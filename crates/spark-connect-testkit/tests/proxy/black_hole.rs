@@ -1,6 +1,19 @@
 //! Black holes: a silent connection, no FIN or RST, in one or both directions.
 
-use crate::*;
+use std::io::ErrorKind;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use spark_connect_testkit::CutMode;
+use spark_connect_testkit::CutReason;
+use spark_connect_testkit::CutSchedule;
+use spark_connect_testkit::Direction;
+use spark_connect_testkit::FaultProxy;
+use tokio::net::TcpStream;
+use tokio::time::timeout;
+
+use crate::{BOUND, connect, echo, echo_roundtrip, pattern, read_all, sink};
 
 /// Waits (bounded) until the proxy has recorded `cuts` cuts.
 async fn wait_for_cuts(proxy: &FaultProxy, cuts: u64) {

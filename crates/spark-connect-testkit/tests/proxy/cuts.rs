@@ -1,6 +1,18 @@
 //! Cuts: exact offsets each way, RST or FIN, refusals, seeded schedules, timed and manual cuts.
 
-use crate::*;
+use std::io::ErrorKind;
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+
+use spark_connect_testkit::CutMode;
+use spark_connect_testkit::CutReason;
+use spark_connect_testkit::CutSchedule;
+use spark_connect_testkit::Direction;
+use spark_connect_testkit::FaultProxy;
+use tokio::time::Instant;
+use tokio::time::timeout;
+
+use crate::{BOUND, connect, echo, echo_roundtrip, pattern, read_all, sink, source};
 
 #[tokio::test]
 async fn cuts_server_to_client_with_rst_at_exact_offset() {

@@ -1,6 +1,14 @@
 //! Latency and one-way delay: bytes intact and in order, each delay paid where it should be.
 
-use crate::*;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use spark_connect_testkit::Direction;
+use spark_connect_testkit::FaultProxy;
+use tokio::time::Instant;
+use tokio::time::timeout;
+
+use crate::{BOUND, connect, echo, echo_roundtrip, pattern, read_all, source};
 
 #[tokio::test(start_paused = true)]
 async fn latency_is_applied_per_chunk_each_way() {

@@ -1,6 +1,18 @@
 //! Forwarding and lifecycle: a lost first request, half-close, loopback only, unreachable upstreams, shutdown, remotes.
 
-use crate::*;
+use std::io::ErrorKind;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use spark_connect_testkit::AddrRole;
+use spark_connect_testkit::FaultProxy;
+use spark_connect_testkit::FaultProxyError;
+use tokio::net::TcpListener;
+use tokio::net::TcpStream;
+use tokio::time::timeout;
+
+use crate::{BOUND, connect, echo, echo_roundtrip, pattern, read_all, sink};
 
 #[tokio::test]
 async fn loses_first_request_before_upstream_sees_it() {

@@ -1,6 +1,20 @@
 //! Injected faults: statuses with retry info, TCP resets, lost requests, stalls, malformed details.
 
-use crate::*;
+use std::time::Duration;
+use std::time::Instant;
+use tonic_types::StatusExt;
+
+use spark_connect_retry::proto;
+use spark_connect_testkit::Fault;
+use spark_connect_testkit::Rpc;
+use spark_connect_testkit::SparkException;
+use spark_connect_testkit::TestServer;
+use tonic::Code;
+
+use crate::{
+    SESSION, assert_spark, client, column, drain, exec, range_plan, reattach, release,
+    run_to_completion, transport_source,
+};
 
 #[tokio::test]
 async fn fault_statuses_with_retry_info_and_spark_encoding() {

@@ -1,6 +1,19 @@
 //! The other RPCs: handle errors, SQL grammar, config/analyze/interrupt/release-session, session ids, auth.
 
-use crate::*;
+use std::time::Duration;
+use tonic_types::StatusExt;
+
+use arrow_array::Int32Array;
+use spark_connect_retry::proto;
+use spark_connect_retry::proto::execute_plan_response::ResponseType;
+use spark_connect_testkit::Rpc;
+use spark_connect_testkit::TestServer;
+use tonic::Code;
+
+use crate::{
+    SESSION, assert_spark, client, column, drain, exec, is_complete, range_plan, reattach,
+    sql_plan, sql_relation, transport_source,
+};
 
 #[tokio::test]
 async fn handle_errors_and_idempotent_execute() {

@@ -1,6 +1,16 @@
 //! Result streams: real Arrow rows, graceful ends, reattach, release and buffer eviction, plan helpers.
 
-use crate::*;
+use std::time::Duration;
+use tonic_types::StatusExt;
+
+use spark_connect_retry::proto;
+use spark_connect_retry::proto::execute_plan_response::ResponseType;
+use spark_connect_testkit::TestServer;
+
+use crate::{
+    SESSION, assert_spark, client, column, drain, exec, is_complete, range_plan, reattach, release,
+    run_to_completion,
+};
 
 #[tokio::test]
 async fn range_results_are_real_arrow_with_ids_and_offsets() {

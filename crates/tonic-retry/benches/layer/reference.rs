@@ -8,11 +8,11 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::future::BoxFuture;
 use http::HeaderMap;
 use http_body::Frame;
 use tonic::Status;
 use tonic::transport::Channel;
-use tonic_retry::retrying::BoxFuture;
 use tower::Service;
 use tower::retry::{Policy, Retry};
 
@@ -174,7 +174,7 @@ where
 {
     type Response = http::Response<B>;
     type Error = BoxError;
-    type Future = BoxFuture<Result<http::Response<B>, BoxError>>;
+    type Future = BoxFuture<'static, Result<http::Response<B>, BoxError>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         self.inner.poll_ready(cx)

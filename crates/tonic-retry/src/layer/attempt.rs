@@ -22,11 +22,11 @@ use tower::{Service, ServiceExt};
 use super::body::{Replay, RequestBody};
 use super::decide::Outcome;
 use super::method::ResponseKind;
+use crate::boxed::BoxError;
 use crate::framing::FrameCounter;
 use crate::headers::{GRPC_PREVIOUS_RPC_ATTEMPTS, GRPC_STATUS, GRPC_TIMEOUT, grpc_code};
 use crate::policy::Pushback;
 use crate::sanitize::{sanitize_head, sanitize_status_headers, sanitized_body};
-use crate::transport::BoxError;
 
 /// The inner services the layer drives, with their bounds named once: a
 /// tonic HTTP service whose errors, and whose response body's errors,

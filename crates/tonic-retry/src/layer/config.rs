@@ -128,7 +128,7 @@ impl ServiceConfigError {
 /// | `methodConfig[i].timeout` | a proto-JSON duration (`"1.5s"`), not negative, at most proto's 10 000 years (a deadline past the clock's range is none) |
 /// | `methodConfig[i].retryPolicy` | not together with `hedgingPolicy` |
 /// | `….maxAttempts` | required, an integer ≥ 2; more than 5 is read as 5 (A6's cap) |
-/// | `….initialBackoff`, `….maxBackoff` | required, durations > 0 and at most 365 days ([`MAX_POLICY_DURATION`](crate::policy::MAX_POLICY_DURATION)); `maxBackoff` below `initialBackoff` is a warning |
+/// | `….initialBackoff`, `….maxBackoff` | required, durations > 0 and at most 365 days; `maxBackoff` below `initialBackoff` is a warning |
 /// | `….backoffMultiplier` | required, a number > 0 |
 /// | `….retryableStatusCodes` | required, non-empty; names (`"UNAVAILABLE"`) or numbers (`14`), not OK |
 /// | `methodConfig[i].hedgingPolicy.maxAttempts` | required, an integer ≥ 2; more than 5 is read as 5 (A6's cap) |
@@ -559,12 +559,12 @@ fn throttling(
     let max_tokens: u32 = required(obj, path, "maxTokens", "an integer")?;
     let ratio: f64 = required(obj, path, "tokenRatio", "a number")?;
     RetryThrottle::new(max_tokens, ratio).map_err(|e| {
-        let key = if e.field == "max_tokens" {
+        let key = if e.field() == "max_tokens" {
             "maxTokens"
         } else {
             "tokenRatio"
         };
-        invalid(&format!("{path}.{key}"), &obj[key], e.reason)
+        invalid(&format!("{path}.{key}"), &obj[key], e.reason())
     })
 }
 

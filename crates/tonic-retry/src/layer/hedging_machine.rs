@@ -17,7 +17,7 @@
 //! | 1 | an attempt succeeded, or its response was committed (a stream's first message) | commit it, cancel the others; the token bucket gets `token_ratio` back (`done`) |
 //! | 2 | an attempt timed out at the call's deadline | fail with DEADLINE_EXCEEDED, cancel the others (`deadline`) |
 //! | 3 | an attempt failed with a status not in `nonFatalStatusCodes` (a timeout of its own counts as UNAVAILABLE) | commit it, cancel the others (`not_retryable`) |
-//! | 4 | a non-fatal failure | takes a token; pushback negative or garbled stops hedging (`pushback_stop`), positive sets the next hedge that long after now (at most 10 minutes, [`DEFAULT_MAX_SERVER_RETRY_DELAY`]), none sends it at once |
+//! | 4 | a non-fatal failure | takes a token; pushback negative or garbled stops hedging (`pushback_stop`), positive sets the next hedge that long after now (at most 10 minutes, 10 minutes), none sends it at once |
 //! | 5 | the first attempt | at once |
 //! | 6 | `maxAttempts` started | no more hedges (`exhausted` once all failed) |
 //! | 7 | a hedge would start at or past the deadline (the first attempt always starts, as an unhedged call's does) | no more hedges (`deadline`) |
@@ -234,7 +234,6 @@ impl Hedge {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layer::HedgingError;
     use http::uri::PathAndQuery;
     use tonic::Status;
 
@@ -428,7 +427,10 @@ mod tests {
 
     #[test]
     fn policy_rules() {
-        assert_eq!(HedgingPolicy::new(0, MS), Err(HedgingError::MaxAttempts(0)));
+        assert_eq!(
+            HedgingPolicy::new(0, MS).unwrap_err().field(),
+            "max_attempts"
+        );
         assert_eq!(HedgingPolicy::new(2, MS).unwrap().max_attempts(), 2);
         assert_eq!(HedgingPolicy::new(u32::MAX, MS).unwrap().max_attempts(), 5);
         let huge = HedgingPolicy::new(2, Duration::MAX).unwrap();

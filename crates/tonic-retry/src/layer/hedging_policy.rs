@@ -8,31 +8,26 @@ use std::time::Duration;
 
 use tonic::Code;
 
-/// A6's cap on `maxAttempts`: more is read as 5.
-pub const MAX_HEDGED_ATTEMPTS: u32 = 5;
+use crate::policy::InvalidPolicy;
 
-/// A hedging setting that cannot be used.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum HedgingError {
-    /// `max_attempts` below 2: there would be no hedge.
-    #[error("hedging max_attempts = {0} must be at least 2")]
-    MaxAttempts(u32),
-}
+/// A6's cap on `maxAttempts`: more is read as 5.
+pub(crate) const MAX_HEDGED_ATTEMPTS: u32 = 5;
 
 /// A gRFC A6 `hedgingPolicy`: up to `max_attempts` copies of a call,
 /// `delay` apart, the first answer wins.
 ///
 /// ```
 /// use std::time::Duration;
-/// use tonic_retry::layer::{HedgingError, HedgingPolicy};
+/// use tonic_retry::layer::HedgingPolicy;
+/// use tonic_retry::policy::InvalidPolicy;
 /// use tonic::Code;
 ///
 /// let p = HedgingPolicy::new(9, Duration::from_millis(5))?.non_fatal([Code::Unavailable]);
 /// assert_eq!(p.max_attempts(), 5, "A6's cap");
 /// assert!(p.is_non_fatal(Code::Unavailable) && !p.is_non_fatal(Code::Internal));
-/// assert_eq!(HedgingPolicy::new(1, Duration::ZERO).unwrap_err(), HedgingError::MaxAttempts(1));
-/// # Ok::<(), HedgingError>(())
+/// let e = HedgingPolicy::new(1, Duration::ZERO).unwrap_err();
+/// assert_eq!((e.field(), e.value()), ("max_attempts", 1.0));
+/// # Ok::<(), InvalidPolicy>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HedgingPolicy {
@@ -45,9 +40,14 @@ impl HedgingPolicy {
     /// At most `max_attempts` attempts (at least 2; more than 5 is read as
     /// 5), a new one every `delay` (zero: all at once) while none has
     /// answered. No status is non-fatal until [`non_fatal`](Self::non_fatal).
-    pub fn new(max_attempts: u32, delay: Duration) -> Result<Self, HedgingError> {
+    pub fn new(max_attempts: u32, delay: Duration) -> Result<Self, InvalidPolicy> {
         if max_attempts < 2 {
-            return Err(HedgingError::MaxAttempts(max_attempts));
+            return Err(InvalidPolicy::of(
+                "hedging policy",
+                "max_attempts",
+                f64::from(max_attempts),
+                "must be at least 2",
+            ));
         }
         Ok(HedgingPolicy {
             max_attempts: max_attempts.min(MAX_HEDGED_ATTEMPTS),

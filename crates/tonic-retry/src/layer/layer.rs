@@ -14,9 +14,9 @@ use crate::recorder::Meters;
 use crate::retrying::Retrying;
 
 /// Default cap on a request body kept for replay: 1 MiB per call (grpc-java's per-RPC figure).
-pub const DEFAULT_MAX_REQUEST_BUFFER: usize = 1 << 20;
+pub(crate) const DEFAULT_MAX_REQUEST_BUFFER: usize = 1 << 20;
 /// Default cap on a unary response body buffered to read its status: 4 MiB.
-pub const DEFAULT_MAX_RESPONSE_BUFFER: usize = 4 << 20;
+pub(crate) const DEFAULT_MAX_RESPONSE_BUFFER: usize = 4 << 20;
 
 /// A tower layer that retries gRPC calls; see the [module docs](super).
 ///
@@ -134,7 +134,7 @@ impl RetryLayer {
     ///     .per_attempt_timeout(Duration::from_secs(1));
     /// assert_eq!(layer.method_config(path).hedging(), Some(&policy));
     /// assert!(layer.method_config(path).is_idempotent());
-    /// # Ok::<(), tonic_retry::layer::HedgingError>(())
+    /// # Ok::<(), tonic_retry::policy::InvalidPolicy>(())
     /// ```
     pub fn hedge(self, path: impl Into<String>, policy: HedgingPolicy) -> Self {
         let path = path.into();

@@ -127,7 +127,7 @@
 //! | 1 | an attempt succeeded, or its response was committed (a stream's first message) | commit it, cancel the others; the token bucket gets `token_ratio` back (`done`) |
 //! | 2 | an attempt timed out at the call's deadline | fail with DEADLINE_EXCEEDED, cancel the others (`deadline`) |
 //! | 3 | an attempt failed with a status not in `nonFatalStatusCodes` (a timeout of its own counts as UNAVAILABLE) | commit it, cancel the others (`not_retryable`) |
-//! | 4 | a non-fatal failure | takes a token; pushback negative or garbled stops hedging (`pushback_stop`), positive sets the next hedge that long after now (at most 10 minutes, [`DEFAULT_MAX_SERVER_RETRY_DELAY`](crate::policy::DEFAULT_MAX_SERVER_RETRY_DELAY)), none sends it at once |
+//! | 4 | a non-fatal failure | takes a token; pushback negative or garbled stops hedging (`pushback_stop`), positive sets the next hedge that long after now (at most the policy's `max_server_retry_delay`, 10 minutes by default), none sends it at once |
 //! | 5 | the first attempt | at once |
 //! | 6 | `maxAttempts` started | no more hedges (`exhausted` once all failed) |
 //! | 7 | a hedge would start at or past the deadline (the first attempt always starts, as an unhedged call's does) | no more hedges (`deadline`) |
@@ -180,9 +180,9 @@ mod throttle;
 
 pub use call::{CallOptions, CallStats, CallStatsHandle};
 pub use config::{ConfigWarning, MethodEntry, MethodName, ServiceConfig, ServiceConfigError};
-pub use hedging_policy::{HedgingError, HedgingPolicy, MAX_HEDGED_ATTEMPTS};
-pub use layer::{DEFAULT_MAX_REQUEST_BUFFER, DEFAULT_MAX_RESPONSE_BUFFER, RetryLayer};
+pub use hedging_policy::HedgingPolicy;
+pub use layer::RetryLayer;
 pub use method::{MethodConfig, ResponseKind};
 pub use service::RetryService;
 pub use stats::{RetryStats, RetryStatsHandle};
-pub use throttle::{InvalidThrottle, MAX_TOKENS_LIMIT, RetryThrottle};
+pub use throttle::RetryThrottle;

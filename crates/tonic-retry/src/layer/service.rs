@@ -29,10 +29,10 @@ use super::hedging_policy::HedgingPolicy;
 use super::method::MethodConfig;
 use super::stats::{RetryStats, RetryStatsHandle};
 use super::throttle::RetryThrottle;
+use crate::boxed::{BoxError, BoxFuture};
 use crate::recorder::{CallRecorder, Meters};
-use crate::retrying::{BoxFuture, Retrying};
+use crate::retrying::Retrying;
 use crate::sanitize::{sanitize_response, sanitized_body};
-use crate::transport::BoxError;
 
 /// Everything a [`RetryService`] shares with its clones.
 #[derive(Debug, Clone)]

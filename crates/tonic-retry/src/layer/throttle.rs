@@ -8,21 +8,10 @@
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// A6's bound on `maxTokens`.
-pub const MAX_TOKENS_LIMIT: u32 = 1000;
+use crate::policy::InvalidPolicy;
 
-/// A [`RetryThrottle`] setting out of A6's range.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("invalid retry throttling: `{field}` = {value} {reason}")]
-#[non_exhaustive]
-pub struct InvalidThrottle {
-    /// The field: `max_tokens` or `token_ratio`.
-    pub field: &'static str,
-    /// The rejected value.
-    pub value: f64,
-    /// What is wrong with it.
-    pub reason: &'static str,
-}
+/// A6's bound on `maxTokens`.
+pub(crate) const MAX_TOKENS_LIMIT: u32 = 1000;
 
 /// gRFC A6 retry throttling: a token bucket shared by every clone of a service.
 ///
@@ -43,7 +32,7 @@ pub struct InvalidThrottle {
 /// assert!(!t.allows_retry(), "5 tokens is not more than 10 / 2");
 /// t.on_success();
 /// assert!(t.allows_retry());
-/// assert_eq!(RetryThrottle::new(0, 0.1).unwrap_err().field, "max_tokens");
+/// assert_eq!(RetryThrottle::new(0, 0.1).unwrap_err().field(), "max_tokens");
 /// ```
 pub struct RetryThrottle {
     /// Current tokens, in thousandths.
@@ -66,14 +55,15 @@ impl RetryThrottle {
     /// A full bucket. A6's limits: `max_tokens` in `1..=1000`, and
     /// `token_ratio` finite and at least 0.001 (it is kept to three
     /// decimals, so a smaller ratio would never refill the bucket). Anything
-    /// else is an [`InvalidThrottle`] naming the field.
-    pub fn new(max_tokens: u32, token_ratio: f64) -> Result<Self, InvalidThrottle> {
+    /// else is an [`InvalidPolicy`] naming the field.
+    pub fn new(max_tokens: u32, token_ratio: f64) -> Result<Self, InvalidPolicy> {
         if !(1..=MAX_TOKENS_LIMIT).contains(&max_tokens) {
-            return Err(InvalidThrottle {
-                field: "max_tokens",
-                value: f64::from(max_tokens),
-                reason: "must be in 1..=1000",
-            });
+            return Err(InvalidPolicy::of(
+                "retry throttling",
+                "max_tokens",
+                f64::from(max_tokens),
+                "must be in 1..=1000",
+            ));
         }
         let reason = if !token_ratio.is_finite() {
             Some("is not finite")
@@ -83,11 +73,12 @@ impl RetryThrottle {
             None
         };
         if let Some(reason) = reason {
-            return Err(InvalidThrottle {
-                field: "token_ratio",
-                value: token_ratio,
+            return Err(InvalidPolicy::of(
+                "retry throttling",
+                "token_ratio",
+                token_ratio,
                 reason,
-            });
+            ));
         }
         let max_milli = u64::from(max_tokens) * 1000;
         Ok(RetryThrottle {
@@ -193,7 +184,7 @@ mod tests {
             (10, f64::INFINITY, "token_ratio"),
         ] {
             let e = RetryThrottle::new(max, ratio).unwrap_err();
-            assert_eq!(e.field, field, "{max} {ratio}");
+            assert_eq!(e.field(), field, "{max} {ratio}");
             assert!(e.to_string().contains(field), "{e}");
         }
         let t = RetryThrottle::new(1000, 1e300).unwrap();

@@ -19,9 +19,9 @@ use tonic::body::Body;
 use tonic::{Code, Status};
 
 use super::call::{Attempt, Call};
+use crate::boxed::BoxError;
 use crate::framing::FrameCounter;
 use crate::headers::grpc_code;
-use crate::transport::BoxError;
 
 /// A request body whose message bytes are added to `sent` as they go.
 pub(crate) struct CountedRequest {

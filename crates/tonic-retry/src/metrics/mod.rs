@@ -9,7 +9,7 @@
 //! ([`RetryLayer::metrics`](crate::layer::RetryLayer::metrics)) and from
 //! the [`Retrying`](crate::retrying::Retrying) loop
 //! ([`Retrying::with_metrics`](crate::retrying::Retrying::with_metrics),
-//! then [`Retrying::call_method`](crate::retrying::Retrying::call_method)).
+//! and [`Retrying::with_method`](crate::retrying::Retrying::with_method)).
 //! The nine instruments, their units, labels and when each is recorded are
 //! in the [crate docs](crate#metrics-feature-otel).
 //!
@@ -24,7 +24,7 @@
 //! A client that names methods at run time could create a label set per
 //! name. A method is recorded under its name (`package.Service/Method`,
 //! A66's form) only if it is *registered*; every other method is
-//! recorded as `other` ([`OTHER`]), as grpc-java does. Registered are:
+//! recorded as `other`, as grpc-java does. Registered are:
 //! the paths given to [`GrpcMetrics::with_methods`]; and, for a layer, the
 //! methods it has settings for: each path given to
 //! [`RetryLayer::method`](crate::layer::RetryLayer::method) or
@@ -75,7 +75,7 @@ pub(crate) mod call;
 
 /// The label value of methods that are not registered (and of the target
 /// when none is set).
-pub const OTHER: &str = "other";
+pub(crate) const OTHER: &str = "other";
 
 /// gRFC A66's latency buckets, in seconds.
 const LATENCY_BUCKETS: [f64; 41] = [
@@ -344,7 +344,7 @@ impl GrpcMetrics {
 
     /// The `grpc.method` value calls to `path` are recorded under: the
     /// method's name without its leading `/` if it is registered, else
-    /// [`OTHER`].
+    /// `"other"`.
     pub fn method_label(&self, path: &str) -> String {
         self.label(path).as_str().to_owned()
     }

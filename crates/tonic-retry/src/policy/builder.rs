@@ -16,10 +16,11 @@ use super::{Classifier, MAX_POLICY_MS, RetryPolicy};
 /// `max_server_retry_delay`): 365 days. Longer is no retry policy but a
 /// typo, and anything up to it converts to a [`Duration`], adds to any
 /// clock reading and sums over `u32::MAX` waits without overflow.
-pub const MAX_POLICY_DURATION: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+#[cfg(test)]
+pub(crate) const MAX_POLICY_DURATION: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 
 /// A duration in (fractional) milliseconds, saturating: `Duration::MAX` is
-/// far above [`MAX_POLICY_DURATION`] and is rejected as such.
+/// far above the 365-day maximum and is rejected as such.
 fn duration_ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
@@ -29,23 +30,43 @@ impl RetryPolicy {
     ///
     /// A policy built without [`name`](RetryPolicyBuilder::name) keeps the
     /// default's name only if nothing was changed; a changed classifier or
-    /// number makes it [`CUSTOM_POLICY_NAME`] (`"custom"`), so logs never
+    /// number makes it `"custom"`, so logs never
     /// present a custom policy as the default.
     pub fn builder() -> RetryPolicyBuilder {
         RetryPolicyBuilder::starting_from(RetryPolicy::default)
     }
 }
 
-/// A policy parameter failed validation.
+/// A setting out of range: a retry policy's parameter, a hedging policy's
+/// (`max_attempts`) or retry throttling's (`max_tokens`, `token_ratio`).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("invalid retry policy: `{field}` = {value} {reason}")]
+#[error("invalid {setting}: `{field}` = {value} {reason}")]
 pub struct InvalidPolicy {
+    setting: &'static str,
     field: &'static str,
     value: f64,
     reason: &'static str,
 }
 
 impl InvalidPolicy {
+    /// A retry policy's `field` is `value`, which `reason` rules out.
+    pub(crate) fn retry(field: &'static str, value: f64, reason: &'static str) -> Self {
+        Self::of("retry policy", field, value, reason)
+    }
+    /// `setting`'s `field` is `value`, which `reason` rules out.
+    pub(crate) fn of(
+        setting: &'static str,
+        field: &'static str,
+        value: f64,
+        reason: &'static str,
+    ) -> Self {
+        InvalidPolicy {
+            setting,
+            field,
+            value,
+            reason,
+        }
+    }
     /// The name of the offending field, e.g. `"backoff_multiplier"`.
     pub fn field(&self) -> &'static str {
         self.field
@@ -63,7 +84,7 @@ impl InvalidPolicy {
 /// Builds a validated [`RetryPolicy`].
 ///
 /// Millisecond setters (`*_ms`) take `f64` (fractional milliseconds); negative, NaN or infinite values, and durations longer than
-/// [`MAX_POLICY_DURATION`] (365 days), make [`build`](Self::build) fail with
+/// 365 days, make [`build`](Self::build) fail with
 /// an [`InvalidPolicy`] naming the field. A built policy's getters and its
 /// arithmetic therefore never panic.
 ///
@@ -89,12 +110,12 @@ pub struct RetryPolicyBuilder {
 /// The name of a policy built with a changed classifier or changed
 /// numbers but no [`name`](RetryPolicyBuilder::name): logs never call a
 /// custom policy `DefaultPolicy`.
-pub const CUSTOM_POLICY_NAME: &str = "custom";
+pub(crate) const CUSTOM_POLICY_NAME: &str = "custom";
 
 impl RetryPolicyBuilder {
     /// A builder starting from `origin()`, for a crate with defaults of its
     /// own: the built policy keeps `origin()`'s name while nothing is
-    /// changed, and is [`CUSTOM_POLICY_NAME`] once something is (unless
+    /// changed, and is `"custom"` once something is (unless
     /// [`name`](Self::name) is set).
     ///
     /// ```
@@ -146,11 +167,7 @@ impl RetryPolicyBuilder {
         match reason {
             Some(reason) => {
                 if self.error.is_none() {
-                    self.error = Some(InvalidPolicy {
-                        field,
-                        value,
-                        reason,
-                    });
+                    self.error = Some(InvalidPolicy::retry(field, value, reason));
                 }
                 false
             }
@@ -263,11 +280,11 @@ impl RetryPolicyBuilder {
         if self.check("proportional_jitter", factor, true, false) {
             if factor > 1.0 {
                 if self.error.is_none() {
-                    self.error = Some(InvalidPolicy {
-                        field: "proportional_jitter",
-                        value: factor,
-                        reason: "must be at most 1",
-                    });
+                    self.error = Some(InvalidPolicy::retry(
+                        "proportional_jitter",
+                        factor,
+                        "must be at most 1",
+                    ));
                 }
             } else {
                 self.policy.jitter_factor = factor;
@@ -280,7 +297,7 @@ impl RetryPolicyBuilder {
     ///
     /// Without a [`name`](Self::name), a policy whose classifier was set or
     /// whose numbers differ from the builder's start is named
-    /// [`CUSTOM_POLICY_NAME`].
+    /// `"custom"`.
     pub fn build(mut self) -> Result<RetryPolicy, InvalidPolicy> {
         if let Some(e) = self.error {
             return Err(e);
@@ -363,9 +380,9 @@ mod tests {
         assert_eq!(p.jitter(), MAX_POLICY_DURATION);
         assert_eq!(p.min_jitter_threshold(), MAX_POLICY_DURATION);
         assert_eq!(p.max_server_retry_delay(), Some(MAX_POLICY_DURATION));
-        let mut st = p.new_state();
+        let mut waits = p.backoff();
         for _ in 0..15 {
-            let w = p.next_attempt(&mut st, Some(Duration::MAX), &mut || 0.999);
+            let w = waits.next(Some(Duration::MAX), &mut || 0.999);
             assert!(w.is_some_and(|w| w <= MAX_POLICY_DURATION * 2), "{w:?}");
         }
     }

@@ -7,7 +7,7 @@
 //! their clients retry them. tonic 0.14 reports the same events under other
 //! codes, mostly `Unknown`, and only [`tonic::Status::source`] tells them
 //! apart from a status the server sent (server statuses never carry a
-//! source). [`classify_failure`] walks the source chain and stops at the
+//! source). `classify_failure` walks the source chain and stops at the
 //! first match:
 //!
 //! | first match in `source()` chain | [`FailureKind`] | grpc-core sees | retried by [`DefaultClassifier`] |
@@ -36,25 +36,20 @@
 use std::collections::HashSet;
 use std::fmt;
 
-use tonic::{Code, Status};
+use tonic::Code;
 
 use super::Failure;
-use super::failure::{FailureKind, classify_failure};
+use super::failure::FailureKind;
 
 /// Decides whether a policy may retry an error.
 ///
 /// Implement it for custom policies; closures work through [`FnClassifier`].
 pub trait Classifier: Send + Sync + fmt::Debug {
-    /// `true` if the error is retryable under this classifier.
-    fn can_retry(&self, status: &Status) -> bool;
-
-    /// `true` if the failure is retryable: the drivers ask this, with the
-    /// failure classified once. The default asks [`can_retry`](Self::can_retry);
-    /// classifiers that read the [`FailureKind`] or the `RetryInfo` take
-    /// them from `failure` instead of computing them again.
-    fn can_retry_failure(&self, failure: &Failure<'_>) -> bool {
-        self.can_retry(failure.status())
-    }
+    /// `true` if the failure is retryable under this classifier. The
+    /// failure is classified once, by the driver: read its
+    /// [`kind`](Failure::kind), [`retry_info`](Failure::retry_info) and
+    /// [`status`](Failure::status) rather than computing them again.
+    fn can_retry(&self, failure: &Failure<'_>) -> bool;
 }
 
 /// The default classification, from Google's AIP-194 and gRFC A6,
@@ -77,8 +72,8 @@ pub struct DefaultClassifier;
 
 impl DefaultClassifier {
     /// Whether the default rules retry `failure` (what
-    /// [`Classifier::can_retry_failure`] answers), for a classifier that
-    /// extends them.
+    /// [`Classifier::can_retry`] answers), for a classifier that extends
+    /// them.
     pub fn accepts(failure: &Failure<'_>) -> bool {
         match failure.kind() {
             FailureKind::Unprocessed | FailureKind::MaybeProcessed => true,
@@ -91,21 +86,16 @@ impl DefaultClassifier {
 }
 
 impl Classifier for DefaultClassifier {
-    fn can_retry(&self, status: &Status) -> bool {
-        Self::accepts(&Failure::new(status))
-    }
-
-    fn can_retry_failure(&self, failure: &Failure<'_>) -> bool {
+    fn can_retry(&self, failure: &Failure<'_>) -> bool {
         Self::accepts(failure)
     }
 }
 
-/// Retries a fixed set of codes (server-sent or not), plus transport failures
-/// when [`with_transport`](Self::with_transport) is set.
+/// Retries a fixed set of codes (server-sent or not): a service config's
+/// `retryableStatusCodes`.
 #[derive(Debug, Clone)]
-pub struct CodeClassifier {
+pub(crate) struct CodeClassifier {
     codes: HashSet<i32>,
-    transport: bool,
 }
 
 impl CodeClassifier {
@@ -113,25 +103,13 @@ impl CodeClassifier {
     pub fn new(codes: impl IntoIterator<Item = Code>) -> Self {
         CodeClassifier {
             codes: codes.into_iter().map(|c| c as i32).collect(),
-            transport: false,
         }
-    }
-    /// Also retry transport failures ([`FailureKind::is_transport`]), whatever code tonic gave them.
-    pub fn with_transport(mut self, yes: bool) -> Self {
-        self.transport = yes;
-        self
     }
 }
 
 impl Classifier for CodeClassifier {
-    fn can_retry(&self, status: &Status) -> bool {
-        self.codes.contains(&(status.code() as i32))
-            || (self.transport && classify_failure(status).is_transport())
-    }
-
-    fn can_retry_failure(&self, failure: &Failure<'_>) -> bool {
+    fn can_retry(&self, failure: &Failure<'_>) -> bool {
         self.codes.contains(&(failure.code() as i32))
-            || (self.transport && failure.kind().is_transport())
     }
 }
 
@@ -143,7 +121,7 @@ pub struct FnClassifier<F> {
 
 impl<F> FnClassifier<F>
 where
-    F: Fn(&Status) -> bool + Send + Sync,
+    F: Fn(&Failure<'_>) -> bool + Send + Sync,
 {
     /// Wrap `f`; `name` shows in `Debug`.
     pub fn new(name: &'static str, f: F) -> Self {
@@ -159,18 +137,24 @@ impl<F> fmt::Debug for FnClassifier<F> {
 
 impl<F> Classifier for FnClassifier<F>
 where
-    F: Fn(&Status) -> bool + Send + Sync,
+    F: Fn(&Failure<'_>) -> bool + Send + Sync,
 {
-    fn can_retry(&self, status: &Status) -> bool {
-        (self.f)(status)
+    fn can_retry(&self, failure: &Failure<'_>) -> bool {
+        (self.f)(failure)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::failure::classify_failure;
     use std::time::Duration;
+    use tonic::Status;
     use tonic_types::{ErrorDetails, StatusExt};
+
+    fn can(c: &dyn Classifier, s: &Status) -> bool {
+        c.can_retry(&Failure::new(s))
+    }
 
     fn with_retry_info(code: Code, d: Duration) -> Status {
         Status::with_error_details(code, "x", ErrorDetails::with_retry_info(Some(d)))
@@ -179,8 +163,8 @@ mod tests {
     #[test]
     fn default_rules_on_server_statuses() {
         let c = DefaultClassifier;
-        assert!(c.can_retry(&Status::unavailable("anything")));
-        assert!(!c.can_retry(&Status::internal("Fatal")));
+        assert!(can(&c, &Status::unavailable("anything")));
+        assert!(!can(&c, &Status::internal("Fatal")));
         for code in [
             Code::DeadlineExceeded,
             Code::Aborted,
@@ -190,14 +174,17 @@ mod tests {
             Code::Unknown,
             Code::Cancelled,
         ] {
-            assert!(!c.can_retry(&Status::new(code, "no")), "{code:?}");
+            assert!(!can(&c, &Status::new(code, "no")), "{code:?}");
         }
         // RetryInfo makes any code retryable, even with a zero delay.
-        assert!(c.can_retry(&with_retry_info(Code::Unimplemented, Duration::ZERO)));
-        assert!(c.can_retry(&with_retry_info(
-            Code::InvalidArgument,
-            Duration::from_millis(5)
-        )));
+        assert!(can(
+            &c,
+            &with_retry_info(Code::Unimplemented, Duration::ZERO)
+        ));
+        assert!(can(
+            &c,
+            &with_retry_info(Code::InvalidArgument, Duration::from_millis(5))
+        ));
     }
 
     #[test]
@@ -208,7 +195,7 @@ mod tests {
             bytes::Bytes::from_static(b"\xff\xff\xff garbage"),
         );
         assert_eq!(crate::status::retry_info(&s), None);
-        assert!(!DefaultClassifier.can_retry(&s));
+        assert!(!can(&DefaultClassifier, &s));
     }
 
     #[test]
@@ -217,13 +204,13 @@ mod tests {
             "protocol error: missing grpc-status trailer, stream was terminated without a final status",
         );
         assert_eq!(classify_failure(&s), FailureKind::Ambiguous);
-        assert!(!DefaultClassifier.can_retry(&s));
+        assert!(!can(&DefaultClassifier, &s));
     }
 
     #[test]
     fn code_classifier() {
         let c = CodeClassifier::new([Code::Aborted]);
-        assert!(c.can_retry(&Status::aborted("a")));
-        assert!(!c.can_retry(&Status::unavailable("u")));
+        assert!(can(&c, &Status::aborted("a")));
+        assert!(!can(&c, &Status::unavailable("u")));
     }
 }

@@ -19,7 +19,7 @@ use crate::headers::GRPC_RETRY_PUSHBACK_MS;
 
 /// `grpc-retry-pushback-ms`, parsed per gRFC A6.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pushback {
+pub(crate) enum Pushback {
     /// Retry after exactly this long (capped by the policy's
     /// [`max_server_retry_delay`](super::RetryPolicy::max_server_retry_delay)).
     After(Duration),
@@ -72,7 +72,7 @@ impl<'a> Failure<'a> {
     }
 
     /// The server's `grpc-retry-pushback-ms`, read from the attempt's response.
-    pub fn with_pushback(mut self, pushback: Option<Pushback>) -> Self {
+    pub(crate) fn with_pushback(mut self, pushback: Option<Pushback>) -> Self {
         self.pushback = pushback;
         self
     }
@@ -105,7 +105,7 @@ impl<'a> Failure<'a> {
         self.retry_info
     }
     /// The pushback, if the response carried one.
-    pub fn pushback(&self) -> Option<Pushback> {
+    pub(crate) fn pushback(&self) -> Option<Pushback> {
         self.pushback
     }
     /// A deadline: DEADLINE_EXCEEDED from the server, or the client's own
@@ -150,7 +150,7 @@ const MISSING_TRAILER_PREFIX: &str = "protocol error: missing grpc-status traile
 const TRUNCATED_MESSAGE: &str = "Unexpected EOF decoding stream.";
 
 /// Classify `status` by its source chain; see the module docs for the table.
-pub fn classify_failure(status: &Status) -> FailureKind {
+pub(crate) fn classify_failure(status: &Status) -> FailureKind {
     let Some(source) = status.source() else {
         if status.code() == Code::Unknown && status.message().starts_with(MISSING_TRAILER_PREFIX) {
             return FailureKind::Ambiguous;

@@ -30,7 +30,7 @@
 //! | `backoff_multiplier` | 2 | A6 / gRPC retry guide example |
 //! | jitter | proportional, ×U(0.8, 1.2) | A6, 2024 revision |
 //! | `recognize_server_retry_delay` | true (`google.rpc.RetryInfo` is a floor) | AIP-194 |
-//! | `max_server_retry_delay` | 10 min ([`DEFAULT_MAX_SERVER_RETRY_DELAY`]) | a bound on what a server may ask |
+//! | `max_server_retry_delay` | 10 min | a bound on what a server may ask |
 //!
 //! Without jitter the waits are 100, 200, 400 and 800 ms: 1.5 s over 5
 //! attempts, so a dead server is reported within seconds. Set your own
@@ -46,12 +46,12 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use tonic_retry::policy::{RetryPolicy, CodeClassifier};
+//! use tonic_retry::policy::{FnClassifier, RetryPolicy};
 //!
 //! // A policy that only retries ABORTED, 3 times, 10 ms apart.
 //! let policy = RetryPolicy::builder()
 //!     .name("aborted")
-//!     .classifier(CodeClassifier::new([tonic::Code::Aborted]))
+//!     .classifier(FnClassifier::new("aborted", |f| f.code() == tonic::Code::Aborted))
 //!     .max_retries(Some(3))
 //!     .initial_backoff(Duration::from_millis(10))
 //!     .max_backoff(None)
@@ -60,14 +60,16 @@
 //! assert_eq!(policy.max_retries(), Some(3));
 //! ```
 
+mod backoff;
 mod builder;
 mod classify;
 mod failure;
 mod state;
 
-pub use failure::{Failure, FailureKind, Pushback, classify_failure};
+pub(crate) use failure::Pushback;
+pub use failure::{Failure, FailureKind};
 
-/// [`MAX_POLICY_DURATION`] in milliseconds.
+/// The 365-day maximum of a policy duration, in milliseconds.
 const MAX_POLICY_MS: f64 = 365.0 * 24.0 * 60.0 * 60.0 * 1000.0;
 
 fn ms_to_duration(ms: f64) -> Duration {
@@ -75,10 +77,14 @@ fn ms_to_duration(ms: f64) -> Duration {
     // value can make `from_secs_f64` panic.
     Duration::from_secs_f64(ms.clamp(0.0, MAX_POLICY_MS) / 1000.0)
 }
-pub use builder::{CUSTOM_POLICY_NAME, InvalidPolicy, MAX_POLICY_DURATION, RetryPolicyBuilder};
+#[cfg(test)]
+pub(crate) use builder::MAX_POLICY_DURATION;
+pub use builder::{InvalidPolicy, RetryPolicyBuilder};
 
-pub use classify::{Classifier, CodeClassifier, DefaultClassifier, FnClassifier};
-pub use state::{GiveUpReason, PolicyState, RetryDecision, RetryReason, RetryState};
+pub use backoff::Backoff;
+pub(crate) use classify::CodeClassifier;
+pub use classify::{Classifier, DefaultClassifier, FnClassifier};
+pub use state::{GiveUpReason, RetryDecision, RetryReason, RetryState};
 
 use std::fmt;
 use std::sync::Arc;
@@ -87,14 +93,14 @@ use std::time::Duration;
 /// The default cap on the delay a server may ask for (`google.rpc.RetryInfo`
 /// or `grpc-retry-pushback-ms`): 10 minutes, the default
 /// [`max_server_retry_delay`](RetryPolicy::max_server_retry_delay).
-pub const DEFAULT_MAX_SERVER_RETRY_DELAY: Duration = Duration::from_secs(600);
+pub(crate) const DEFAULT_MAX_SERVER_RETRY_DELAY: Duration = Duration::from_secs(600);
 
 /// A retry policy: a classifier, a retry budget and a backoff schedule.
 ///
 /// Build one with [`RetryPolicy::builder`]; [`RetryPolicy::default`] is
 /// the gRPC default of the [module docs](self). Cloning is cheap. A policy holds no
-/// mutable state: each retry loop keeps its own [`PolicyState`], so budgets
-/// never carry over between calls.
+/// mutable state: each retry loop keeps its own state ([`RetryState`],
+/// [`Backoff`]), so budgets never carry over between calls.
 #[derive(Clone)]
 pub struct RetryPolicy {
     name: Arc<str>,
@@ -170,7 +176,7 @@ impl RetryPolicy {
 
     /// The policy's name (used in logs only): the builder's
     /// [`name`](RetryPolicyBuilder::name), `DefaultPolicy` for
-    /// [`RetryPolicy::default`], or [`CUSTOM_POLICY_NAME`] for a policy
+    /// [`RetryPolicy::default`], or `"custom"` for a policy
     /// changed from its builder's start without a name.
     pub fn name(&self) -> &str {
         &self.name
@@ -219,76 +225,8 @@ impl RetryPolicy {
         &self.classifier
     }
 
-    /// Whether this policy's classifier accepts `status`.
-    pub fn can_retry(&self, status: &tonic::Status) -> bool {
-        self.can_retry_failure(&Failure::new(status))
-    }
-
     /// Whether this policy's classifier accepts `failure`.
-    pub fn can_retry_failure(&self, failure: &Failure<'_>) -> bool {
-        self.classifier.can_retry_failure(failure)
-    }
-
-    /// A fresh per-loop state for this policy.
-    pub fn new_state(&self) -> PolicyState {
-        PolicyState::new(self.initial_backoff_ms)
-    }
-
-    /// The next wait, or `None` when the budget is used up.
-    ///
-    /// `server_delay` is the `RetryInfo.retry_delay` of the error, if any;
-    /// `jitter_sample` must return a value uniformly distributed in `[0, 1)`
-    /// and is only called when jitter applies. The order of operations (that
-    /// of a widely used client's loop, kept so that a program ported from it
-    /// waits exactly as before):
-    ///
-    /// 1. stop if `attempt >= max_retries`;
-    /// 2. `wait = next_wait`;
-    /// 3. only if `max_backoff` is set: `next_wait = min(max_backoff, wait * multiplier)`,
-    ///    from the un-floored wait, so a server delay never bends the sequence;
-    /// 4. if server delays are recognized: `wait = max(wait, min(delay, max_server_retry_delay))`;
-    /// 5. if `wait >= min_jitter_threshold`: `wait += jitter * sample`;
-    /// 6. truncate to whole milliseconds.
-    ///
-    /// With a [`proportional_jitter`](RetryPolicyBuilder::proportional_jitter)
-    /// factor `f` (gRFC A6, 2024 revision: `f = 0.2`), step 5 is instead
-    /// `wait *= 1 - f + 2 f sample`, applied before the server-delay floor of
-    /// step 4.
-    pub fn next_attempt(
-        &self,
-        state: &mut PolicyState,
-        server_delay: Option<Duration>,
-        jitter_sample: &mut dyn FnMut() -> f64,
-    ) -> Option<Duration> {
-        if let Some(max) = self.max_retries
-            && state.attempt >= max
-        {
-            return None;
-        }
-        state.attempt += 1;
-        let mut wait = state.next_wait_ms;
-        if let Some(max_backoff) = self.max_backoff_ms {
-            state.next_wait_ms = max_backoff.min(wait * self.backoff_multiplier);
-        }
-        if self.jitter_factor > 0.0 {
-            let sample = jitter_sample().clamp(0.0, 1.0);
-            wait *= 1.0 - self.jitter_factor + 2.0 * self.jitter_factor * sample;
-        }
-        if self.recognize_server_retry_delay
-            && let Some(delay) = server_delay
-        {
-            // Whole milliseconds: seconds*1000 + nanos/1e6, truncated toward zero.
-            let mut d = delay.as_secs() as f64 * 1000.0 + f64::from(delay.subsec_millis());
-            if let Some(cap) = self.max_server_retry_delay_ms {
-                d = d.min(cap);
-            }
-            wait = wait.max(d);
-        }
-        if self.jitter_factor == 0.0 && wait >= self.min_jitter_threshold_ms && self.jitter_ms > 0.0
-        {
-            let sample = jitter_sample().clamp(0.0, 1.0);
-            wait += self.jitter_ms * sample;
-        }
-        Some(Duration::from_millis(wait.trunc().max(0.0) as u64))
+    pub fn can_retry(&self, failure: &Failure<'_>) -> bool {
+        self.classifier.can_retry(failure)
     }
 }

@@ -6,29 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tonic::Status;
-
+use super::backoff::PolicyState;
 use super::{Failure, RetryPolicy};
-
-/// Per-loop state of one policy: its retries so far and its next wait.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PolicyState {
-    pub(crate) attempt: u32,
-    pub(crate) next_wait_ms: f64,
-}
-
-impl PolicyState {
-    pub(crate) fn new(initial_backoff_ms: f64) -> Self {
-        PolicyState {
-            attempt: 0,
-            next_wait_ms: initial_backoff_ms,
-        }
-    }
-    /// Retries this policy has granted so far in this loop.
-    pub fn attempt(&self) -> u32 {
-        self.attempt
-    }
-}
 
 /// Why a retry was granted.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,7 +62,10 @@ pub enum RetryDecision {
     GiveUp(GiveUpReason),
 }
 
-/// The state of one retry loop over an ordered list of policies.
+/// The state of one retry loop over an ordered list of policies: what a
+/// driver that decides attempt by attempt keeps between
+/// [`Retrying::new_state`](crate::retrying::Retrying::new_state) and
+/// [`Retrying::decide`](crate::retrying::Retrying::decide).
 ///
 /// The first policy whose classifier matches decides,
 /// with no fallback; every policy keeps its own budget; the immediate-retry
@@ -105,7 +87,7 @@ pub struct RetryState {
 
 impl RetryState {
     /// A fresh loop state; `retry_now_bound` limits immediate retries (1 h by default).
-    pub fn new(policies: Arc<[RetryPolicy]>, retry_now_bound: Duration) -> Self {
+    pub(crate) fn new(policies: Arc<[RetryPolicy]>, retry_now_bound: Duration) -> Self {
         let states = policies.iter().map(RetryPolicy::new_state).collect();
         RetryState {
             policies,
@@ -120,28 +102,28 @@ impl RetryState {
     }
 
     /// Retries granted so far (policy retries and immediate retries).
-    pub fn retries(&self) -> u32 {
+    pub(crate) fn retries(&self) -> u32 {
         self.retries
     }
 
     /// Transparent retries granted so far ([`RetryReason::Transparent`]).
-    pub fn transparent_retries(&self) -> u32 {
+    pub(crate) fn transparent_retries(&self) -> u32 {
         self.transparent
     }
 
     /// The total wait of the retries granted so far.
-    pub fn waited(&self) -> Duration {
+    pub(crate) fn waited(&self) -> Duration {
         self.waited
     }
 
     /// Why the loop gave up on a retryable failure (budget spent, or
     /// immediate retries out of time), once it has.
-    pub fn gave_up(&self) -> Option<GiveUpReason> {
+    pub(crate) fn gave_up(&self) -> Option<GiveUpReason> {
         self.gave_up
     }
 
     /// Record a decision taken by a driver, for [`waited`](Self::waited)
-    /// and [`gave_up`](Self::gave_up).
+    /// and `gave_up`.
     pub(crate) fn note(&mut self, decision: &RetryDecision) {
         match decision {
             RetryDecision::Retry { delay, .. } => self.waited = self.waited.saturating_add(*delay),
@@ -150,42 +132,17 @@ impl RetryState {
         }
     }
 
-    /// The per-policy states, in list order.
-    pub fn policy_states(&self) -> &[PolicyState] {
-        &self.states
-    }
-
-    /// Index of the first policy whose classifier accepts `status`.
-    pub fn matching_policy(&self, status: &Status) -> Option<usize> {
-        self.matching(&Failure::new(status))
-    }
-
     /// Index of the first policy whose classifier accepts `failure`: the
     /// one classification of a failure by the policies.
-    pub fn matching(&self, failure: &Failure<'_>) -> Option<usize> {
-        self.policies
-            .iter()
-            .position(|p| p.can_retry_failure(failure))
-    }
-
-    /// Decide after an attempt failed with `status`.
-    ///
-    /// `jitter_sample` returns a uniform value in `[0, 1)`.
-    pub fn on_status(
-        &mut self,
-        status: &Status,
-        jitter_sample: &mut dyn FnMut() -> f64,
-    ) -> RetryDecision {
-        let failure = Failure::new(status);
-        let matched = self.matching(&failure);
-        self.on_failure(&failure, matched, jitter_sample)
+    pub(crate) fn matching(&self, failure: &Failure<'_>) -> Option<usize> {
+        self.policies.iter().position(|p| p.can_retry(failure))
     }
 
     /// Decide after `failure`, which policy `matched` accepted (the
     /// [`matching`](Self::matching) of this state): give up if none did or
     /// its budget is spent, else its wait, with the failure's `RetryInfo`
     /// as its floor when the policy recognises it.
-    pub fn on_failure(
+    pub(crate) fn on_failure(
         &mut self,
         failure: &Failure<'_>,
         matched: Option<usize>,
@@ -242,7 +199,7 @@ impl RetryState {
     ///
     /// The first marker starts the clock and is always granted (unless the
     /// bound is zero); later ones are refused once `now - start >= bound`.
-    pub fn on_retry_now(&mut self, now: Duration) -> RetryDecision {
+    pub(crate) fn on_retry_now(&mut self, now: Duration) -> RetryDecision {
         let start = *self.retry_now_started.get_or_insert(now);
         if now.saturating_sub(start) >= self.retry_now_bound {
             return RetryDecision::GiveUp(GiveUpReason::RetryNowElapsed);

@@ -10,17 +10,17 @@
 //! transport error chain, is [`GaveUp::last_status`] (also next in the chain).
 //!
 //! ```
-//! # #[tokio::main(flavor = "current_thread")]
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() {
-//! use tonic_retry::retrying::{RecordingSleeper, Retrying, gave_up};
+//! use tonic_retry::retrying::{GaveUp, Retrying};
 //!
-//! let retrying = Retrying::default().with_sleeper(RecordingSleeper::new()).with_seed(1);
+//! let retrying = Retrying::default().with_seed(1); // on paused tokio time
 //! let status = retrying
 //!     .call(|| async { Err::<(), _>(tonic::Status::unavailable("down")) })
 //!     .await
 //!     .unwrap_err();
 //! assert_eq!(status.message(), "down"); // the last attempt's status, as before
-//! let history = gave_up(&status).expect("the loop gave up");
+//! let history = GaveUp::of(&status).expect("the loop gave up");
 //! assert_eq!(history.attempts(), 5); // the default: 1 + 4 retries
 //! // 100 + 200 + 400 + 800 ms, each times U(0.8, 1.2).
 //! assert!((1200..1800).contains(&history.waited().as_millis()));
@@ -37,7 +37,7 @@ use tonic::Status;
 use crate::policy::{GiveUpReason, RetryState};
 
 /// The history of a call a retry loop gave up on; found in the returned
-/// status's `source()` chain with [`gave_up`].
+/// status's `source()` chain with [`GaveUp::of`].
 #[derive(Clone, thiserror::Error)]
 #[error("{}", describe(self))]
 pub struct GaveUp {
@@ -67,6 +67,19 @@ fn describe(g: &GaveUp) -> String {
 }
 
 impl GaveUp {
+    /// The history of a status a retry loop gave up on, if it is one:
+    /// the first [`GaveUp`] in its `source()` chain.
+    pub fn of(status: &Status) -> Option<&GaveUp> {
+        let mut next: Option<&(dyn StdError + 'static)> = status.source();
+        while let Some(err) = next {
+            if let Some(g) = err.downcast_ref::<GaveUp>() {
+                return Some(g);
+            }
+            next = err.source();
+        }
+        None
+    }
+
     /// Attempts made, the first included.
     pub fn attempts(&self) -> u32 {
         self.attempts
@@ -115,16 +128,4 @@ impl fmt::Debug for GaveUp {
             .field("last_message", &self.last.message())
             .finish()
     }
-}
-
-/// The history of a status a retry loop gave up on, if it is one.
-pub fn gave_up(status: &Status) -> Option<&GaveUp> {
-    let mut next: Option<&(dyn StdError + 'static)> = status.source();
-    while let Some(err) = next {
-        if let Some(g) = err.downcast_ref::<GaveUp>() {
-            return Some(g);
-        }
-        next = err.source();
-    }
-    None
 }

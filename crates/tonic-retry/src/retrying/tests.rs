@@ -36,7 +36,7 @@ async fn slept_saturates_with_huge_waits() {
     }
     .encode_to_vec();
     let (result, stats) = retrying
-        .run_with_stats(|| {
+        .run(|| {
             let status =
                 Status::with_details(tonic::Code::Unavailable, "wait", details.clone().into());
             async move { Err::<(), AttemptError>(AttemptError::Status(status)) }

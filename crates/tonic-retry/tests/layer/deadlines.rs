@@ -3,10 +3,11 @@
 
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use tonic::{Code, Request, Status};
 use tonic_retry::layer::{MethodConfig, RetryLayer, RetryThrottle};
 use tonic_retry::policy::RetryPolicy;
-use tonic_retry::retrying::{BoxFuture, RecordingSleeper, Retrying};
+use tonic_retry::retrying::{RecordingSleeper, Retrying};
 use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::support::recorded::{Recorded, ready, unavailable_n};
@@ -17,7 +18,7 @@ fn layer(retrying: Retrying) -> RetryLayer {
     RetryLayer::new(retrying).method("/echo.Echo/Say", MethodConfig::idempotent())
 }
 
-fn slow(first_n: u32, d: Duration) -> impl Fn(u32) -> BoxFuture<Result<(), Status>> {
+fn slow(first_n: u32, d: Duration) -> impl Fn(u32) -> BoxFuture<'static, Result<(), Status>> {
     move |i| {
         Box::pin(async move {
             if i < first_n {
@@ -48,9 +49,21 @@ async fn per_attempt_timeout_retries_slow_attempt() {
     }
 }
 
+/// On paused tokio time (after one answered call has opened the
+/// connection): attempts at 0, 100 and 200 ms (100 ms each) and at 300 ms
+/// (the 50 ms left), then the 350 ms deadline. Exactly four, every run.
 #[tokio::test]
 async fn overall_deadline_stops_the_loop() {
-    let server = Recorded::new(slow(u32::MAX, Duration::from_secs(5)));
+    // The first call is answered at once (it opens the connection); every
+    // later one would take 5 s.
+    let server = Recorded::new(|i| -> BoxFuture<'static, Result<(), Status>> {
+        Box::pin(async move {
+            if i > 0 {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
+            Ok(())
+        })
+    });
     let addr = server.spawn().await;
     // Waits of 1 ms, so the deadline (not the wait check) ends the loop.
     // A budget the deadline ends first.
@@ -64,17 +77,18 @@ async fn overall_deadline_stops_the_loop() {
     let layer = layer(Retrying::new(vec![policy]).with_sleeper(sleeper.clone()))
         .per_attempt_timeout(Duration::from_millis(100))
         .default_deadline(Duration::from_millis(350));
-    let started = std::time::Instant::now();
-    let err = client(addr, layer).say(say("s")).await.unwrap_err();
+    let stats = layer.stats_handle();
+    let mut c = client(addr, layer);
+    c.say(say("open the connection")).await.unwrap();
+    tokio::time::pause();
+    let started = tokio::time::Instant::now();
+    let err = c.say(say("s")).await.unwrap_err();
     assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
-    let took = started.elapsed();
-    // Never early (a timer cannot fire before its time); that the deadline,
-    // not the budget, ended the call is in the error's message below.
-    assert!(took >= Duration::from_millis(340), "{took:?}");
-    // Attempts at 0, 100, 200 ms (100 ms each) and 300 ms (the 50 ms left).
-    let calls = server.say_calls();
-    assert!((3..=4).contains(&calls), "{calls}");
     assert!(err.message().contains("deadline of 350 ms"), "{err:?}");
+    assert!(started.elapsed() >= Duration::from_millis(350));
+    assert_eq!(stats.attempts(), 1 + 4);
+    assert_eq!(server.say_calls(), 1 + 4);
+    assert_eq!(sleeper.sleeps().len(), 3, "a 1 ms wait before each retry");
 }
 
 #[tokio::test]

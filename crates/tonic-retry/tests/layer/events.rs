@@ -6,7 +6,7 @@
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Code, Status};
 use tonic_retry::layer::RetryLayer;
-use tonic_retry::retrying::{DEFAULT_GIVE_UP_MESSAGE, RecordingSleeper};
+use tonic_retry::retrying::RecordingSleeper;
 use tonic_retry_echo::Scripted;
 
 use crate::support::capture::{Event, capture};
@@ -113,7 +113,7 @@ async fn the_give_up_warning_names_the_call_and_the_server() {
         .collect();
     assert_eq!(warnings.len(), 1, "{events:#?}");
     let w = warnings[0];
-    assert_eq!(w.message, DEFAULT_GIVE_UP_MESSAGE);
+    assert_eq!(w.message, "retries exhausted");
     let waited: u64 = sleeper.sleeps_ms().iter().sum();
     assert_eq!(
         fields(

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use futures_util::{Stream, StreamExt};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
@@ -19,7 +20,7 @@ use tonic::{Code, Request, Response, Status};
 use tonic_retry::layer::{
     HedgingPolicy, RetryLayer, RetryService, RetryStats, RetryStatsHandle, RetryThrottle,
 };
-use tonic_retry::retrying::{BoxFuture, ManualClock, Retrying, Sleeper};
+use tonic_retry::retrying::{ManualClock, Retrying, Sleeper};
 use tonic_retry_echo::{Echo, EchoClient, EchoReply, EchoRequest, EchoServer};
 use tower::ServiceBuilder;
 
@@ -32,7 +33,7 @@ const HANG: Duration = Duration::from_secs(20);
 /// The request every `Say` call sends, replayed to each hedge.
 const BODY: &str = "a request body replayed to every hedge";
 
-type Script = dyn Fn(u32) -> BoxFuture<Result<(), Status>> + Send + Sync;
+type Script = dyn Fn(u32) -> BoxFuture<'static, Result<(), Status>> + Send + Sync;
 
 /// A server whose handlers follow `script` by attempt number (the
 /// `grpc-previous-rpc-attempts` header), and count arrivals and
@@ -63,7 +64,9 @@ impl Drop for Guard {
 }
 
 impl Server_ {
-    fn new(script: impl Fn(u32) -> BoxFuture<Result<(), Status>> + Send + Sync + 'static) -> Self {
+    fn new(
+        script: impl Fn(u32) -> BoxFuture<'static, Result<(), Status>> + Send + Sync + 'static,
+    ) -> Self {
         Server_ {
             script: Arc::new(script),
             arrivals: Arc::default(),
@@ -101,11 +104,11 @@ impl Server_ {
     }
 }
 
-fn ready(r: Result<(), Status>) -> BoxFuture<Result<(), Status>> {
+fn ready(r: Result<(), Status>) -> BoxFuture<'static, Result<(), Status>> {
     Box::pin(std::future::ready(r))
 }
 
-fn forever() -> BoxFuture<Result<(), Status>> {
+fn forever() -> BoxFuture<'static, Result<(), Status>> {
     Box::pin(std::future::pending())
 }
 
@@ -171,7 +174,7 @@ struct VirtualSleeper {
 }
 
 impl Sleeper for VirtualSleeper {
-    fn sleep(&self, d: Duration) -> BoxFuture<()> {
+    fn sleep(&self, d: Duration) -> BoxFuture<'static, ()> {
         self.waits.lock().unwrap().push(d);
         if d >= NEVER {
             return Box::pin(std::future::pending());
@@ -233,7 +236,7 @@ struct Setup {
 }
 
 async fn setup(
-    script: impl Fn(u32) -> BoxFuture<Result<(), Status>> + Send + Sync + 'static,
+    script: impl Fn(u32) -> BoxFuture<'static, Result<(), Status>> + Send + Sync + 'static,
     policy: HedgingPolicy,
 ) -> Setup {
     let server = Server_::new(script);

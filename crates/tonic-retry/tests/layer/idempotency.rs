@@ -5,11 +5,12 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use tokio::net::TcpListener;
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Code, Status};
 use tonic_retry::layer::{MethodConfig, RetryLayer};
-use tonic_retry::retrying::{BoxFuture, RecordingSleeper, Retrying, Sleeper};
+use tonic_retry::retrying::{RecordingSleeper, Retrying, Sleeper};
 use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::support::proxy::proxy_after;
@@ -94,7 +95,7 @@ async fn non_idempotent_replayed_after_admission_rejection() {
 struct HookSleeper {
     rec: RecordingSleeper,
     #[allow(clippy::type_complexity)]
-    hook: Arc<Mutex<Option<BoxFuture<()>>>>,
+    hook: Arc<Mutex<Option<BoxFuture<'static, ()>>>>,
 }
 
 impl std::fmt::Debug for HookSleeper {
@@ -104,7 +105,7 @@ impl std::fmt::Debug for HookSleeper {
 }
 
 impl Sleeper for HookSleeper {
-    fn sleep(&self, d: Duration) -> BoxFuture<()> {
+    fn sleep(&self, d: Duration) -> BoxFuture<'static, ()> {
         let rec = self.rec.sleep(d);
         let hook = self.hook.lock().unwrap().take();
         Box::pin(async move {

@@ -1,11 +1,11 @@
 //! What the retry loop logs when it gives up: one warning per call that
-//! gives up, worded [`DEFAULT_GIVE_UP_MESSAGE`] unless the loop names its
+//! gives up, worded "retries exhausted" unless the loop names its
 //! own (as the Spark crate does with PySpark's wording).
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use tonic::Status;
-use tonic_retry::retrying::{DEFAULT_GIVE_UP_MESSAGE, RecordingSleeper, Retrying};
+use tonic_retry::retrying::{RecordingSleeper, Retrying};
 
 use crate::support::capture::capture;
 
@@ -38,7 +38,7 @@ async fn give_up_forever(retrying: Retrying) -> (u32, usize, Vec<String>) {
 async fn give_up_warns_once() {
     let (attempts, sleeps, warnings) = give_up_forever(Retrying::default()).await;
     assert_eq!((attempts, sleeps), (5, 4));
-    assert_eq!(warnings, [DEFAULT_GIVE_UP_MESSAGE]);
+    assert_eq!(warnings, ["retries exhausted"]);
 }
 
 /// The same loop run twice warns twice: one warning per call that gives up,
@@ -47,7 +47,7 @@ async fn give_up_warns_once() {
 async fn each_call_that_gives_up_warns_once() {
     for _ in 0..2 {
         let (_, _, warnings) = give_up_forever(Retrying::default()).await;
-        assert_eq!(warnings, [DEFAULT_GIVE_UP_MESSAGE]);
+        assert_eq!(warnings, ["retries exhausted"]);
     }
 }
 

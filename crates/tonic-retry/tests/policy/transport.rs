@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tonic::metadata::MetadataMap;
 use tonic::{Code, Status};
-use tonic_retry::policy::{Classifier, DefaultClassifier, FailureKind, classify_failure};
+use tonic_retry::policy::{Classifier, DefaultClassifier, Failure, FailureKind};
 use tonic_retry::retrying::{RecordingSleeper, Retrying};
 use tonic_retry::transport::{GrpcChannel, grpc_channel};
 use tonic_retry_echo::EchoClient;
@@ -94,12 +94,12 @@ async fn refused_connection_is_unprocessed_and_retried() {
     let mut client = EchoClient::new(channel(addr));
     let status = client.say(say("s")).await.unwrap_err();
     assert_eq!(status.code(), Code::Unavailable);
-    assert_eq!(classify_failure(&status), FailureKind::Unprocessed);
-    assert!(DefaultClassifier.can_retry(&status));
+    assert_eq!(kind_of(&status), FailureKind::Unprocessed);
+    assert!(DefaultClassifier.can_retry(&Failure::new(&status)));
     // Through the boxed channel the source chain survives.
     let boxed = guarded(addr);
     let status = boxed.clone().say(say("s")).await.unwrap_err();
-    assert_eq!(classify_failure(&status), FailureKind::Unprocessed);
+    assert_eq!(kind_of(&status), FailureKind::Unprocessed);
     // The default policy retries it 4 times (5 attempts), then returns it unchanged.
     let sleeper = RecordingSleeper::new();
     let retrying = Retrying::default()
@@ -136,12 +136,12 @@ async fn reset_mid_stream_arrives_as_unknown_with_a_source_and_is_retryable() {
     // tonic reports it as Unknown; only the source tells it from a server status.
     assert_eq!(status.code(), Code::Unknown, "{status:?}");
     assert!(std::error::Error::source(&status).is_some());
-    assert_eq!(classify_failure(&status), FailureKind::MaybeProcessed);
-    assert!(DefaultClassifier.can_retry(&status));
+    assert_eq!(kind_of(&status), FailureKind::MaybeProcessed);
+    assert!(DefaultClassifier.can_retry(&Failure::new(&status)));
     // A server-sent Unknown is not retried.
-    assert!(!DefaultClassifier.can_retry(&Status::unknown(
+    assert!(!DefaultClassifier.can_retry(&Failure::new(&Status::unknown(
         "h2 protocol error: error reading a body from connection"
-    )));
+    ))));
 }
 
 #[tokio::test]
@@ -155,11 +155,7 @@ async fn reset_before_the_response_is_maybe_processed() {
         status.code() == Code::Unknown || status.code() == Code::Unavailable,
         "{status:?}"
     );
-    assert_eq!(
-        classify_failure(&status),
-        FailureKind::MaybeProcessed,
-        "{status:?}"
-    );
+    assert_eq!(kind_of(&status), FailureKind::MaybeProcessed, "{status:?}");
     // The same channel reconnects for the next call.
     assert!(client.say(say("s")).await.is_ok());
 }
@@ -173,8 +169,8 @@ async fn client_timeout_is_a_deadline() {
     req.set_timeout(Duration::from_millis(200));
     let status = client.say(req).await.unwrap_err();
     assert_eq!(status.code(), Code::Cancelled, "{status:?}");
-    assert_eq!(classify_failure(&status), FailureKind::Deadline);
-    assert!(!DefaultClassifier.can_retry(&status));
+    assert_eq!(kind_of(&status), FailureKind::Deadline);
+    assert!(!DefaultClassifier.can_retry(&Failure::new(&status)));
 }
 
 /// UNAVAILABLE with a `grpc-status-details-bin` that is not base64 (`!` is
@@ -210,7 +206,12 @@ async fn non_base64_details_from_a_real_server_do_not_panic() {
         status.message()
     );
     assert!(
-        !DefaultClassifier.can_retry(&status),
+        !DefaultClassifier.can_retry(&Failure::new(&status)),
         "a hostile server is not retried"
     );
+}
+
+/// The failure kind of `status`.
+fn kind_of(status: &tonic::Status) -> FailureKind {
+    Failure::new(status).kind()
 }

@@ -8,14 +8,14 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
+use futures_util::future::BoxFuture;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::Server;
 use tonic::{Request, Response, Status};
-use tonic_retry::retrying::BoxFuture;
 use tonic_retry_echo::{Collector, CollectorServer, Echo, EchoReply, EchoRequest, EchoServer};
 
-type SayFn = dyn Fn(u32) -> BoxFuture<Result<(), Status>> + Send + Sync;
+type SayFn = dyn Fn(u32) -> BoxFuture<'static, Result<(), Status>> + Send + Sync;
 type RepeatFn = dyn Fn(u32) -> Vec<Result<EchoReply, Status>> + Send + Sync;
 
 /// The server; clones share its counters and records.
@@ -36,7 +36,9 @@ pub struct Recorded {
 impl Recorded {
     /// A server whose `Say` call `n` (from 0) ends as `say(n)` says, with
     /// an echo of the request if it is `Ok`; `Repeat` sends nothing.
-    pub fn new(say: impl Fn(u32) -> BoxFuture<Result<(), Status>> + Send + Sync + 'static) -> Self {
+    pub fn new(
+        say: impl Fn(u32) -> BoxFuture<'static, Result<(), Status>> + Send + Sync + 'static,
+    ) -> Self {
         Recorded {
             say_calls: Arc::default(),
             repeat_calls: Arc::default(),
@@ -101,12 +103,12 @@ impl Recorded {
 }
 
 /// A `Say` script step that is ready at once.
-pub fn ready(r: Result<(), Status>) -> BoxFuture<Result<(), Status>> {
+pub fn ready(r: Result<(), Status>) -> BoxFuture<'static, Result<(), Status>> {
     Box::pin(std::future::ready(r))
 }
 
 /// A `Say` script whose first `n` calls fail UNAVAILABLE ("restarting").
-pub fn unavailable_n(n: u32) -> impl Fn(u32) -> BoxFuture<Result<(), Status>> {
+pub fn unavailable_n(n: u32) -> impl Fn(u32) -> BoxFuture<'static, Result<(), Status>> {
     move |i| {
         ready(if i < n {
             Err(Status::unavailable("restarting"))
