@@ -425,7 +425,9 @@ impl RawReleaser {
         let raw = wire::release_request(&self.head, &self.operation_id, until.as_deref());
         let result = self
             .retrying
-            .run_method::<_, std::convert::Infallible, _, _>(RELEASE_EXECUTE, || {
+            .clone()
+            .with_method(RELEASE_EXECUTE)
+            .run::<_, std::convert::Infallible, _, _>(|| {
                 let mut grpc = self.grpc.clone();
                 let request = tonic::Request::from_parts(
                     self.metadata.clone(),
@@ -445,7 +447,9 @@ impl RawReleaser {
                     .map_err(AttemptError::Status)
                 }
             })
-            .await;
+            .await
+            .0
+            .map_err(AttemptError::into_status);
         if let Err(e) = result {
             tracing::warn!(error = %e, "reattach layer: ReleaseExecute failed");
         }
