@@ -41,15 +41,19 @@ fn stub_over_layer(
     SparkConnectServiceClient::new(layer.layer(counted)).max_decoding_message_size(usize::MAX)
 }
 
-/// A foreign-stub `ExecutePlanRequest` for `sql` in a new session, with no
+fn user() -> Option<stub::UserContext> {
+    Some(stub::UserContext {
+        user_id: "layer-test".into(),
+        ..Default::default()
+    })
+}
+
+/// A foreign-stub `ExecutePlanRequest` for `sql` in `session`, with no
 /// operation id and no reattach option (the layer adds them).
-fn sql_request(sql: &str) -> stub::ExecutePlanRequest {
+fn sql_request(session: &str, sql: &str) -> stub::ExecutePlanRequest {
     stub::ExecutePlanRequest {
-        session_id: uuid::Uuid::new_v4().to_string(),
-        user_context: Some(stub::UserContext {
-            user_id: "layer-test".into(),
-            ..Default::default()
-        }),
+        session_id: session.into(),
+        user_context: user(),
         plan: Some(stub::Plan {
             op_type: Some(stub::plan::OpType::Root(stub::Relation {
                 rel_type: Some(stub::relation::RelType::Sql(stub::Sql {
@@ -64,14 +68,32 @@ fn sql_request(sql: &str) -> stub::ExecutePlanRequest {
     }
 }
 
-/// `SELECT id, id*2 AS x FROM range(n)` through `client` to its end: every
-/// Arrow batch decoded into a [`Check`]; the stream must end with
-/// `ResultComplete` and nothing after it.
+/// `SELECT id, id*2 AS x FROM range(n)` through `client` in a new session
+/// to its end: every Arrow batch decoded into a [`Check`]; the stream must
+/// end with `ResultComplete` and nothing after it. The session is released
+/// at the end (a pass-through call), as `SparkSession::close` does.
 async fn read_rows(
     client: &mut SparkConnectServiceClient<ReattachService>,
     n: i64,
 ) -> Result<Check, tonic::Status> {
-    let request = sql_request(&format!("SELECT id, id*2 AS x FROM range({n})"));
+    let session = uuid::Uuid::new_v4().to_string();
+    let check = read_rows_in(client, &session, n).await?;
+    client
+        .release_session(stub::ReleaseSessionRequest {
+            session_id: session,
+            user_context: user(),
+            ..Default::default()
+        })
+        .await?;
+    Ok(check)
+}
+
+async fn read_rows_in(
+    client: &mut SparkConnectServiceClient<ReattachService>,
+    session: &str,
+    n: i64,
+) -> Result<Check, tonic::Status> {
+    let request = sql_request(session, &format!("SELECT id, id*2 AS x FROM range({n})"));
     let mut stream = client.execute_plan(request).await?.into_inner();
     let mut check = Check {
         in_order: true,
