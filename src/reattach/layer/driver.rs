@@ -25,7 +25,8 @@ use super::wire::{self, RequestHead};
 use super::{EXECUTE_PLAN, REATTACH_EXECUTE, RELEASE_EXECUTE, Releases};
 use crate::proto::{ExecutePlanRequest, ExecutePlanResponse, execute_plan_response};
 use crate::reattach::core::{Action, Event, Open, ReattachCore, Release};
-use crate::reattach::{RELEASE_UNTIL_INTERVAL, ReattachError, ReattachOptions};
+use crate::reattach::release::RELEASE_UNTIL_INTERVAL;
+use crate::reattach::{ReattachError, ReattachOptions};
 use crate::reconnect::FreshConnection;
 use crate::retrying::{AttemptError, Retrying};
 use crate::transport::GrpcChannel;
@@ -422,9 +423,11 @@ impl RawReleaser {
 
     async fn send(&self, until: Option<String>) {
         let raw = wire::release_request(&self.head, &self.operation_id, until.as_deref());
-        let result = self
+        let (result, _) = self
             .retrying
-            .run_method::<_, std::convert::Infallible, _, _>(RELEASE_EXECUTE, || {
+            .clone()
+            .with_method(RELEASE_EXECUTE)
+            .run::<_, std::convert::Infallible, _, _>(|| {
                 let mut grpc = self.grpc.clone();
                 let request = tonic::Request::from_parts(
                     self.metadata.clone(),

@@ -4,9 +4,9 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use prost::Message;
 use spark_connect_retry::reattach::layer::ReattachLayer;
-use spark_connect_retry::retrying::RecordingSleeper;
 use spark_connect_stub::spark::connect as stub;
 use stub::spark_connect_service_client::SparkConnectServiceClient;
+use tonic_retry::retrying::RecordingSleeper;
 use tower::Layer;
 
 use crate::support::raw::{RawServer, Reply, frame, status_trailers};

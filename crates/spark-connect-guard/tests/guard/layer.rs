@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use spark_connect_retry::reattach::ReattachOptions;
 use spark_connect_retry::reattach::layer::{ReattachLayer, ReattachService};
-use spark_connect_retry::retrying::RecordingSleeper;
 use spark_connect_stub::spark::connect as stub;
 use spark_connect_testkit::{Fault, Rpc, TestServer};
 use stub::spark_connect_service_client::SparkConnectServiceClient;
 use tonic::Code;
+use tonic_retry::retrying::RecordingSleeper;
 use tower::Layer;
 
 use crate::support::{SESSION, assert_exact, drain, range_sql, retrying, sql_request};

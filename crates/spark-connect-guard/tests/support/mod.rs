@@ -8,10 +8,11 @@ use std::time::Duration;
 
 use arrow_array::{Array, Int64Array};
 use spark_connect_retry::policy::RetryPolicy;
-use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
+use spark_connect_retry::retrying::Retrying;
 use spark_connect_stub::spark::connect as stub;
 use stub::spark_connect_service_client::SparkConnectServiceClient;
 use tonic::Status;
+use tonic_retry::retrying::RecordingSleeper;
 
 pub const SESSION: &str = "6f1c6a7e-2b9d-4c1a-9d8e-0a1b2c3d4e5f";
 
