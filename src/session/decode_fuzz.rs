@@ -91,7 +91,7 @@ fn mutated_payloads_decode_or_fail_typed_never_panic() {
     for i in 0..6000 {
         let mut data = seeds[i % seeds.len()].clone();
         mutate(&mut rng, &mut data);
-        let result = std::panic::catch_unwind(|| decode(data.clone()));
+        let result = std::panic::catch_unwind(|| decode(data.clone(), 0));
         let Ok(result) = result else {
             panic!("a panic escaped the decoder for payload {i}");
         };
@@ -127,7 +127,7 @@ fn mutated_payloads_decode_or_fail_typed_never_panic() {
 #[test]
 fn seeds_round_trip() {
     for data in seeds() {
-        let (batches, schema) = decode(data).unwrap();
+        let (batches, schema) = decode(data, 0).unwrap();
         assert!(schema.is_some());
         assert!(!batches.is_empty());
     }
@@ -174,7 +174,7 @@ fn the_documented_panic_payload_is_a_typed_error() {
         raw.is_err(),
         "arrow-ipc no longer panics: update docs/arrow-ipc-panic.md"
     );
-    match decode(data) {
+    match decode(data, 0) {
         Err(SparkError::Arrow(e)) => assert!(e.to_string().contains("corrupt Arrow IPC"), "{e}"),
         other => panic!("{other:?}"),
     }

@@ -40,6 +40,8 @@ pub mod conn_string;
 mod dataframe;
 #[cfg(feature = "arrow")]
 mod decode;
+#[cfg(feature = "arrow")]
+mod decode_error;
 #[cfg(all(test, feature = "arrow"))]
 mod decode_fuzz;
 #[cfg(feature = "arrow")]
@@ -47,6 +49,8 @@ mod digest;
 mod error;
 mod flow_control;
 mod generation;
+#[cfg(feature = "arrow")]
+mod ipc_scan;
 #[cfg(feature = "arrow")]
 mod local_data;
 mod options;
@@ -73,6 +77,8 @@ pub use arrow_stream::ArrowStream;
 pub use builder::{DEFAULT_RELEASE_WAIT, MIN_ARROW_CHUNK_SIZE, SparkSessionBuilder};
 #[cfg(feature = "arrow")]
 pub use dataframe::{DataFrame, UPLOAD_GROUP_BYTES};
+#[cfg(feature = "arrow")]
+pub use decode_error::ResultDecodeError;
 pub use error::{ErrorDetails, ResultChange, ServerError, SparkError};
 pub use flow_control::{
     DEFAULT_CONNECTION_WINDOW, DEFAULT_STREAM_WINDOW, Http2FlowControl, MAX_WINDOW, MIN_WINDOW,

@@ -115,6 +115,16 @@ impl TestServerBuilder {
         self
     }
 
+    /// A server default of a session conf, as Spark's `--conf key=value`:
+    /// every new session starts with it, and the `Config` RPC reads and
+    /// overrides it per session. The server honours
+    /// `spark.sql.execution.arrow.compression.codec` (`zstd`, `lz4`,
+    /// `none`): result batches are compressed Arrow IPC, as Spark 4.1+.
+    pub fn conf(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.settings.default_conf.insert(key.into(), value.into());
+        self
+    }
+
     /// Binds the listen address (default `127.0.0.1:0`) and starts serving
     /// on the current tokio runtime.
     pub async fn start(self) -> io::Result<TestServer> {

@@ -17,6 +17,7 @@
 //! * `tokens`: which bearer tokens are accepted, and when they rotate;
 //! * `state`: the state shared by all of them (sessions, executions, errors);
 //!   `settings`: the server's settings and their defaults;
+//! * `codec`: compressed result batches (the session's Arrow codec conf);
 //! * `handle`: [`TestServer`], the public handle, and what it reports;
 //!   `builder`: [`TestServerBuilder`].
 
@@ -24,6 +25,7 @@ mod artifacts;
 mod buffer;
 mod builder;
 mod call;
+mod codec;
 mod executions;
 mod handle;
 mod producer;
