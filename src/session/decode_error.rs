@@ -60,7 +60,9 @@ pub enum ResultDecodeError {
 }
 
 fn column_suffix(column: Option<&str>) -> String {
-    column.map(|c| format!(", column `{c}`")).unwrap_or_default()
+    column
+        .map(|c| format!(", column `{c}`"))
+        .unwrap_or_default()
 }
 
 fn row_suffix(row: Option<u64>) -> String {
@@ -88,6 +90,10 @@ mod tests {
             column: "s".into(),
             row: Some(3),
         };
-        assert!(e.to_string().starts_with("[STRING_NOT_UTF8] column `s`, row 3:"), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("[STRING_NOT_UTF8] column `s`, row 3:"),
+            "{e}"
+        );
     }
 }

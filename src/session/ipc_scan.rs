@@ -30,14 +30,14 @@ use super::decode_error::ResultDecodeError;
 pub(super) const MAX_RATIO: u64 = 65_536;
 
 /// One message of an IPC stream: its header and its body.
-struct Msg<'a> {
-    header: arrow_ipc::Message<'a>,
-    body: &'a [u8],
+pub(super) struct Msg<'a> {
+    pub(super) header: arrow_ipc::Message<'a>,
+    pub(super) body: &'a [u8],
 }
 
 /// The messages of `data`, in order; ends at the end-of-stream marker, the
 /// end of the data, or the first malformed framing (arrow-ipc reports that).
-fn messages(data: &[u8]) -> impl Iterator<Item = Msg<'_>> {
+pub(super) fn messages(data: &[u8]) -> impl Iterator<Item = Msg<'_>> {
     let mut pos = 0usize;
     std::iter::from_fn(move || {
         let word = |at: usize| -> Option<i32> {
@@ -65,7 +65,7 @@ fn messages(data: &[u8]) -> impl Iterator<Item = Msg<'_>> {
 fn codec_name(codec: CompressionType) -> String {
     match codec.variant_name() {
         Some(name) => name.to_owned(),
-        None => format!("{codec:?}"),
+        None => format!("CompressionType({})", codec.0),
     }
 }
 
@@ -86,7 +86,10 @@ pub(super) fn check(data: &[u8], batch_start: u64) -> Result<Option<String>, Res
             MessageHeader::RecordBatch | MessageHeader::DictionaryBatch => {
                 let batch = match msg.header.header_type() {
                     MessageHeader::RecordBatch => msg.header.header_as_record_batch(),
-                    _ => msg.header.header_as_dictionary_batch().and_then(|d| d.data()),
+                    _ => msg
+                        .header
+                        .header_as_dictionary_batch()
+                        .and_then(|d| d.data()),
                 };
                 let Some(batch) = batch else { continue };
                 let Some(compression) = batch.compression() else {
@@ -148,7 +151,9 @@ fn stated_length(body: &[u8], offset: i64, length: i64) -> Result<(), String> {
         return Ok(());
     };
     let Some(prefix) = bytes.get(..8) else {
-        return Err(format!("a {length}-byte buffer, shorter than its 8-byte length prefix"));
+        return Err(format!(
+            "a {length}-byte buffer, shorter than its 8-byte length prefix"
+        ));
     };
     let stated = i64::from_le_bytes(prefix.try_into().expect("8 bytes"));
     let bound = (length as u64 - 8)
@@ -187,10 +192,12 @@ fn buffers(dt: &DataType) -> Option<usize> {
         List(f) | LargeList(f) | Map(f, _) => 2 + buffers(f.data_type())?,
         ListView(f) | LargeListView(f) => 3 + buffers(f.data_type())?,
         FixedSizeList(f, _) => 1 + buffers(f.data_type())?,
-        Struct(fs) => 1 + fs
-            .iter()
-            .map(|f| buffers(f.data_type()))
-            .sum::<Option<usize>>()?,
+        Struct(fs) => {
+            1 + fs
+                .iter()
+                .map(|f| buffers(f.data_type()))
+                .sum::<Option<usize>>()?
+        }
         RunEndEncoded(a, b) => buffers(a.data_type())? + buffers(b.data_type())?,
         Utf8View | BinaryView | Union(..) => return None,
         _ => 2,
@@ -214,8 +221,7 @@ pub(super) fn explain(data: &[u8], first_row: u64) -> Option<ResultDecodeError> 
                     .map(Arc::new);
             }
             MessageHeader::RecordBatch => {
-                let (Some(s), Some(batch)) = (&schema, msg.header.header_as_record_batch())
-                else {
+                let (Some(s), Some(batch)) = (&schema, msg.header.header_as_record_batch()) else {
                     return None;
                 };
                 let body = Buffer::from(msg.body.to_vec());

@@ -40,6 +40,8 @@ pub mod conn_string;
 mod dataframe;
 #[cfg(feature = "arrow")]
 mod decode;
+#[cfg(all(test, feature = "arrow"))]
+mod decode_codec_tests;
 #[cfg(feature = "arrow")]
 mod decode_error;
 #[cfg(all(test, feature = "arrow"))]

@@ -42,7 +42,9 @@ pub(crate) fn compress(ipc: &[u8], codec: CompressionType) -> Result<Vec<u8>, Sp
     let mut writer =
         StreamWriter::try_new_with_options(Vec::new(), &schema, options).map_err(arrow_failed)?;
     for batch in reader {
-        writer.write(&batch.map_err(arrow_failed)?).map_err(arrow_failed)?;
+        writer
+            .write(&batch.map_err(arrow_failed)?)
+            .map_err(arrow_failed)?;
     }
     writer.finish().map_err(arrow_failed)?;
     writer.into_inner().map_err(arrow_failed)
@@ -57,7 +59,10 @@ mod tests {
         assert_eq!(codec(None).unwrap(), None);
         assert_eq!(codec(Some("NONE")).unwrap(), None);
         assert_eq!(codec(Some("zstd")).unwrap(), Some(CompressionType::ZSTD));
-        assert_eq!(codec(Some("LZ4")).unwrap(), Some(CompressionType::LZ4_FRAME));
+        assert_eq!(
+            codec(Some("LZ4")).unwrap(),
+            Some(CompressionType::LZ4_FRAME)
+        );
         let err = codec(Some("snappy")).unwrap_err();
         assert!(err.to_string().contains("'snappy'"), "{err}");
     }
