@@ -59,6 +59,7 @@ mod options;
 pub mod params;
 mod queries;
 mod renewal;
+mod result_compression;
 #[cfg(feature = "arrow")]
 pub mod resume;
 mod rpcs;
@@ -85,6 +86,7 @@ pub use error::{ErrorDetails, ResultChange, ServerError, SparkError};
 pub use flow_control::{
     DEFAULT_CONNECTION_WINDOW, DEFAULT_STREAM_WINDOW, Http2FlowControl, MAX_WINDOW, MIN_WINDOW,
 };
+pub use result_compression::{InvalidResultCompression, ResultCompression};
 pub use spark::SparkSession;
 #[cfg(feature = "arrow")]
 pub use upload::{UploadError, UploadStats};
