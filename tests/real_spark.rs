@@ -159,6 +159,7 @@ fn is_set(var: &str) -> bool {
 // The tests, one file a topic: tests/real_spark/*.rs. They follow `on_both!`
 // so that they can use it.
 mod real_spark {
+    mod compression;
     mod cuts;
     mod params;
     mod proxies;
