@@ -57,6 +57,7 @@ mod ipc_scan;
 mod local_data;
 mod options;
 pub mod params;
+mod plan_compression;
 mod queries;
 mod renewal;
 mod result_compression;

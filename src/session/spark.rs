@@ -47,6 +47,7 @@ struct Inner {
     releases: ReleaseTracker,
     fetched_error_ids: Mutex<HashSet<String>>,
     tags: Mutex<Vec<String>>,
+    plan_compression: super::plan_compression::PlanCompression,
 }
 
 /// A Spark Connect session.
@@ -144,6 +145,7 @@ impl SparkSession {
                 releases: ReleaseTracker::new(),
                 fetched_error_ids: Mutex::new(HashSet::new()),
                 tags: Mutex::new(Vec::new()),
+                plan_compression: Default::default(),
             }),
         }
     }
@@ -262,6 +264,11 @@ impl SparkSession {
     /// fresh session.
     pub(super) fn resend(&self, v: Verdict) -> bool {
         v == Verdict::StaleRefused && self.renewal().enabled
+    }
+
+    /// The session's plan compression state.
+    pub(super) fn plan_compression(&self) -> &super::plan_compression::PlanCompression {
+        &self.inner.plan_compression
     }
 
     /// The client every RPC of this session goes through.

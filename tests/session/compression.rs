@@ -174,3 +174,79 @@ async fn compressed_results_survive_connection_cuts() {
     assert!(stream.stats().reattaches >= 1, "{:?}", stream.stats());
     proxy.shutdown().await;
 }
+
+const THRESHOLD: &str = "spark.connect.session.planCompression.threshold";
+const ALGORITHM: &str = "spark.connect.session.planCompression.defaultAlgorithm";
+
+/// `QUERY` padded to about 4 KiB of SQL text: a plan worth compressing.
+fn large_query() -> String {
+    format!("{QUERY}{}", " ".repeat(4000))
+}
+
+fn sent_compressed(req: &spark_connect_retry::proto::ExecutePlanRequest) -> bool {
+    use spark_connect_retry::proto::plan::OpType;
+    matches!(
+        req.plan.as_ref().and_then(|p| p.op_type.as_ref()),
+        Some(OpType::CompressedOperation(_))
+    )
+}
+
+#[tokio::test]
+async fn plans_over_the_servers_threshold_go_compressed() {
+    let s = TestServer::builder()
+        .conf(THRESHOLD, "1000")
+        .conf(ALGORITHM, "ZSTD")
+        .start()
+        .await
+        .unwrap();
+    let spark = SparkSession::connect(&s.remote()).unwrap();
+    // Small: plain, and the confs are not even read.
+    assert_exact(&run(&spark, QUERY).await.unwrap(), 300_000);
+    assert!(!sent_compressed(&s.last_execute_request().unwrap()));
+    assert_eq!(s.calls().config, 0);
+    // Large: compressed, the confs read once for the session.
+    for _ in 0..2 {
+        assert_exact(&run(&spark, &large_query()).await.unwrap(), 300_000);
+        assert!(sent_compressed(&s.last_execute_request().unwrap()));
+    }
+    assert_eq!(s.calls().config, 1);
+    assert_eq!(spark.plans_compressed(), 2);
+}
+
+#[tokio::test]
+async fn a_server_without_the_confs_gets_plain_plans() {
+    for confs in [vec![], vec![(THRESHOLD, "1000"), (ALGORITHM, "NONE")]] {
+        let mut b = TestServer::builder();
+        for (k, v) in confs {
+            b = b.conf(k, v);
+        }
+        let s = b.start().await.unwrap();
+        let spark = SparkSession::connect(&s.remote()).unwrap();
+        for _ in 0..2 {
+            assert_exact(&run(&spark, &large_query()).await.unwrap(), 300_000);
+            assert!(!sent_compressed(&s.last_execute_request().unwrap()));
+        }
+        assert_eq!((s.calls().config, spark.plans_compressed()), (1, 0));
+    }
+}
+
+#[tokio::test]
+async fn a_server_that_cannot_read_them_gets_plain_plans_for_the_session() {
+    let s = TestServer::builder()
+        .conf(THRESHOLD, "0")
+        .conf(ALGORITHM, "ZSTD")
+        .compressed_plans(false)
+        .start()
+        .await
+        .unwrap();
+    let spark = SparkSession::connect(&s.remote()).unwrap();
+    // Refused compressed, sent again plain: the query succeeds.
+    assert_exact(&run(&spark, &large_query()).await.unwrap(), 300_000);
+    let sent: Vec<bool> = s.execute_requests().iter().map(sent_compressed).collect();
+    assert_eq!(sent, [true, false]);
+    // Plain from then on.
+    assert_exact(&run(&spark, &large_query()).await.unwrap(), 300_000);
+    let sent: Vec<bool> = s.execute_requests().iter().map(sent_compressed).collect();
+    assert_eq!(sent, [true, false, false]);
+    assert_eq!(spark.plans_compressed(), 1);
+}

@@ -238,6 +238,15 @@ impl Shared {
             views: &view,
             session_uuid: &session_uuid,
         };
+        // A compressed plan (SPARK-54194) is read as the plan inside it.
+        let plain;
+        let plan = match plan.and_then(|p| p.op_type.as_ref()) {
+            Some(proto::plan::OpType::CompressedOperation(op)) => {
+                plain = super::codec::decompress_plan(op, self.settings.compressed_plans)?;
+                Some(&plain)
+            }
+            _ => plan,
+        };
         let work = crate::sql_grammar::parse_plan(plan, &catalog)?;
         Ok(match (work, *lock(&self.edit)) {
             (Work::Rows(Source::Range(q)), Some(edit)) => Work::Rows(Source::Edited(q, edit)),
