@@ -19,7 +19,8 @@
 //! | [`retrying`] | the async retry loop (PySpark's defaults and wording), injectable sleeper, clock and jitter |
 //! | [`reattach`] | [`ReattachableExecution`](reattach::ReattachableExecution) and its sans-I/O core |
 //! | [`layer`] | [`RetryLayer`](layer::RetryLayer) for any tonic client |
-//! | [`session`] | [`SparkSession`](session::SparkSession), `sc://` connection strings, [token providers](session::token) |
+//! | [`session`] | [`SparkSession`](session::SparkSession), `sc://` connection strings |
+//! | [`token`] | [`TokenProvider`](token::TokenProvider): bearer tokens that expire, refreshed by the session |
 //! | [`deadlines`] | [`RpcDeadlines`](deadlines::RpcDeadlines), PySpark 4.3's per-RPC deadlines |
 //! | [`status`] | Spark's error class, SQLSTATE and `RetryInfo` read from status details, defensively |
 //! | [`sanitize`] | [`SanitizeLayer`](sanitize::SanitizeLayer): a guard against tonic's panic on non-base64 status details |
@@ -73,16 +74,21 @@ pub mod proto {
     pub const SERVICE_NAME: &str = "spark.connect.SparkConnectService";
 }
 
+mod connect;
 pub mod deadlines;
 mod error_classes;
 pub mod layer;
+#[cfg(feature = "arrow")]
+mod local_data;
 mod meters;
 pub mod policy;
 pub mod reattach;
 pub mod reconnect;
+mod results;
 pub mod retrying;
 pub mod session;
 pub mod status;
+pub mod token;
 pub mod transport;
 
 pub use tonic_retry::sanitize;

@@ -32,7 +32,7 @@ use crate::proto::{
     ReleaseExecuteRequest, execute_plan_response,
 };
 use crate::retrying::{AttemptError, Retrying};
-use crate::session::token::refusal::{RefreshBudget, is_refusal, refused};
+use crate::token::refusal::{RefreshBudget, is_refusal, refused};
 
 use super::ReattachError;
 use super::ids::{check_session_ids, is_canonical_uuid};
@@ -200,7 +200,7 @@ impl ReattachCore {
     }
     /// Refresh the token of `provider` when the server refuses it: once,
     /// then again only after a delivered response
-    /// ([`crate::session::token`]).
+    /// ([`crate::token`]).
     pub fn refresh_tokens(&mut self, provider: &str) {
         self.token = Some((provider.to_owned(), RefreshBudget::default()));
     }

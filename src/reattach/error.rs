@@ -1,5 +1,5 @@
 //! [`ReattachError`]: why a reattachable execution failed. A leaf: the
-//! core, the driver and the session's [`SparkError`](crate::session::SparkError)
+//! core, the driver and the session's `session::SparkError`
 //! conversion all name it.
 
 use std::time::Duration;

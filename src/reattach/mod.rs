@@ -64,7 +64,7 @@
 //! execution reattaches at once from the last response it yielded, and sends
 //! that ReattachExecute over a **fresh connection**
 //! ([`crate::reconnect::FreshConnection`]; honoured by the channel a
-//! [`crate::session::SparkSession`] builds, ignored by other channels).
+//! `session::SparkSession` builds, ignored by other channels).
 //!
 //! *The default:* Spark 4 servers send an `ExecutionProgress` response every
 //! `spark.connect.progress.reportInterval` (default 2 s, a session SQL conf;

@@ -34,8 +34,8 @@ use crate::meters::SessionMeters;
 use crate::proto::ReleaseExecuteRequest;
 use crate::reconnect::FreshConnection;
 use crate::retrying::{AttemptError, Retrying};
-use crate::session::token::cache::Credentials;
-use crate::session::token::call::CallToken;
+use crate::token::cache::Credentials;
+use crate::token::call::CallToken;
 use crate::transport::SparkClient;
 
 /// Counts outstanding background releases, so a session can wait for them on close.

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 /// What one execution's stream did: responses, reattaches, re-executes,
 /// retries, stalls: a plain value. What every `stats()` of a stream
 /// ([`ReattachableExecution::stats`](super::ReattachableExecution::stats),
-/// [`ArrowStream::stats`](crate::session::ArrowStream::stats)) and
+/// `session::ArrowStream::stats`) and
 /// [`StreamStatsHandle::snapshot`] return.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StreamStats {
@@ -41,7 +41,7 @@ pub struct StreamStats {
     /// `SparkSessionBuilder::resume_queries`; always 0 in the core).
     pub resumptions: u64,
     /// Fresh tokens asked for after the server refused the stream's token
-    /// (each followed by a reattach; [`crate::session::token`]).
+    /// (each followed by a reattach; [`crate::token`]).
     pub token_refreshes: u64,
 }
 

@@ -32,8 +32,8 @@ use crate::meters::{SessionMeters, StreamMeter};
 use crate::proto::{ExecutePlanRequest, ExecutePlanResponse};
 use crate::reconnect::FreshConnection;
 use crate::retrying::Retrying;
-use crate::session::token::cache::Credentials;
-use crate::session::token::service::TokenUsed;
+use crate::token::cache::Credentials;
+use crate::token::service::TokenUsed;
 use crate::transport::SparkClient;
 
 struct Driver {
@@ -379,7 +379,7 @@ impl ReattachableExecution {
     }
 
     /// Refresh the session's token when the server refuses it (the
-    /// stream reattaches with a fresh one; see [`crate::session::token`]);
+    /// stream reattaches with a fresh one; see [`crate::token`]);
     /// releases use it too.
     pub(crate) fn with_credentials(mut self, credentials: Option<Credentials>) -> Self {
         if let (Some(d), Some(c)) = (self.driver.as_mut(), credentials) {

@@ -5,12 +5,12 @@
 //! a test fixture. PySpark's `createDataFrame` inlines small data in the
 //! plan and uploads larger data first as cached artifacts; this is the same
 //! for Rust, with the upload under the retry policy and exactly once
-//! ([`super::upload`]).
+//! ([`crate::local_data::upload`]).
 //!
 //! * Data smaller than the server's `spark.sql.session.localRelationCacheThreshold`
 //!   (in memory, as pyarrow's `nbytes`) becomes a `LocalRelation`: one Arrow
 //!   IPC stream inside the plan.
-//! * Data at or above it is cut into IPC chunks ([`super::local_data`]),
+//! * Data at or above it is cut into IPC chunks ([`crate::local_data::chunks`]),
 //!   uploaded as `cache/<sha256>` artifacts, and referenced by a
 //!   `ChunkedCachedLocalRelation` (the data hashes, no schema hash: Spark
 //!   takes the schema from the Arrow stream).
@@ -28,13 +28,13 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use bytes::Bytes;
 
-use super::arrow_stream::ArrowStream;
 use super::error::SparkError;
 use super::generation::Generation;
-use super::local_data::{CONF_KEYS, Chunker, LocalRelationConf, ipc_stream, nbytes};
 use super::spark::SparkSession;
-use super::upload::{UploadError, UploadStats};
+use crate::local_data::chunks::{CONF_KEYS, Chunker, LocalRelationConf, ipc_stream, nbytes};
+use crate::local_data::upload::{UploadError, UploadStats};
 use crate::proto::{self, Relation, relation::RelType};
+use crate::results::arrow_stream::ArrowStream;
 
 /// The most serialized bytes sent in one `AddArtifacts` stream, and kept
 /// in memory until the server acknowledges them: the smaller of this and

@@ -18,12 +18,12 @@ use std::collections::HashMap;
 use std::error::Error as _;
 use std::fmt;
 
+use crate::connect::channel::ChannelError;
+use crate::connect::conn_string::ConnectionStringError;
 use crate::error_classes::{SESSION_CHANGED, SESSION_CLOSED};
 use crate::policy::Failure;
 use crate::reattach::ReattachError;
 use crate::retrying::GaveUp;
-use crate::session::channel::ChannelError;
-use crate::session::conn_string::ConnectionStringError;
 
 /// An error the server reported, with Spark's details.
 ///
@@ -402,7 +402,7 @@ pub enum SparkError {
     /// is not UTF-8 (it names the batch, and the codec, column or row).
     #[cfg(feature = "arrow")]
     #[error(transparent)]
-    ResultDecode(super::decode_error::ResultDecodeError),
+    ResultDecode(crate::results::decode_error::ResultDecodeError),
     /// An Arrow batch did not start where the previous one ended: a dropped
     /// or replayed batch, never silently accepted.
     #[error(
@@ -429,7 +429,7 @@ pub enum SparkError {
     /// the server reported, or a malformed upload answer.
     #[cfg(feature = "arrow")]
     #[error(transparent)]
-    Upload(#[from] super::upload::UploadError),
+    Upload(#[from] crate::local_data::upload::UploadError),
     /// A query re-executed after the server lost its execution
     /// ([`resume_queries`](super::SparkSessionBuilder::resume_queries)) gave
     /// a different result: its first rows are not the ones already
@@ -452,15 +452,15 @@ pub enum SparkError {
     /// certificate missing or refused): the call was made once.
     #[cfg(feature = "tls")]
     #[error("[TLS_HANDSHAKE_FAILED] {0}")]
-    Tls(#[source] crate::session::tls::TlsHandshakeError),
+    Tls(#[source] crate::connect::tls::TlsHandshakeError),
     /// A caller-provided operation id is not a UUID.
     #[error("operation id {0:?} is not a UUID")]
     InvalidOperationId(String),
     /// The token provider failed, or the server refused its token again
-    /// after a refresh ([`crate::session::token`]); it names the provider,
+    /// after a refresh ([`crate::token`]); it names the provider,
     /// never the token.
     #[error(transparent)]
-    Token(crate::session::token::TokenError),
+    Token(crate::token::TokenError),
 }
 
 /// ` <operation id>`, when the error names one.
@@ -503,10 +503,10 @@ impl SparkError {
 impl From<tonic::Status> for SparkError {
     fn from(s: tonic::Status) -> Self {
         #[cfg(feature = "tls")]
-        if let Some(tls) = crate::session::tls::TlsHandshakeError::from_status(&s) {
+        if let Some(tls) = crate::connect::tls::TlsHandshakeError::from_status(&s) {
             return SparkError::Tls(tls.clone());
         }
-        if let Some(t) = crate::session::token::refusal::token_error(&s) {
+        if let Some(t) = crate::token::refusal::token_error(&s) {
             return SparkError::Token(t.clone());
         }
         SparkError::Server(Box::new(ServerError::from_status(s)))

@@ -17,7 +17,7 @@ use crate::reattach::ids::{SessionIdMismatch, check_session_ids};
 /// The ids of one server-side session: the client session id requests
 /// carry, and the server-side id its responses pinned.
 #[derive(Debug)]
-pub(super) struct Generation {
+pub(crate) struct Generation {
     session_id: String,
     server_side: Mutex<Option<String>>,
     pub(super) stale: AtomicBool,
@@ -35,11 +35,11 @@ impl Generation {
         }
     }
     /// The client session id.
-    pub(super) fn session_id(&self) -> &str {
+    pub(crate) fn session_id(&self) -> &str {
         &self.session_id
     }
     /// The server-side id pinned by the first response that carried one.
-    pub(super) fn observed(&self) -> Option<String> {
+    pub(crate) fn observed(&self) -> Option<String> {
         lock(&self.server_side).clone()
     }
     /// Checks a response's ids ([`check_session_ids`]), pinning the first

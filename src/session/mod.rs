@@ -5,7 +5,7 @@
 //! reattachable results, Arrow decoding, Spark's errors. This module is that
 //! client: `sc://` connection strings ([`conn_string`]), the tonic channel
 //! with TLS, token and keepalive ([`channel`]), tokens that expire
-//! ([`token`]), and [`SparkSession`]: SQL
+//! ([`token`](crate::token)), and [`SparkSession`]: SQL
 //! in, Arrow `RecordBatch`es out, every RPC under the policy, behaving like
 //! PySpark's session (eager `sql()`, tags and interrupts, `close()` ending
 //! the server session, errors with Spark's class and SQLSTATE).
@@ -30,64 +30,45 @@
 //! # }
 //! ```
 
-mod arrow_stream;
-mod builder;
 mod builder_configs;
-pub mod channel;
 mod config;
-pub mod conn_string;
 #[cfg(feature = "arrow")]
 mod dataframe;
-#[cfg(feature = "arrow")]
-mod decode;
-#[cfg(all(test, feature = "arrow"))]
-mod decode_codec_tests;
-#[cfg(feature = "arrow")]
-mod decode_error;
-#[cfg(all(test, feature = "arrow"))]
-mod decode_fuzz;
-#[cfg(feature = "arrow")]
-mod digest;
 mod error;
-mod flow_control;
-mod generation;
-#[cfg(feature = "arrow")]
-mod ipc_scan;
-#[cfg(feature = "arrow")]
-mod local_data;
-mod options;
+pub(crate) mod generation;
+pub(crate) mod options;
 pub mod params;
 mod plan_compression;
 mod queries;
 mod renewal;
-mod result_compression;
-#[cfg(feature = "arrow")]
-pub mod resume;
 mod rpcs;
-#[cfg(feature = "arrow")]
-pub mod schema;
-mod spark;
+pub(crate) mod spark;
 mod stale;
 mod tags;
-#[cfg(feature = "tls")]
-pub mod tls;
-pub mod token;
-#[cfg(feature = "arrow")]
-mod upload;
 #[cfg(feature = "arrow")]
 mod view;
 
-pub use arrow_stream::ArrowStream;
-pub use builder::{DEFAULT_RELEASE_WAIT, MIN_ARROW_CHUNK_SIZE, SparkSessionBuilder};
-#[cfg(feature = "arrow")]
-pub use dataframe::{DataFrame, UPLOAD_GROUP_BYTES};
-#[cfg(feature = "arrow")]
-pub use decode_error::ResultDecodeError;
-pub use error::{ErrorDetails, ResultChange, ServerError, SparkError};
-pub use flow_control::{
+pub use crate::connect::builder::{
+    DEFAULT_RELEASE_WAIT, MIN_ARROW_CHUNK_SIZE, SparkSessionBuilder,
+};
+pub use crate::connect::channel;
+pub use crate::connect::conn_string;
+pub use crate::connect::flow_control::{
     DEFAULT_CONNECTION_WINDOW, DEFAULT_STREAM_WINDOW, Http2FlowControl, MAX_WINDOW, MIN_WINDOW,
 };
-pub use result_compression::{InvalidResultCompression, ResultCompression};
-pub use spark::SparkSession;
+pub use crate::connect::result_compression::{InvalidResultCompression, ResultCompression};
+#[cfg(feature = "tls")]
+pub use crate::connect::tls;
 #[cfg(feature = "arrow")]
-pub use upload::{UploadError, UploadStats};
+pub use crate::local_data::upload::{UploadError, UploadStats};
+pub use crate::results::arrow_stream::ArrowStream;
+#[cfg(feature = "arrow")]
+pub use crate::results::decode_error::ResultDecodeError;
+#[cfg(feature = "arrow")]
+pub use crate::results::resume;
+#[cfg(feature = "arrow")]
+pub use crate::results::schema;
+#[cfg(feature = "arrow")]
+pub use dataframe::{DataFrame, UPLOAD_GROUP_BYTES};
+pub use error::{ErrorDetails, ResultChange, ServerError, SparkError};
+pub use spark::SparkSession;

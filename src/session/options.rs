@@ -7,42 +7,42 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::token::cache::Credentials;
 use crate::deadlines::RpcDeadlines;
 use crate::meters::SessionMeters;
 use crate::retrying::Retrying;
+use crate::token::cache::Credentials;
 
 /// The checked options [`SparkSessionBuilder::build`] hands to the session.
-pub(super) struct Options {
-    pub(super) retrying: Retrying,
-    pub(super) deadlines: RpcDeadlines,
-    pub(super) idle_timeout: Option<Duration>,
-    pub(super) release_wait: Duration,
+pub(crate) struct Options {
+    pub(crate) retrying: Retrying,
+    pub(crate) deadlines: RpcDeadlines,
+    pub(crate) idle_timeout: Option<Duration>,
+    pub(crate) release_wait: Duration,
     /// The preferred Arrow chunk size; `None` turns chunking off.
-    pub(super) arrow_chunk_size: Option<usize>,
-    pub(super) interrupt_on_drop: bool,
+    pub(crate) arrow_chunk_size: Option<usize>,
+    pub(crate) interrupt_on_drop: bool,
     /// Spark configs set on every server-side session before its first call.
-    pub(super) configs: BuilderConfigs,
+    pub(crate) configs: BuilderConfigs,
     /// Move a stale session to a fresh server-side session for new calls.
-    pub(super) renew_stale_session: bool,
+    pub(crate) renew_stale_session: bool,
     /// Resume queries whose execution the server lost (verified).
     // Read by the Arrow stream only (resumption compares decoded rows).
     #[cfg_attr(not(feature = "arrow"), allow(dead_code))]
-    pub(super) resume_queries: bool,
+    pub(crate) resume_queries: bool,
     /// The token provider and its cached token (`None`: no token at all).
-    pub(super) credentials: Option<Credentials>,
+    pub(crate) credentials: Option<Credentials>,
     /// The session's own metrics (nothing without the `otel` feature).
-    pub(super) meters: SessionMeters,
+    pub(crate) meters: SessionMeters,
 }
 
 /// The builder's configs, in the order set. Debug shows the keys only: a
 /// value may be a secret (`spark.hadoop.fs.s3a.secret.key`).
 #[derive(Clone, Default, PartialEq, Eq)]
-pub(super) struct BuilderConfigs(pub(super) Vec<(String, String)>);
+pub(crate) struct BuilderConfigs(pub(crate) Vec<(String, String)>);
 
 impl BuilderConfigs {
     /// Sets `key`; the last value of a key wins.
-    pub(super) fn set(&mut self, key: String, value: String) {
+    pub(crate) fn set(&mut self, key: String, value: String) {
         self.0.retain(|(k, _)| *k != key);
         self.0.push((key, value));
     }
@@ -57,6 +57,6 @@ impl std::fmt::Debug for BuilderConfigs {
 }
 
 /// Locks `m`, even if a panicking thread poisoned it: the session's state stays usable.
-pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -79,7 +79,7 @@ pub(super) fn compress(plan: &Plan, threshold: usize) -> Option<Plan> {
 
 impl SparkSession {
     /// The plan to send for `plan` (module docs), and whether it is compressed.
-    pub(super) async fn plan_to_send(&self, plan: Plan) -> (Plan, bool) {
+    pub(crate) async fn plan_to_send(&self, plan: Plan) -> (Plan, bool) {
         let pc = self.plan_compression();
         if pc.refused.load(Ordering::Relaxed) || plan.encoded_len() < MIN_PLAN_BYTES {
             return (plan, false);
@@ -107,7 +107,7 @@ impl SparkSession {
 
     /// After a compressed plan failed with `err`: whether the server could
     /// not read it, in which case plans go plain for the rest of the session.
-    pub(super) fn compressed_plan_refused(&self, err: &SparkError) -> bool {
+    pub(crate) fn compressed_plan_refused(&self, err: &SparkError) -> bool {
         let refused = err.server_error().and_then(|e| e.error_class()) == Some(CANNOT_PARSE);
         if refused {
             tracing::info!(

@@ -18,7 +18,7 @@ use crate::transport::SparkClient;
 impl SparkSession {
     /// The generation a new call runs on: renewed if stale (with renewal
     /// on), with the builder's configs applied once.
-    pub(super) async fn generation(&self) -> Result<Arc<Generation>, SparkError> {
+    pub(crate) async fn generation(&self) -> Result<Arc<Generation>, SparkError> {
         self.check_open()?;
         let renewal = self.renewal();
         let g = renewal.successor(renewal.current());

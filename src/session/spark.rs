@@ -17,14 +17,11 @@ use std::time::Duration;
 use tonic::Status;
 use tracing::Instrument;
 
-use super::conn_string::ConnectionString;
 use super::error::{ErrorDetails, ServerError, SparkError};
 use super::generation::{Generation, Renewal};
 use super::options::{Options, lock};
 use super::stale::{Verdict, reported_class, verdict};
-use super::token::call::CallToken;
-use super::token::refusal::token_error;
-use super::token::service::TokenUsed;
+use crate::connect::conn_string::ConnectionString;
 use crate::error_classes::SESSION_CHANGED;
 use crate::proto::execute_plan_request::{RequestOption, request_option};
 use crate::proto::{
@@ -32,6 +29,9 @@ use crate::proto::{
 };
 use crate::reattach::{ReattachError, ReattachOptions, ReattachableExecution, ReleaseTracker};
 use crate::retrying::AttemptError;
+use crate::token::call::CallToken;
+use crate::token::refusal::token_error;
+use crate::token::service::TokenUsed;
 use crate::transport::SparkClient;
 
 struct Inner {
@@ -123,7 +123,7 @@ unary_requests!(
 );
 
 impl SparkSession {
-    pub(super) fn new(client: SparkClient, config: &ConnectionString, options: Options) -> Self {
+    pub(crate) fn new(client: SparkClient, config: &ConnectionString, options: Options) -> Self {
         let user_id = config.user_id().unwrap_or_default().to_owned();
         let session_id = config.session_id().unwrap_or_else(uuid::Uuid::new_v4);
         let renewal = Renewal::new(session_id.to_string(), options.renew_stale_session)
@@ -202,20 +202,20 @@ impl SparkSession {
     pub(super) fn renewal(&self) -> &Renewal {
         &self.inner.renewal
     }
-    pub(super) fn options(&self) -> &Options {
+    pub(crate) fn options(&self) -> &Options {
         &self.inner.options
     }
-    pub(super) fn user_context(&self) -> Option<UserContext> {
+    pub(crate) fn user_context(&self) -> Option<UserContext> {
         Some(self.inner.user_context.clone())
     }
-    pub(super) fn client_type_field(&self) -> Option<String> {
+    pub(crate) fn client_type_field(&self) -> Option<String> {
         Some(self.inner.client_type.clone())
     }
 
     /// Verify a response's session ids against its generation, with the
     /// rule executions use ([`crate::reattach::ids`]); a changed server
     /// session makes the session stale.
-    pub(super) fn verify(
+    pub(crate) fn verify(
         &self,
         g: &Generation,
         session_id: &str,
@@ -236,7 +236,7 @@ impl SparkSession {
     /// with renewal on, a stale session is marked for renewal; off, a
     /// `SESSION_CHANGED` closes it, as in PySpark (the other stale errors
     /// keep coming from the server).
-    pub(super) fn note_failure(
+    pub(crate) fn note_failure(
         &self,
         g: &Generation,
         err: &SparkError,
@@ -262,7 +262,7 @@ impl SparkSession {
 
     /// Whether a call that failed with this verdict is sent again on a
     /// fresh session.
-    pub(super) fn resend(&self, v: Verdict) -> bool {
+    pub(crate) fn resend(&self, v: Verdict) -> bool {
         v == Verdict::StaleRefused && self.renewal().enabled
     }
 
@@ -273,7 +273,7 @@ impl SparkSession {
 
     /// The client every RPC of this session goes through.
     #[cfg(feature = "arrow")]
-    pub(super) fn client(&self) -> SparkClient {
+    pub(crate) fn client(&self) -> SparkClient {
         self.inner.client.clone()
     }
 
@@ -322,7 +322,7 @@ impl SparkSession {
     /// class, SQLSTATE and parameters, the operation id, the details
     /// FetchErrorDetails adds (once per error id), the RPC and the server's
     /// address (which a give-up displays with its history).
-    pub(super) async fn call_error(
+    pub(crate) async fn call_error(
         &self,
         status: Status,
         rpc: Option<&'static str>,
@@ -330,7 +330,7 @@ impl SparkSession {
         g: &Generation,
     ) -> SparkError {
         #[cfg(feature = "tls")]
-        if let Some(tls) = crate::session::tls::TlsHandshakeError::from_status(&status) {
+        if let Some(tls) = crate::connect::tls::TlsHandshakeError::from_status(&status) {
             return SparkError::Tls(tls.clone());
         }
         let target = format!("{}:{}", self.inner.host, self.inner.port);
@@ -394,7 +394,7 @@ impl SparkSession {
     }
 
     /// A reattachable execution of `plan` on generation `g`.
-    pub(super) fn start_execution(
+    pub(crate) fn start_execution(
         &self,
         g: &Generation,
         plan: Plan,
@@ -440,7 +440,7 @@ impl SparkSession {
     /// Checks one item of an execution of generation `g`: session ids on a
     /// response; a stale session noted. A server status is handed back
     /// unconverted (`Err(Ok(status))`) so the caller can enrich it.
-    pub(super) fn check_item(
+    pub(crate) fn check_item(
         &self,
         g: &Generation,
         item: Result<ExecutePlanResponse, ReattachError>,
@@ -461,7 +461,7 @@ impl SparkSession {
 /// the request, and the whole call (a client stream's upload included)
 /// bounded by it, since tonic's timeout covers only the time to headers.
 /// `used` learns which token the request carried.
-pub(super) async fn with_deadline<Req, Resp, Fut>(
+pub(crate) async fn with_deadline<Req, Resp, Fut>(
     deadline: Option<Duration>,
     req: Req,
     used: TokenUsed,

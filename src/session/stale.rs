@@ -52,7 +52,7 @@ use crate::error_classes::{SESSION_CHANGED, SESSION_CLOSED, SESSION_NOT_FOUND};
 
 /// What a failed call says about its session (see the [module docs](self)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Verdict {
+pub(crate) enum Verdict {
     /// Nothing about the session.
     Unrelated,
     /// The session is stale, and the call may have run: the error stands.

@@ -11,8 +11,8 @@ use std::time::Duration;
 use arrow_array::{Array, Int64Array};
 use spark_connect_retry::retrying::RecordingSleeper;
 use spark_connect_retry::session::conn_string::Token;
-use spark_connect_retry::session::token::{AccessToken, TokenError, TokenFuture, TokenProvider};
 use spark_connect_retry::session::{SparkError, SparkSession};
+use spark_connect_retry::token::{AccessToken, TokenError, TokenFuture, TokenProvider};
 use spark_connect_testkit::{Rpc, TestServer, TokenRotation};
 
 use crate::support::policies::recorded;

@@ -5,7 +5,7 @@
 use super::{
     Action, Event, Open, ReattachCore, ReattachError, Release, request, resp, test_retrying,
 };
-use crate::session::token::refusal::token_error;
+use crate::token::refusal::token_error;
 use tonic::Status;
 
 fn expired() -> Event {

@@ -22,7 +22,7 @@
 //! = `zstd` or `lz4`, SPARK-54134) decode like any other: arrow-ipc's codecs
 //! are always built in, since the server's defaults alone can turn
 //! compression on. Their headers are checked first and a failed batch is
-//! explained per column (`ipc_scan`), as a [`ResultDecodeError`](super::ResultDecodeError).
+//! explained per column (`ipc_scan`), as a [`ResultDecodeError`](crate::session::ResultDecodeError).
 
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
@@ -30,11 +30,11 @@ use std::panic::AssertUnwindSafe;
 use arrow_array::RecordBatch;
 use arrow_schema::{ArrowError, SchemaRef};
 
-use super::error::SparkError;
 use super::ipc_scan;
 use crate::proto::ExecutePlanResponse;
 use crate::proto::execute_plan_response::{ArrowBatch, ExecutionProgress, ResponseType};
 use crate::reattach::integrity::{BatchAssembler, ChunkHeader, IntegrityError, check_row_count};
+use crate::session::SparkError;
 
 /// What one response added.
 #[derive(Debug)]

@@ -38,7 +38,7 @@ pub const MAX_WINDOW: u32 = (1 << 31) - 1;
 
 /// HTTP/2 receive flow control of the client's connection.
 ///
-/// Set it with [`SparkSessionBuilder::http2_flow_control`](super::SparkSessionBuilder::http2_flow_control),
+/// Set it with [`SparkSessionBuilder::http2_flow_control`](crate::session::SparkSessionBuilder::http2_flow_control),
 /// [`ChannelBuilder::http2_flow_control`](super::channel::ChannelBuilder::http2_flow_control),
 /// or the `sc://` parameters `grpc_initial_stream_window_size`,
 /// `grpc_initial_connection_window_size` and `grpc_http2_bdp_probe`.

@@ -58,8 +58,8 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::session::conn_string::Token;
-    use crate::session::token::{AccessToken, StaticToken, provider_fn, refusal::token_error};
+    use crate::connect::conn_string::Token;
+    use crate::token::{AccessToken, StaticToken, provider_fn, refusal::token_error};
 
     #[tokio::test]
     async fn one_fresh_token_then_a_marked_refusal() {

@@ -14,7 +14,7 @@ use arrow_ipc::CompressionType;
 
 use super::decode::decode;
 use super::decode_codec_tests::{ipc_with, not_utf8_ipc};
-use super::error::SparkError;
+use crate::session::SparkError;
 
 /// A few valid payloads with varied layouts (fixed width, offsets, nulls,
 /// nesting, two batches in one stream).

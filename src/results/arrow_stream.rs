@@ -16,11 +16,11 @@ use std::time::Duration;
 
 use tokio_stream::Stream;
 
-use super::error::SparkError;
-use super::generation::Generation;
-use super::spark::SparkSession;
 use crate::proto::{self, ExecutePlanResponse, Plan};
 use crate::reattach::{ReattachableExecution, StreamStats, StreamStatsHandle};
+use crate::session::SparkError;
+use crate::session::SparkSession;
+use crate::session::generation::Generation;
 
 /// A callback for ExecutionProgress messages.
 type ProgressFn = Box<dyn FnMut(&proto::execute_plan_response::ExecutionProgress) + Send>;
@@ -47,7 +47,7 @@ type Preparing = Pin<
 ///
 /// Dropping an unfinished stream releases the execution on the server
 /// (ReleaseExecute); with
-/// [`interrupt_on_drop`](super::SparkSessionBuilder::interrupt_on_drop) it
+/// [`interrupt_on_drop`](crate::session::SparkSessionBuilder::interrupt_on_drop) it
 /// is interrupted first. [`cancel`](Self::cancel) does both and waits for
 /// the interrupt.
 pub struct ArrowStream {
@@ -102,7 +102,7 @@ impl std::fmt::Debug for ArrowStream {
 impl ArrowStream {
     /// A stream of `plan`, started when first read (lazy); the operation id
     /// is drawn now.
-    pub(super) fn new(
+    pub(crate) fn new(
         session: SparkSession,
         plan: Plan,
         tags: Vec<String>,
@@ -202,7 +202,7 @@ impl ArrowStream {
     /// Read until the first response that is not progress (the server has
     /// analysed the plan), or the first error: the eager half of
     /// [`SparkSession::sql`]. Responses read are held for the consumer.
-    pub(super) async fn start(&mut self) -> Result<(), SparkError> {
+    pub(crate) async fn start(&mut self) -> Result<(), SparkError> {
         // From the execution, not through `held`: what is read here is held,
         // and reading it back would loop on a leading progress response.
         while let Some(item) = std::future::poll_fn(|cx| self.poll_execution(cx)).await {
@@ -398,11 +398,11 @@ impl ArrowStream {
 #[cfg(feature = "arrow")]
 impl ArrowStream {
     /// Turn verified resumption on or off for this stream, overriding the
-    /// session's [`resume_queries`](super::SparkSessionBuilder::resume_queries):
+    /// session's [`resume_queries`](crate::session::SparkSessionBuilder::resume_queries):
     /// see there for what it does. Only before the first batch is read
     /// (rows delivered before it were not digested), only for a query (a
     /// command is never re-run), and only on a session with
-    /// [`renew_stale_session`](super::SparkSessionBuilder::renew_stale_session):
+    /// [`renew_stale_session`](crate::session::SparkSessionBuilder::renew_stale_session):
     /// otherwise turning it on fails with [`SparkError::InvalidOption`] and
     /// changes nothing.
     pub fn set_resume(&mut self, enabled: bool) -> Result<(), SparkError> {

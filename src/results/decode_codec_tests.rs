@@ -11,8 +11,8 @@ use arrow_ipc::writer::{IpcWriteOptions, StreamWriter};
 
 use super::decode::decode;
 use super::decode_error::ResultDecodeError;
-use super::error::SparkError;
 use super::ipc_scan::messages;
+use crate::session::SparkError;
 
 fn batch(rows: i64) -> RecordBatch {
     let id: ArrayRef = Arc::new(Int64Array::from_iter_values(0..rows));

@@ -14,19 +14,19 @@ use tower::util::BoxCloneSyncService;
 
 use super::channel::{AuthInterceptor, ChannelBuilder, DEFAULT_CONNECT_TIMEOUT};
 use super::conn_string::ConnectionString;
-use super::error::SparkError;
 use super::flow_control::Http2FlowControl;
-use super::options::{BuilderConfigs, Options};
-use super::spark::SparkSession;
-use super::token::cache::Credentials;
-use super::token::service::TokenService;
-use super::token::{StaticToken, TokenProvider};
 use crate::deadlines::{RpcDeadlines, check_timeout};
 use crate::meters::SessionMeters;
 use crate::policy::RetryPolicy;
 use crate::reattach::DEFAULT_IDLE_TIMEOUT;
 use crate::reconnect::ReconnectingChannel;
 use crate::retrying::Retrying;
+use crate::session::SparkError;
+use crate::session::SparkSession;
+use crate::session::options::{BuilderConfigs, Options};
+use crate::token::cache::Credentials;
+use crate::token::service::TokenService;
+use crate::token::{StaticToken, TokenProvider};
 use crate::transport::{GrpcChannel, SparkClient, grpc_channel};
 
 /// How long [`SparkSession::close`] waits for background releases (PySpark: 10 s).
@@ -61,7 +61,7 @@ pub struct SparkSessionBuilder {
     preferred_arrow_chunk_size: Option<usize>,
     interrupt_on_drop: bool,
     configs: BuilderConfigs,
-    result_compression: Option<super::ResultCompression>,
+    result_compression: Option<crate::session::ResultCompression>,
     renew_stale_session: bool,
     resume_queries: bool,
     /// The builder's token provider (Debug: its name only).
@@ -156,7 +156,7 @@ impl SparkSessionBuilder {
         self.preferred_arrow_chunk_size = Some(bytes);
         self
     }
-    /// When an unfinished [`ArrowStream`](super::ArrowStream) is dropped,
+    /// When an unfinished [`ArrowStream`](crate::session::ArrowStream) is dropped,
     /// interrupt its operation on the server before releasing it (default
     /// off: the release alone frees the server's buffers, as in PySpark).
     pub fn interrupt_on_drop(mut self, enabled: bool) -> Self {
@@ -193,11 +193,11 @@ impl SparkSessionBuilder {
         self
     }
     /// Ask Spark to compress result batches with `codec` (Spark 4.1+): sets
-    /// [`ResultCompression::CONF`](super::ResultCompression::CONF) with the
+    /// [`ResultCompression::CONF`](crate::session::ResultCompression::CONF) with the
     /// builder's configs, when the session starts. Overrides the connection
     /// string's `result_compression` and a [`config`](Self::config) of the
     /// same key. Pays on thin links; ask for `Zstd` (see
-    /// [`ResultCompression`](super::ResultCompression)).
+    /// [`ResultCompression`](crate::session::ResultCompression)).
     ///
     /// ```
     /// use spark_connect_retry::session::{ResultCompression, SparkSession};
@@ -213,7 +213,7 @@ impl SparkSessionBuilder {
     /// assert!(bad.unwrap_err().to_string().contains("\"gzip\""));
     /// # }
     /// ```
-    pub fn result_compression(mut self, codec: super::ResultCompression) -> Self {
+    pub fn result_compression(mut self, codec: crate::session::ResultCompression) -> Self {
         self.result_compression = Some(codec);
         self
     }
@@ -234,7 +234,7 @@ impl SparkSessionBuilder {
     /// counted ([`SparkSession::session_renewals`]).
     ///
     /// Never in the middle of an execution: a running
-    /// [`ArrowStream`](super::ArrowStream) keeps its error
+    /// [`ArrowStream`](crate::session::ArrowStream) keeps its error
     /// (`RESPONSE_ALREADY_RECEIVED`, `OPERATION_NOT_FOUND`), unless it
     /// [resumes](Self::resume_queries) the query: re-executed on the fresh
     /// session and verified against the rows already delivered.
@@ -253,7 +253,7 @@ impl SparkSessionBuilder {
     /// failing with `RESPONSE_ALREADY_RECEIVED` (default off; needs
     /// [`renew_stale_session`](Self::renew_stale_session)`(true)`, or
     /// [`build`](Self::build) fails naming this option). Per stream:
-    /// [`ArrowStream::set_resume`](super::ArrowStream::set_resume).
+    /// [`ArrowStream::set_resume`](crate::session::ArrowStream::set_resume).
     ///
     /// The stream keeps a running digest of the rows it delivered (XXH3-128
     /// over a canonical per-column encoding: no copy of the rows). On
@@ -263,9 +263,9 @@ impl SparkSessionBuilder {
     /// N on, each row exactly once. Different, or fewer rows: it fails
     /// with [`SparkError::ResultChanged`] saying how many rows had been
     /// delivered. At most the retry policy's `max_retries` resumptions per
-    /// query ([`resume::budget`](super::resume::budget)); each is logged
+    /// query ([`resume::budget`](crate::session::resume::budget)); each is logged
     /// at `warn` with the old and new operation ids and counted in
-    /// [`ArrowStream::stats`](super::ArrowStream::stats).
+    /// [`ArrowStream::stats`](crate::session::ArrowStream::stats).
     ///
     /// Queries only: a relation (`sql()` text starting with `SELECT`,
     /// `VALUES` or `TABLE`, `range`, local data). A command, or SQL that
@@ -354,14 +354,14 @@ impl SparkSessionBuilder {
     /// connection string's `token=` once: cached until it expires or the
     /// server refuses it, then asked again; a call or a result stream
     /// refused for its token continues with a fresh one, once (see
-    /// [`token`](super::token)). Like a token in the connection string, it
+    /// [`token`](crate::token)). Like a token in the connection string, it
     /// implies TLS to any host but `localhost`. Replaces the connection
     /// string's token.
     ///
     /// ```
     /// use spark_connect_retry::session::SparkSession;
     /// use spark_connect_retry::session::conn_string::Token;
-    /// use spark_connect_retry::session::token::{AccessToken, provider_fn};
+    /// use spark_connect_retry::token::{AccessToken, provider_fn};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), spark_connect_retry::session::SparkError> {
@@ -412,7 +412,7 @@ impl SparkSessionBuilder {
             })?;
         let chunk = self.chunk_size(&config)?;
         if let Some(codec) = self.result_compression.or(config.result_compression()) {
-            let key = super::ResultCompression::CONF.to_owned();
+            let key = crate::session::ResultCompression::CONF.to_owned();
             self.configs.set(key, codec.as_str().to_owned());
         }
         if self.configs.0.iter().any(|(k, _)| k.trim().is_empty()) {

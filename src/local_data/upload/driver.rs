@@ -13,18 +13,19 @@ use super::core::{UploadGroup, payload, shapes};
 use super::stats::UploadStats;
 use crate::proto::{self, AddArtifactsRequest};
 use crate::retrying::AttemptError;
-use crate::session::error::SparkError;
+use crate::session::SparkError;
+use crate::session::SparkSession;
 use crate::session::generation::Generation;
 use crate::session::options::lock;
-use crate::session::spark::{SparkSession, with_deadline};
-use crate::session::token::call::CallToken;
+use crate::session::spark::with_deadline;
+use crate::token::call::CallToken;
 
 impl SparkSession {
     /// Upload `blobs` as `cache/<sha256>` artifacts in one group, under the
     /// retry policy, exactly once, on generation `g` of the session (all
     /// groups of one relation must land in one server-side session);
     /// returns their hashes in order.
-    pub(in crate::session) async fn cache_blobs(
+    pub(crate) async fn cache_blobs(
         &self,
         g: &Generation,
         blobs: Vec<Bytes>,

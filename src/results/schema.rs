@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use arrow_schema::{DataType, Field, Fields, IntervalUnit, Schema, SchemaRef, TimeUnit};
 
-use super::error::SparkError;
 use crate::proto::data_type::{Kind, StructField};
+use crate::session::SparkError;
 
 /// The time zone given to `TIMESTAMP` columns (see the module docs).
 pub const TIMESTAMP_ZONE: &str = "UTC";

@@ -5,7 +5,7 @@
 //! balancer whose certificate is signed by a private CA. Adding that CA to
 //! the machine's trust store needs root, which a service rarely has, so the
 //! session takes it directly: PEM bytes or a file, from the builder
-//! ([`SparkSessionBuilder::tls_ca_pem`](super::SparkSessionBuilder::tls_ca_pem))
+//! ([`SparkSessionBuilder::tls_ca_pem`](crate::session::SparkSessionBuilder::tls_ca_pem))
 //! or from the connection string (`tls_ca_file`), with an optional client
 //! certificate and key for mutual TLS. The server's certificate is always
 //! checked against the host name of the connection string.
@@ -17,7 +17,7 @@
 //! (`UNAVAILABLE`, "never reached the server"), which a retry policy would
 //! retry; the session rewrites it into a non-retryable `UNAUTHENTICATED`
 //! status carrying a [`TlsHandshakeError`] that names the cause, and the
-//! session's calls fail with [`SparkError::Tls`](super::SparkError::Tls)
+//! session's calls fail with [`SparkError::Tls`](crate::session::SparkError::Tls)
 //! after one attempt.
 //!
 //! # Choices
@@ -110,7 +110,7 @@ impl fmt::Display for TlsFailure {
 ///
 /// It is the source of the `UNAUTHENTICATED` status the session's channel
 /// reports for it, and the payload of
-/// [`SparkError::Tls`](super::SparkError::Tls).
+/// [`SparkError::Tls`](crate::session::SparkError::Tls).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("TLS handshake with {target} failed: {failure}")]
 pub struct TlsHandshakeError {

@@ -10,13 +10,13 @@
 //! written in between).
 //!
 //! So a resumption is *verified*: with the opt-in
-//! ([`SparkSessionBuilder::resume_queries`](super::SparkSessionBuilder::resume_queries),
-//! or [`ArrowStream::set_resume`](super::ArrowStream::set_resume)), the
+//! ([`SparkSessionBuilder::resume_queries`](crate::session::SparkSessionBuilder::resume_queries),
+//! or [`ArrowStream::set_resume`](crate::session::ArrowStream::set_resume)), the
 //! stream keeps a running digest of the rows it delivered (`RowDigest`:
 //! XXH3-128 over a canonical per-column encoding, independent of batch
 //! cuts). On losing the execution after responses were received (the
 //! operation or the session is gone, or the server-side session changed),
-//! and with [`renew_stale_session`](super::SparkSessionBuilder::renew_stale_session)
+//! and with [`renew_stale_session`](crate::session::SparkSessionBuilder::renew_stale_session)
 //! on, it moves to a fresh server-side session (the renewal), executes the
 //! same plan under a new operation id, and digests the new result's first N
 //! rows (N = rows delivered, cut mid-batch if need be). Equal: it delivers
@@ -33,12 +33,12 @@
 use arrow_array::RecordBatch;
 
 use super::digest::{Digest, RowDigest};
-use super::error::ResultChange;
-use super::error::SparkError;
 use crate::error_classes::{OPERATION_NOT_FOUND, SESSION_NOT_FOUND};
 use crate::proto::{Plan, plan, relation};
 use crate::reattach::StreamStats;
 use crate::retrying::Retrying;
+use crate::session::ResultChange;
+use crate::session::SparkError;
 
 /// Resumptions allowed per query when a retry policy sets no limit
 /// (`max_retries: None`), and PySpark's default policy's limit.

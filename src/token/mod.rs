@@ -41,7 +41,7 @@
 //! The connection string's `token=` (or `SPARK_CONNECT_AUTHENTICATE_TOKEN`)
 //! is a provider that never refreshes: the same code path, and a refusal
 //! of it is the server's error, as before. A provider given to
-//! [`SparkSessionBuilder::token_provider`](super::SparkSessionBuilder::token_provider)
+//! [`SparkSessionBuilder::token_provider`](crate::session::SparkSessionBuilder::token_provider)
 //! replaces it, and, like it, implies TLS to any host but `localhost`.
 //!
 //! ```
@@ -49,7 +49,7 @@
 //! use std::time::Duration;
 //! use spark_connect_retry::session::SparkSession;
 //! use spark_connect_retry::session::conn_string::Token;
-//! use spark_connect_retry::session::token::{AccessToken, TokenFuture, TokenProvider};
+//! use spark_connect_retry::token::{AccessToken, TokenFuture, TokenProvider};
 //!
 //! /// Hands out `t-0`, `t-1`, ... each valid for 10 minutes.
 //! struct Rotating(AtomicU32);
@@ -83,7 +83,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use super::conn_string::Token;
+use crate::connect::conn_string::Token;
 use crate::transport::BoxError;
 
 pub(crate) mod cache;
@@ -141,7 +141,7 @@ impl<T: TokenProvider + ?Sized> TokenProvider for std::sync::Arc<T> {
 /// ```
 /// use std::time::Duration;
 /// use spark_connect_retry::session::conn_string::Token;
-/// use spark_connect_retry::session::token::AccessToken;
+/// use spark_connect_retry::token::AccessToken;
 ///
 /// let t = AccessToken::new(Token::new("s3cr3t")?).expires_in(Duration::from_secs(3600));
 /// assert_eq!(t.lifetime(), Some(Duration::from_secs(3600)));
@@ -182,7 +182,7 @@ impl AccessToken {
 ///
 /// ```
 /// use spark_connect_retry::session::conn_string::Token;
-/// use spark_connect_retry::session::token::{AccessToken, TokenProvider, provider_fn};
+/// use spark_connect_retry::token::{AccessToken, TokenProvider, provider_fn};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {

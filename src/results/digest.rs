@@ -37,7 +37,7 @@ use arrow_row::{RowConverter, SortField};
 use arrow_schema::{DataType, SchemaRef};
 use xxhash_rust::xxh3::Xxh3;
 
-use super::error::SparkError;
+use crate::session::SparkError;
 
 /// A 128-bit digest of rows (see the [module docs](self)).
 pub(super) type Digest = u128;

@@ -14,10 +14,10 @@ use tonic::metadata::{
 use uuid::Uuid;
 
 use super::error::{ConnectionStringError, ParamPart, invalid_value, quote_key};
-use crate::reattach::ids::is_canonical_uuid;
-use crate::session::flow_control::{
+use crate::connect::flow_control::{
     DEFAULT_CONNECTION_WINDOW, DEFAULT_STREAM_WINDOW, Http2FlowControl, check_window,
 };
+use crate::reattach::ids::is_canonical_uuid;
 
 /// Header names that tonic strips or HTTP/2 forbids; accepting them would silently drop them
 /// or break every call.

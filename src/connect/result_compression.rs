@@ -5,7 +5,7 @@
 //! every Arrow batch it sends. Over a thin link that is most of the time of
 //! a large query; on loopback it only adds CPU on both ends. One setting,
 //! in the connection string (`result_compression=zstd`) or the builder
-//! ([`result_compression`](super::SparkSessionBuilder::result_compression)),
+//! ([`result_compression`](crate::session::SparkSessionBuilder::result_compression)),
 //! sets the conf when the session starts, so a program turns it on in one
 //! place. Results decode the same whatever set the conf (this setting, a
 //! `Config` call, `SET`, the server's defaults).

@@ -167,8 +167,8 @@ fn header_value(token: &AccessToken) -> HeaderValue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::session::conn_string::Token;
-    use crate::session::token::{TokenFuture, provider_fn};
+    use crate::connect::conn_string::Token;
+    use crate::token::{TokenFuture, provider_fn};
 
     fn counting(lifetime: Option<Duration>) -> (Credentials, Arc<AtomicU64>) {
         let n = Arc::new(AtomicU64::new(0));

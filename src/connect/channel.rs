@@ -5,9 +5,9 @@
 //!   a connect timeout, `TCP_NODELAY`, HTTP/2 flow control ([`Http2FlowControl`]), and the
 //!   `client_type` as HTTP `user-agent`.
 //! * [`AuthInterceptor`] adds `authorization: Bearer <token>` and the connection string's
-//!   extra metadata to every request. A [`SparkSession`](super::SparkSession) takes only the
+//!   extra metadata to every request. A [`SparkSession`](crate::session::SparkSession) takes only the
 //!   metadata from it and sends the token through its token provider
-//!   ([`token`](super::token)), which refreshes a token that expires.
+//!   ([`token`](crate::token)), which refreshes a token that expires.
 //! * [`crate::transport::spark_client`] turns such a channel (or any service stack) into
 //!   the generated client.
 //!
