@@ -175,10 +175,10 @@ mod tests {
         assert_eq!(Relation::decode(back.as_slice()).unwrap(), original);
         // At or under the threshold: plain.
         assert!(compress(&plan, plan.encoded_len()).is_none());
-        // Not smaller once compressed (random text): plain.
-        let noise: String = (0..3000u32)
-            .map(|i| char::from(b'!' + (i.wrapping_mul(2_654_435_761) >> 25) as u8 % 90))
-            .collect();
-        assert!(compress(&sql_plan(&noise), 0).is_none());
+        // Not smaller once compressed (a plan of a few bytes, past a zero
+        // threshold): plain.
+        let tiny = sql_plan("x");
+        assert!(tiny.encoded_len() < 10);
+        assert!(compress(&tiny, 0).is_none());
     }
 }
