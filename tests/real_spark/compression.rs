@@ -174,3 +174,36 @@ async fn a_string_that_is_not_utf8_is_a_typed_error() {
         spark.close().await.unwrap();
     }
 }
+
+real_test!(large_plans_go_compressed_and_run_exactly, needs = [SPARK]);
+async fn large_plans_go_compressed_and_run_exactly() {
+    let Some(url) = remote("SPARK_CONNECT_TEST_REMOTE") else {
+        return;
+    };
+    // The threshold is a session conf: 200 bytes, so a real query's plan
+    // (4 KiB of SQL text) is over it.
+    let spark = builder(&url)
+        .config("spark.connect.session.planCompression.threshold", "200")
+        .config(
+            "spark.connect.session.planCompression.defaultAlgorithm",
+            "ZSTD",
+        )
+        .build()
+        .unwrap();
+    let padding = format!("/* {} */", "padding ".repeat(500));
+    let query = format!("SELECT id, id*2 AS x {padding} FROM range(100000)");
+    let (check, _) = tokio::time::timeout(
+        Duration::from_secs(300),
+        crate::query_rows_as(&spark, &query),
+    )
+    .await
+    .expect("hung")
+    .unwrap();
+    assert_exact(&check, 100_000);
+    assert_eq!(spark.plans_compressed(), 1, "the plan went compressed");
+    // A small plan stays plain.
+    let (check, _) = crate::query_rows(&spark, 10).await.unwrap();
+    assert_exact(&check, 10);
+    assert_eq!(spark.plans_compressed(), 1);
+    spark.close().await.unwrap();
+}
