@@ -68,7 +68,10 @@ pub(super) fn compress(plan: &Plan, threshold: usize) -> Option<Plan> {
         return None;
     }
     let data = zstd::bulk::compress(&bytes, LEVEL).ok()?;
-    (data.len() < bytes.len()).then(|| Plan {
+    if data.len() >= bytes.len() {
+        return None;
+    }
+    Some(Plan {
         op_type: Some(plan::OpType::CompressedOperation(CompressedOperation {
             data,
             op_type: op_type as i32,
