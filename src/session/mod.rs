@@ -38,6 +38,7 @@ mod error;
 pub(crate) mod generation;
 pub(crate) mod options;
 pub mod params;
+mod plan_codec;
 mod plan_compression;
 mod queries;
 mod renewal;

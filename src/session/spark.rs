@@ -47,7 +47,7 @@ struct Inner {
     releases: ReleaseTracker,
     fetched_error_ids: Mutex<HashSet<String>>,
     tags: Mutex<Vec<String>>,
-    plan_compression: super::plan_compression::PlanCompression,
+    plan_compression: super::plan_codec::PlanCompression,
 }
 
 /// A Spark Connect session.
@@ -267,7 +267,7 @@ impl SparkSession {
     }
 
     /// The session's plan compression state.
-    pub(super) fn plan_compression(&self) -> &super::plan_compression::PlanCompression {
+    pub(super) fn plan_compression(&self) -> &super::plan_codec::PlanCompression {
         &self.inner.plan_compression
     }
 
