@@ -13,6 +13,7 @@ use spark_connect_testkit::{CutSchedule, Direction, FaultProxy};
 use crate::{Check, assert_exact, remote};
 
 const TWO_M: i64 = 2_000_000;
+const LZ4_ROWS: i64 = 10_000;
 
 fn builder(url: &str) -> SparkSessionBuilder {
     SparkSession::builder()
