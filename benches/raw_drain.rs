@@ -109,8 +109,9 @@ async fn run(args: &Args) -> Result<String, BoxError> {
     }
     let channel = endpoint
         .tcp_nodelay(true)
-        .initial_stream_window_size(spark_connect_retry::session::DEFAULT_STREAM_WINDOW)
-        .initial_connection_window_size(spark_connect_retry::session::DEFAULT_CONNECTION_WINDOW)
+        // The session's default HTTP/2 windows (16 MiB per stream, 32 MiB per connection).
+        .initial_stream_window_size(16 * 1024 * 1024)
+        .initial_connection_window_size(32 * 1024 * 1024)
         .connect()
         .await?;
     let mut client =

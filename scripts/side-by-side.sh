@@ -55,8 +55,9 @@
 #                    OutOfMemoryError -> TaskResultLost)
 #   SBS_OUT          output dir (default target/side-by-side/<timestamp>)
 #   SBS_OFFICIAL     1 (default) to run the official-client arm; 0 to skip it
-#   SBS_OFFICIAL_DIR where the official client is built (default
-#                    target/side-by-side-official; kept between runs). It needs
+#   SBS_OFFICIAL_DIR where the official client is built, by
+#                    scripts/official-client.sh (default: that script's, a
+#                    directory under ~/.cache kept between runs). It needs
 #                    `protoc`: installed from Debian's protobuf-compiler if missing
 #   SBS_BASE_BENCH   a side_by_side bench executable built from another commit
 #                    (copy it aside first): run as one more arm, `base`, for a
@@ -159,32 +160,12 @@ fi
 BASE="${SBS_BASE_BENCH:-}"
 if [ -n "$BASE" ] && ! [ -x "$BASE" ]; then die "SBS_BASE_BENCH=$BASE is not an executable"; fi
 
-# The official Rust client, in a project of its own: it needs a system protoc.
+# The official Rust client, in a project of its own (it needs a system
+# protoc): scripts/official-client.sh builds it, as for scripts/chaos-table.sh.
 OFFICIAL=""
 if [ "${SBS_OFFICIAL:-1}" = 1 ]; then
-    if ! command -v protoc >/dev/null; then
-        log "installing protobuf-compiler (protoc) for the official client"
-        apt-get install -y protobuf-compiler >"$OUT/apt.log" 2>&1 ||
-            die "could not install protobuf-compiler (see $OUT/apt.log); or set SBS_OFFICIAL=0"
-    fi
-    ODIR="${SBS_OFFICIAL_DIR:-$ROOT/target/side-by-side-official}"
-    mkdir -p "$ODIR/src"
-    cat >"$ODIR/Cargo.toml" <<'TOML'
-[package]
-name = "sbs-official"
-version = "0.1.0"
-edition = "2021"
-
-[dependencies]
-apache-spark-connect = "=4.2.0"
-
-[workspace]
-TOML
-    cp "$ROOT/scripts/side_by_side_official.rs" "$ODIR/src/main.rs"
-    log "building the official client (apache-spark-connect 4.2.0, release)"
-    (cd "$ODIR" && env -u CARGO_TARGET_DIR cargo build --release --quiet) >"$OUT/official-build.log" 2>&1 ||
-        die "official client build failed (see $OUT/official-build.log)"
-    OFFICIAL="$ODIR/target/release/sbs-official"
+    OFFICIAL="$("$ROOT/scripts/official-client.sh" ${SBS_OFFICIAL_DIR:+"$SBS_OFFICIAL_DIR"} | tail -n1)" ||
+        die "official client build failed; or set SBS_OFFICIAL=0"
 fi
 
 # --- server (one for all cases; the 128 MiB retry buffer lets deep cuts reattach)

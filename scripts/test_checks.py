@@ -155,5 +155,48 @@ class OnePath(unittest.TestCase):
         self.assertIn("Z", out)
 
 
+class DocPaths(unittest.TestCase):
+    def check(self, files):
+        with tempfile.TemporaryDirectory() as tmp:
+            write_tree(tmp, files)
+            return run([sys.executable, os.path.join(HERE, "doc-paths.py"), tmp])
+
+    FILES = {
+        "src/a.rs": "",
+        "src/room/b.rs": "",
+        "src/room/c.rs": "",
+        "crates/k/src/d.rs": "",
+    }
+
+    def test_paths_that_exist_pass(self):
+        rc, out = self.check({**self.FILES, "README.md": """\
+            See `src/a.rs`, `src/room/{b,c}.rs` and `crates/k/src/*.rs`.
+
+            ```text
+            src/
+              a.rs       the a
+              room/      b.rs, c.rs
+                         and c.rs again
+            ```
+            """})
+        self.assertEqual(rc, 0, out)
+        self.assertIn("8 source path(s)", out)
+
+    def test_a_missing_path_in_a_note_fails(self):
+        rc, out = self.check({**self.FILES, "docs/note.md": "Moved: `src/room/{b,gone}.rs`.\n"})
+        self.assertEqual(rc, 1, out)
+        self.assertIn("docs/note.md:1: src/room/gone.rs does not exist", out)
+
+    def test_a_missing_file_in_a_module_map_fails(self):
+        rc, out = self.check({**self.FILES, "README.md": """\
+            ```text
+            src/
+              room/      b.rs, hedge.rs (every hedging rule)
+            ```
+            """})
+        self.assertEqual(rc, 1, out)
+        self.assertIn("README.md:3: src/room/hedge.rs does not exist", out)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -58,7 +58,7 @@ impl Default for RpcDeadlines {
 /// The longest deadline or timeout accepted: 100 years. Anything longer is
 /// a mistake (use `None` for "no deadline"), and `Instant::now() + d` must
 /// not overflow on any platform.
-pub const MAX_TIMEOUT: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+pub(crate) const MAX_TIMEOUT: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// A deadline that cannot be used, naming the field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -100,7 +100,7 @@ impl RpcDeadlines {
     }
 
     /// Check that no deadline is zero (PySpark rejects values ≤ 0) or
-    /// longer than [`MAX_TIMEOUT`].
+    /// longer than 100 years.
     pub fn validate(&self) -> Result<(), InvalidDeadline> {
         let all = [
             ("reattachable_execute_plan", self.reattachable_execute_plan),

@@ -91,7 +91,16 @@ pub mod status;
 pub mod token;
 pub mod transport;
 
-pub use tonic_retry::sanitize;
+pub mod sanitize {
+    //! A guard against tonic's panic on a non-base64 `grpc-status-details-bin`
+    //! header: [`SanitizeLayer`] on any service stack turns such a response
+    //! into an `INTERNAL` status, and maps an HTTP error a proxy answers
+    //! itself (no `grpc-status`) as gRPC's HTTP-to-gRPC table says. Every
+    //! channel this crate builds carries it already. The layer and its
+    //! service come from `tonic_retry::sanitize`, with the rest of that
+    //! module's plumbing.
+    pub use tonic_retry::sanitize::{Sanitize, SanitizeLayer};
+}
 
 /// The crates whose types appear in this crate's API, re-exported so that a
 /// program's versions cannot drift from the ones this crate was built with.

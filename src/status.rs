@@ -10,6 +10,7 @@
 //! by [`crate::sanitize`].
 
 use std::collections::HashMap;
+use std::error::Error as StdError;
 
 use prost::Message;
 use tonic::Status;
@@ -64,14 +65,9 @@ pub fn error_info(status: &Status) -> Option<SparkErrorInfo> {
     })
 }
 
-/// The message of the rich `google.rpc.Status`, if the details decode.
-pub fn rich_message(status: &Status) -> Option<String> {
-    details(status).map(|s| s.message)
-}
-
 /// Whether the status names `marker` (e.g. `INVALID_HANDLE.OPERATION_NOT_FOUND`)
 /// in its message, in the rich status message, or as its ErrorInfo error class.
-pub fn mentions(status: &Status, marker: &str) -> bool {
+pub(crate) fn mentions(status: &Status, marker: &str) -> bool {
     if status.message().contains(marker) {
         return true;
     }
@@ -86,11 +82,26 @@ pub fn mentions(status: &Status, marker: &str) -> bool {
 /// The Spark error class of `status`: ErrorInfo's `errorClass`, or else the
 /// `[CLASS]` prefix Spark puts in messages (for when metadata was dropped
 /// because it exceeded the server's size limit).
-pub fn spark_error_class(status: &Status) -> Option<String> {
+pub(crate) fn spark_error_class(status: &Status) -> Option<String> {
     if let Some(class) = error_info(status).and_then(|i| i.error_class().map(str::to_owned)) {
         return Some(class);
     }
     bracketed_class(status.message())
+}
+
+/// The errors in `status`'s source chain, outermost first: the one walk of
+/// a status's causes in this crate. A nested `Status` (a give-up keeps the
+/// last attempt's, behind its history) is walked through by its own
+/// `source()`, so what it carries is found too.
+pub(crate) fn sources(status: &Status) -> impl Iterator<Item = &(dyn StdError + 'static)> {
+    std::iter::successors(status.source(), |&err: &&(dyn StdError + 'static)| {
+        err.source()
+    })
+}
+
+/// The first `T` in `status`'s source chain ([`sources`]).
+pub(crate) fn find_source<T: StdError + 'static>(status: &Status) -> Option<&T> {
+    sources(status).find_map(|err| err.downcast_ref::<T>())
 }
 
 /// Parses a leading `[ERROR.CLASS]` from a Spark message.
@@ -110,6 +121,23 @@ mod tests {
     use super::*;
     use tonic::Code;
     use tonic_types::{ErrorDetails, StatusExt};
+
+    #[test]
+    fn the_walk_goes_through_nested_statuses() {
+        let io = std::io::Error::other("refused");
+        let mut inner = Status::unavailable("inner");
+        inner.set_source(std::sync::Arc::new(io));
+        let mut outer = Status::unknown("outer");
+        outer.set_source(std::sync::Arc::new(inner));
+        let texts: Vec<String> = sources(&outer).map(ToString::to_string).collect();
+        assert_eq!(texts.len(), 2, "{texts:?}");
+        assert_eq!(texts[1], "refused");
+        assert_eq!(
+            find_source::<std::io::Error>(&outer).unwrap().to_string(),
+            "refused"
+        );
+        assert!(find_source::<std::io::Error>(&Status::internal("x")).is_none());
+    }
 
     #[test]
     fn error_class_from_info_or_message() {

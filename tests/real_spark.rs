@@ -20,6 +20,8 @@
 //! test names the variables it needs ([`real_test!`]), and a test whose
 //! server is not configured is reported as *ignored*, never as passed. With
 //! `SPARK_CONNECT_REQUIRE_REAL=1` (set in CI) a missing server fails instead.
+//! It takes cargo test's whole command line: several filters, `--exact`,
+//! `--skip`, `--list`, `--ignored` (`real_spark/cli.rs`).
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -124,15 +126,17 @@ macro_rules! on_both {
 /// Runs every registered test, each on its own current-thread runtime (as
 /// `#[tokio::test]` does), ignoring those whose servers are not configured.
 fn main() {
-    let args = libtest_mimic::Arguments::from_args();
+    let line = real_spark::cli::split(std::env::args());
+    let args = libtest_mimic::Arguments::from_iter(line.rest);
     let require = std::env::var("SPARK_CONNECT_REQUIRE_REAL").as_deref() == Ok("1");
     let mut tests: Vec<&RealTest> = inventory::iter::<RealTest>().collect();
     tests.sort_by_key(|t| t.path);
     let trials = tests
         .into_iter()
-        .map(|t| {
+        .map(|t| (t, t.path.split_once("::").map_or(t.path, |(_, rest)| rest)))
+        .filter(|(_, name)| real_spark::cli::selected(name, &line.filters, args.exact))
+        .map(|(t, name)| {
             let missing: Vec<&str> = t.needs.iter().copied().filter(|v| !is_set(v)).collect();
-            let name = t.path.split_once("::").map_or(t.path, |(_, rest)| rest);
             let body = t.body;
             let trial = libtest_mimic::Trial::test(name, move || {
                 tokio::runtime::Builder::new_current_thread()
@@ -159,6 +163,7 @@ fn is_set(var: &str) -> bool {
 // The tests, one file a topic: tests/real_spark/*.rs. They follow `on_both!`
 // so that they can use it.
 mod real_spark {
+    pub(crate) mod cli;
     mod compression;
     mod cuts;
     mod params;

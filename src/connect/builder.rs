@@ -30,10 +30,10 @@ use crate::token::{StaticToken, TokenProvider};
 use crate::transport::{GrpcChannel, SparkClient, grpc_channel};
 
 /// How long [`SparkSession::close`] waits for background releases (PySpark: 10 s).
-pub const DEFAULT_RELEASE_WAIT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_RELEASE_WAIT: Duration = Duration::from_secs(10);
 
 /// The smallest preferred Arrow chunk the server accepts (PySpark: 1 KiB).
-pub const MIN_ARROW_CHUNK_SIZE: usize = 1024;
+pub(crate) const MIN_ARROW_CHUNK_SIZE: usize = 1024;
 
 /// Room left in a gRPC message for the response around an Arrow chunk.
 const CHUNK_HEADROOM: usize = 64 * 1024;
@@ -100,12 +100,13 @@ impl SparkSessionBuilder {
     }
     /// Stall detection: reattach, over a fresh connection, when a result
     /// stream is silent for this long (default
-    /// [`crate::reattach::DEFAULT_IDLE_TIMEOUT`], 10 s; `None` turns it off).
+    /// 10 s, as [`ReattachOptions`](crate::reattach::ReattachOptions)'s; `None` turns it off).
     pub fn idle_timeout(mut self, idle: Option<Duration>) -> Self {
         self.idle_timeout = Some(idle);
         self
     }
-    /// How long [`SparkSession::close`] waits for background releases.
+    /// How long [`SparkSession::close`] waits for background releases
+    /// (default 10 s).
     pub fn release_wait(mut self, wait: Duration) -> Self {
         self.release_wait = Some(wait);
         self
@@ -148,7 +149,7 @@ impl SparkSessionBuilder {
         self
     }
     /// The chunk size to ask the server for, in bytes (at least
-    /// [`MIN_ARROW_CHUNK_SIZE`]). By default the client's maximum message
+    /// 1 KiB). By default the client's maximum message
     /// size less 64 KiB, so every chunk fits in a message; the server uses
     /// its own maximum (`spark.connect.session.resultChunking.maxChunkSize`)
     /// when that is smaller.
@@ -263,7 +264,7 @@ impl SparkSessionBuilder {
     /// N on, each row exactly once. Different, or fewer rows: it fails
     /// with [`SparkError::ResultChanged`] saying how many rows had been
     /// delivered. At most the retry policy's `max_retries` resumptions per
-    /// query ([`resume::budget`](crate::session::resume::budget)); each is logged
+    /// query (15 for a policy without a limit); each is logged
     /// at `warn` with the old and new operation ids and counted in
     /// [`ArrowStream::stats`](crate::session::ArrowStream::stats).
     ///
@@ -393,23 +394,12 @@ impl SparkSessionBuilder {
     /// session id is drawn here (unless the connection string gives one), so
     /// two sessions built from one string never share it.
     pub fn build(mut self) -> Result<SparkSession, SparkError> {
-        let config = match (self.config.take(), self.remote.take()) {
-            (Some(c), _) => c,
-            (None, Some(url)) => ConnectionString::parse(&url)?,
-            (None, None) => ConnectionString::from_env()?,
-        };
+        let (config, flow_control) = self.resolve()?;
         let deadlines = self.deadlines.unwrap_or_default();
         deadlines.validate()?;
         let idle_timeout = self.idle_timeout.unwrap_or(Some(DEFAULT_IDLE_TIMEOUT));
         check_option("idle_timeout", idle_timeout)?;
         check_option("connect_timeout", self.connect_timeout)?;
-        let flow_control = self.flow_control.unwrap_or(config.http2_flow_control());
-        flow_control
-            .validate()
-            .map_err(|reason| SparkError::InvalidOption {
-                field: "http2_flow_control",
-                reason,
-            })?;
         let chunk = self.chunk_size(&config)?;
         if let Some(codec) = self.result_compression.or(config.result_compression()) {
             let key = crate::session::ResultCompression::CONF.to_owned();
@@ -427,6 +417,65 @@ impl SparkSessionBuilder {
                 reason: "needs renew_stale_session(true): a resumed query runs on a fresh server-side session",
             });
         }
+        let (retrying, meters) = self.metered(self.retrying.clone().unwrap_or_default(), &config);
+        let (channel, credentials) = self.make_channel(&config, flow_control)?;
+        let client = SparkClient::new(channel)
+            .max_decoding_message_size(config.max_message_size())
+            .max_encoding_message_size(config.max_message_size());
+        Ok(SparkSession::new(
+            client,
+            &config,
+            Options {
+                retrying,
+                meters,
+                deadlines,
+                idle_timeout,
+                release_wait: self.release_wait.unwrap_or(DEFAULT_RELEASE_WAIT),
+                arrow_chunk_size: chunk,
+                interrupt_on_drop: self.interrupt_on_drop,
+                configs: self.configs,
+                renew_stale_session: self.renew_stale_session,
+                resume_queries: self.resume_queries,
+                credentials,
+            },
+        ))
+    }
+
+    /// The channel a session built from this builder would use, alone:
+    /// the connection string's (or `SPARK_REMOTE`'s) TLS, CA, token or
+    /// token provider, keepalive and flow control, over a reconnecting
+    /// connection; for programs that forward calls to a Spark Connect server
+    /// (a proxy such as `spark-connect-guard`). Session-only options are
+    /// ignored.
+    pub fn build_channel(mut self) -> Result<GrpcChannel, SparkError> {
+        let (config, flow_control) = self.resolve()?;
+        check_option("connect_timeout", self.connect_timeout)?;
+        Ok(self.make_channel(&config, flow_control)?.0)
+    }
+
+    /// The connection string and the HTTP/2 flow control, checked.
+    fn resolve(&mut self) -> Result<(ConnectionString, Http2FlowControl), SparkError> {
+        let config = match (self.config.take(), self.remote.take()) {
+            (Some(c), _) => c,
+            (None, Some(url)) => ConnectionString::parse(&url)?,
+            (None, None) => ConnectionString::from_env()?,
+        };
+        let flow_control = self.flow_control.unwrap_or(config.http2_flow_control());
+        flow_control
+            .validate()
+            .map_err(|reason| SparkError::InvalidOption {
+                field: "http2_flow_control",
+                reason,
+            })?;
+        Ok((config, flow_control))
+    }
+
+    /// The session's channel and credentials.
+    fn make_channel(
+        &mut self,
+        config: &ConnectionString,
+        flow_control: Http2FlowControl,
+    ) -> Result<(GrpcChannel, Option<Credentials>), SparkError> {
         // The connection string's token is a provider that never refreshes:
         // one code path for both.
         let provider_given = self.credentials.is_some();
@@ -434,12 +483,11 @@ impl SparkSessionBuilder {
             let token = config.token()?.clone();
             Some(Credentials::new(Arc::new(StaticToken(token))))
         });
-        let auth = AuthInterceptor::metadata_only(&config);
-        let (retrying, meters) = self.metered(self.retrying.clone().unwrap_or_default(), &config);
+        let auth = AuthInterceptor::metadata_only(config);
         // Wrapped once: a channel built here is intercepted, sanitized and
         // boxed in one step; a caller's channel is already a sanitized
         // `GrpcChannel`, so it is only intercepted and boxed again.
-        let channel = match self.channel {
+        let channel = match self.channel.take() {
             Some(c) => BoxCloneSyncService::new(
                 TokenService::new(InterceptedService::new(c, auth), credentials.clone())
                     .map_response(|r: http::Response<_>| r.map(tonic::body::Body::new))
@@ -449,7 +497,7 @@ impl SparkSessionBuilder {
                 let timeout = self.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
                 // A reconnecting channel: a stall reattach dials a fresh
                 // connection instead of waiting on a dead one.
-                let builder = ChannelBuilder::new(&config)
+                let builder = ChannelBuilder::new(config)
                     .connect_timeout(timeout)
                     .http2_flow_control(flow_control)
                     .bearer_token(provider_given);
@@ -472,26 +520,7 @@ impl SparkSessionBuilder {
                 channel
             }
         };
-        let client = SparkClient::new(channel)
-            .max_decoding_message_size(config.max_message_size())
-            .max_encoding_message_size(config.max_message_size());
-        Ok(SparkSession::new(
-            client,
-            &config,
-            Options {
-                retrying,
-                meters,
-                deadlines,
-                idle_timeout,
-                release_wait: self.release_wait.unwrap_or(DEFAULT_RELEASE_WAIT),
-                arrow_chunk_size: chunk,
-                interrupt_on_drop: self.interrupt_on_drop,
-                configs: self.configs,
-                renew_stale_session: self.renew_stale_session,
-                resume_queries: self.resume_queries,
-                credentials,
-            },
-        ))
+        Ok((channel, credentials))
     }
 
     /// Record the session's metrics on `meter` (feature `otel`; default:

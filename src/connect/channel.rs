@@ -17,7 +17,7 @@
 //!   Without it, a black-holed connection hangs a call forever and the dead connection is
 //!   reused by the next call. With `grpc_keepalive_enabled=false`, no HTTP/2 keepalive
 //!   setting is touched.
-//! * **Connect timeout** defaults to [`DEFAULT_CONNECT_TIMEOUT`] (10 s), so that an
+//! * **Connect timeout** defaults to 10 s, so that an
 //!   unreachable host surfaces as a retryable `UNAVAILABLE` instead of waiting for the OS TCP
 //!   timeout. No per-request timeout is set on the endpoint: deadlines are per RPC.
 //! * **HTTP/2 windows default to 16 MiB per stream and 32 MiB per connection** (hyper's are
@@ -52,7 +52,7 @@ use super::conn_string::ConnectionString;
 use super::flow_control::Http2FlowControl;
 
 /// Default timeout for establishing a TCP (and TLS) connection.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why a channel could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -110,7 +110,7 @@ pub struct ChannelBuilder {
 }
 
 impl ChannelBuilder {
-    /// Starts from a connection string, with [`DEFAULT_CONNECT_TIMEOUT`].
+    /// Starts from a connection string, with a 10 s connect timeout.
     pub fn new(config: &ConnectionString) -> Self {
         ChannelBuilder {
             config: config.clone(),

@@ -24,17 +24,17 @@
 use tonic::transport::Endpoint;
 
 /// Default initial HTTP/2 window per stream: 16 MiB (gRPC C-core's floor with its BDP probe).
-pub const DEFAULT_STREAM_WINDOW: u32 = 16 * 1024 * 1024;
+pub(crate) const DEFAULT_STREAM_WINDOW: u32 = 16 * 1024 * 1024;
 
 /// Default initial HTTP/2 window per connection: 32 MiB, room for two full streams (a
 /// reattach overlapping the stream it replaces, or a second query on the session).
-pub const DEFAULT_CONNECTION_WINDOW: u32 = 32 * 1024 * 1024;
+pub(crate) const DEFAULT_CONNECTION_WINDOW: u32 = 32 * 1024 * 1024;
 
 /// The smallest window HTTP/2 allows (RFC 9113 §6.9.2: the initial 65,535 bytes).
-pub const MIN_WINDOW: u32 = 65_535;
+pub(crate) const MIN_WINDOW: u32 = 65_535;
 
 /// The largest window HTTP/2 allows (2^31 − 1, RFC 9113 §6.9.1).
-pub const MAX_WINDOW: u32 = (1 << 31) - 1;
+pub(crate) const MAX_WINDOW: u32 = (1 << 31) - 1;
 
 /// HTTP/2 receive flow control of the client's connection.
 ///

@@ -131,17 +131,7 @@ impl TlsHandshakeError {
     /// The handshake failure a status carries, if it is one (made by the
     /// session's channel).
     pub fn from_status(status: &Status) -> Option<&TlsHandshakeError> {
-        let mut next: Option<&(dyn StdError + 'static)> = status.source();
-        while let Some(err) = next {
-            if let Some(tls) = err.downcast_ref::<TlsHandshakeError>() {
-                return Some(tls);
-            }
-            if let Some(inner) = err.downcast_ref::<Status>() {
-                return Self::from_status(inner);
-            }
-            next = err.source();
-        }
-        None
+        crate::status::find_source(status)
     }
 }
 

@@ -136,6 +136,10 @@ pub struct ReattachCore {
     /// The token provider's name and the fresh tokens asked for since the
     /// last delivered response, when its tokens can be refreshed.
     token: Option<(String, RefreshBudget)>,
+    /// The ExecutePlan may be sent (again). False for an execution resumed
+    /// from a caller's own ReattachExecute ([`ReattachCore::resume`]): its
+    /// plan is not known here, so "not found" is the caller's to handle.
+    can_execute: bool,
 }
 
 impl ReattachCore {
@@ -179,7 +183,30 @@ impl ReattachCore {
             delivery: Delivery::default(),
             last_rpc: "ExecutePlan",
             token: None,
+            can_execute: true,
         })
+    }
+
+    /// Carry on an execution that a caller resumes with its own
+    /// ReattachExecute (`request` holds the ids of that request: session,
+    /// operation, observed server-side session, client type), from
+    /// `last_response_id` (`None`: from the start). Every segment is a
+    /// ReattachExecute; "not found" ends the stream with the server's status,
+    /// since the plan is not known here. Fails if the operation id is not a
+    /// UUID.
+    pub fn resume(
+        request: ExecutePlanRequest,
+        last_response_id: Option<String>,
+    ) -> Result<Self, ReattachError> {
+        if request.operation_id.as_deref().is_none_or(str::is_empty) {
+            return Err(ReattachError::InvalidOperationId(String::new()));
+        }
+        let mut core = ReattachCore::new(request)?;
+        core.started = true;
+        core.can_execute = false;
+        core.last_returned = last_response_id;
+        core.delivery.unproven();
+        Ok(core)
     }
 
     /// The operation id on every request of this execution.
@@ -434,6 +461,9 @@ impl ReattachCore {
         self.delivery.failed(&status);
         let not_found = self.delivery.not_found(&status, &self.operation_id);
         if let Some(marker) = not_found.map(|w| w.marker) {
+            if !self.can_execute {
+                return self.fail(status);
+            }
             if self.last_returned.is_some() {
                 let err = ReattachError::ResponseAlreadyReceived { marker, status };
                 return Action::Fail(err, self.release_all());

@@ -26,9 +26,9 @@ pub enum ReattachError {
         #[source]
         status: tonic::Status,
     },
-    /// The server-side session id changed within the stream (a server restart).
+    /// The server-side session id changed (a server restart).
     #[error(
-        "server-side session id changed from {expected} to {got} (server restarted?); create a new session"
+        "[INVALID_HANDLE.SESSION_CHANGED] server-side session changed from {expected} to {got}; create a new session"
     )]
     ServerSideSessionChanged {
         /// The id seen first.
@@ -36,8 +36,9 @@ pub enum ReattachError {
         /// The id received.
         got: String,
     },
-    /// A response carried another session id than the request.
-    #[error("received session id {got}, expected {expected}")]
+    /// A response named another session than the request: the server (or
+    /// something between) mixed up sessions; nothing of it is used.
+    #[error("protocol error: response for session {got}, expected {expected}")]
     SessionMismatch {
         /// The request's session id.
         expected: String,
@@ -52,7 +53,7 @@ pub enum ReattachError {
     #[error("idle_timeout must be positive (None turns stall detection off)")]
     ZeroIdleTimeout,
     /// A deadline in [`ReattachOptions::deadlines`](super::ReattachOptions::deadlines) cannot be used (zero, or
-    /// above [`crate::deadlines::MAX_TIMEOUT`]; `None` means no deadline).
+    /// above 100 years; `None` means no deadline).
     #[error(transparent)]
     InvalidDeadline(crate::deadlines::InvalidDeadline),
     /// The stream broke a stream-integrity rule (see the module docs).

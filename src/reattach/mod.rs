@@ -59,7 +59,7 @@
 //! 2 min, if its bytes can still arrive), or, with keepalive off, forever.
 //!
 //! *What:* when a segment brings no message for
-//! [`ReattachOptions::idle_timeout`] (default [`DEFAULT_IDLE_TIMEOUT`], 10 s),
+//! [`ReattachOptions::idle_timeout`] (default 10 s),
 //! or a segment being opened gets no response headers for that long, the
 //! execution reattaches at once from the last response it yielded, and sends
 //! that ReattachExecute over a **fresh connection**
@@ -93,13 +93,15 @@
 //! ([`ReattachError::ZeroIdleTimeout`]); a huge value is effectively off.
 //!
 //! The decision logic is `core::ReattachCore`, a pure state machine
-//! unit-tested beside its code; the driver [`ReattachableExecution`] only
-//! performs its actions.
+//! unit-tested beside its code; its drivers only perform its actions:
+//! [`ReattachableExecution`] for the session's typed client, and
+//! [`layer::ReattachLayer`] on raw bytes under any generated stub.
 
 pub(crate) mod core;
 mod error;
 pub(crate) mod ids;
 pub(crate) mod integrity;
+pub mod layer;
 pub(crate) mod not_found;
 mod options;
 pub(crate) mod progress;
@@ -109,8 +111,10 @@ mod stream;
 
 pub use error::ReattachError;
 pub use integrity::IntegrityError;
-pub use options::{DEFAULT_IDLE_TIMEOUT, ReattachOptions};
+pub(crate) use options::DEFAULT_IDLE_TIMEOUT;
+pub use options::ReattachOptions;
 pub use progress::EmptySegment;
-pub use release::{MIN_RELEASE_ATTEMPT, RELEASE_UNTIL_INTERVAL, ReleaseTracker};
+pub(crate) use release::RELEASE_UNTIL_INTERVAL;
+pub use release::ReleaseTracker;
 pub use stats::{StreamStats, StreamStatsHandle};
 pub use stream::ReattachableExecution;

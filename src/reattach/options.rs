@@ -7,7 +7,7 @@ use crate::deadlines::RpcDeadlines;
 
 /// The default [`ReattachOptions::idle_timeout`]: 10 s (see the module docs,
 /// "Stall detection", for how it was chosen).
-pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Options of a reattachable execution.
 #[derive(Debug, Clone)]
@@ -16,7 +16,7 @@ pub struct ReattachOptions {
     pub deadlines: RpcDeadlines,
     /// Stall detection: treat a stream segment that brings no message (or,
     /// while opening, no response headers) for this long as dead, and
-    /// reattach over a fresh connection. Default [`DEFAULT_IDLE_TIMEOUT`];
+    /// reattach over a fresh connection. Default 10 s;
     /// `None` turns it off. Must not be zero.
     pub idle_timeout: Option<Duration>,
 }

@@ -101,10 +101,10 @@ impl Drop for TaskGuard {
 
 /// The shortest bound on one ReleaseExecute attempt under stall detection
 /// (the idle timeout, when longer).
-pub const MIN_RELEASE_ATTEMPT: Duration = Duration::from_secs(1);
+pub(crate) const MIN_RELEASE_ATTEMPT: Duration = Duration::from_secs(1);
 
 /// The shortest time between two `release_until` calls of one execution.
-pub const RELEASE_UNTIL_INTERVAL: Duration = Duration::from_millis(50);
+pub(crate) const RELEASE_UNTIL_INTERVAL: Duration = Duration::from_millis(50);
 
 #[derive(Debug, Default)]
 struct UntilSlot {

@@ -312,7 +312,7 @@ impl ReattachableExecution {
     /// Nothing is sent until the stream is first polled. Fails if the
     /// request carries an operation id that is not a UUID, if the idle
     /// timeout is zero, or if a deadline is zero or longer than
-    /// [`crate::deadlines::MAX_TIMEOUT`] ([`ReattachError::InvalidDeadline`];
+    /// 100 years ([`ReattachError::InvalidDeadline`];
     /// `None` is the way to say "no deadline").
     pub fn new(
         client: SparkClient,

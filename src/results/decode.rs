@@ -141,7 +141,7 @@ impl ArrowState {
 fn integrity(e: IntegrityError) -> SparkError {
     match e {
         IntegrityError::BatchOffset { expected, got } => SparkError::BatchOffset { expected, got },
-        other => SparkError::Integrity(other),
+        other => SparkError::Execution(other.into()),
     }
 }
 

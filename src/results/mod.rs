@@ -23,6 +23,6 @@ mod digest;
 #[cfg(feature = "arrow")]
 mod ipc_scan;
 #[cfg(feature = "arrow")]
-pub mod resume;
+pub(crate) mod resume;
 #[cfg(feature = "arrow")]
 pub mod schema;

@@ -35,19 +35,19 @@ use arrow_array::RecordBatch;
 use super::digest::{Digest, RowDigest};
 use crate::error_classes::{OPERATION_NOT_FOUND, SESSION_NOT_FOUND};
 use crate::proto::{Plan, plan, relation};
-use crate::reattach::StreamStats;
+use crate::reattach::{ReattachError, StreamStats};
 use crate::retrying::Retrying;
 use crate::session::ResultChange;
 use crate::session::SparkError;
 
 /// Resumptions allowed per query when a retry policy sets no limit
 /// (`max_retries: None`), and PySpark's default policy's limit.
-pub const DEFAULT_MAX_RESUMPTIONS: u32 = 15;
+pub(crate) const DEFAULT_MAX_RESUMPTIONS: u32 = 15;
 
 /// The resumptions a retry loop allows per query: the largest
 /// `max_retries` of its policies ([`DEFAULT_MAX_RESUMPTIONS`] for a policy
 /// without a limit; PySpark's default policy allows 15). No policy: none.
-pub fn budget(retrying: &Retrying) -> u32 {
+pub(crate) fn budget(retrying: &Retrying) -> u32 {
     retrying
         .policies()
         .iter()
@@ -103,7 +103,8 @@ fn is_query(sql: &str) -> bool {
 /// operation or session gone) rather than that the query failed.
 fn execution_lost(err: &SparkError) -> bool {
     match err {
-        SparkError::ResponseAlreadyReceived(_) | SparkError::SessionChanged { .. } => true,
+        SparkError::ResponseAlreadyReceived(_)
+        | SparkError::Execution(ReattachError::ServerSideSessionChanged { .. }) => true,
         SparkError::Server(_) => matches!(
             err.error_class(),
             Some(

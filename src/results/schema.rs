@@ -16,7 +16,7 @@ use crate::proto::data_type::{Kind, StructField};
 use crate::session::SparkError;
 
 /// The time zone given to `TIMESTAMP` columns (see the module docs).
-pub const TIMESTAMP_ZONE: &str = "UTC";
+pub(crate) const TIMESTAMP_ZONE: &str = "UTC";
 
 /// Spark's default decimal: `DECIMAL(10, 0)`.
 const DEFAULT_DECIMAL: (i32, i32) = (10, 0);
@@ -34,11 +34,6 @@ pub fn arrow_schema(dt: &crate::proto::DataType) -> Result<SchemaRef, SparkError
             kind_name(other.as_ref())
         ))),
     }
-}
-
-/// The Arrow type Spark uses for `dt`.
-pub fn arrow_type(dt: &crate::proto::DataType) -> Result<DataType, SparkError> {
-    convert(dt, 0)
 }
 
 fn fields(fields: &[StructField], depth: usize) -> Result<Fields, SparkError> {
@@ -237,7 +232,7 @@ mod tests {
             scale: Some(2),
             ..Default::default()
         }));
-        assert!(arrow_type(&bad_decimal).is_err());
+        assert!(convert(&bad_decimal, 0).is_err());
         // Nesting without end is refused, not a stack overflow.
         let mut deep = t(Kind::Long(Default::default()));
         for _ in 0..200 {
@@ -246,7 +241,7 @@ mod tests {
                 ..Default::default()
             })));
         }
-        let err = arrow_type(&deep).unwrap_err();
+        let err = convert(&deep, 0).unwrap_err();
         assert!(err.to_string().contains("nested deeper"), "{err}");
     }
 }

@@ -6,6 +6,7 @@ use super::generation::Generation;
 use super::spark::SparkSession;
 use crate::proto;
 use crate::proto::config_request::operation::OpType;
+use crate::reattach::ReattachError;
 use crate::transport::SparkClient;
 
 impl SparkSession {
@@ -41,7 +42,11 @@ impl SparkSession {
                     Err(status) => Err(self.call_error(status, Some("Config"), None, g).await),
                 };
                 result.inspect_err(|e| {
-                    self.note_failure(g, e, !matches!(e, SparkError::SessionChanged { .. }));
+                    let changed = matches!(
+                        e,
+                        SparkError::Execution(ReattachError::ServerSideSessionChanged { .. })
+                    );
+                    self.note_failure(g, e, !changed);
                 })
             })
             .await

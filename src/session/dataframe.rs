@@ -40,7 +40,7 @@ use crate::results::arrow_stream::ArrowStream;
 /// in memory until the server acknowledges them: the smaller of this and
 /// the server's `localRelationBatchOfChunksSizeBytes` (1 GiB by default,
 /// which PySpark holds in memory). A cut re-sends at most one group.
-pub const UPLOAD_GROUP_BYTES: u64 = 64 << 20;
+pub(crate) const UPLOAD_GROUP_BYTES: u64 = 64 << 20;
 
 /// Local data as a relation of a session, ready to query.
 ///
@@ -98,7 +98,7 @@ impl SparkSession {
     /// cached artifacts under the retry policy, exactly once, before this
     /// returns. Batches are read lazily; held in memory besides them: the
     /// batches read before the threshold is reached, one chunk being built
-    /// and one upload group ([`UPLOAD_GROUP_BYTES`]). Every batch must have `schema`'s fields
+    /// and one upload group (64 MiB). Every batch must have `schema`'s fields
     /// ([`UploadError::SchemaMismatch`] otherwise).
     ///
     /// ```no_run

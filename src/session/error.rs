@@ -15,7 +15,6 @@
 //! attempts and 0.9 s of waiting; last error: UNAVAILABLE: …`.
 
 use std::collections::HashMap;
-use std::error::Error as _;
 use std::fmt;
 
 use crate::connect::channel::ChannelError;
@@ -280,8 +279,7 @@ fn code_name(code: tonic::Code) -> &'static str {
 fn write_causes(f: &mut String, status: &tonic::Status, message: &str) -> fmt::Result {
     use std::fmt::Write as _;
     let mut written = message.to_owned();
-    let mut next = status.source();
-    while let Some(err) = next {
+    for err in crate::status::sources(status) {
         if !err.is::<GaveUp>() && !err.is::<tonic::Status>() {
             let text = err.to_string();
             // tonic's own wrapper says nothing its cause does not.
@@ -290,7 +288,6 @@ fn write_causes(f: &mut String, status: &tonic::Status, message: &str) -> fmt::R
                 written.push_str(&text);
             }
         }
-        next = err.source();
     }
     Ok(())
 }
@@ -329,25 +326,6 @@ pub enum SparkError {
         op = operation_suffix(.0)
     )]
     ResponseAlreadyReceived(#[source] Box<ServerError>),
-    /// The server-side session id changed (a server restart): the session is closed.
-    #[error(
-        "[INVALID_HANDLE.SESSION_CHANGED] server-side session changed from {expected} to {got}; create a new session"
-    )]
-    SessionChanged {
-        /// The id seen first.
-        expected: String,
-        /// The id received.
-        got: String,
-    },
-    /// A response named another session than the request: the server (or
-    /// something between) mixed up sessions; nothing of it is used.
-    #[error("protocol error: response for session {got}, expected {expected}")]
-    SessionMismatch {
-        /// The request's session id.
-        expected: String,
-        /// The response's session id.
-        got: String,
-    },
     /// The session was closed ([`close`](super::SparkSession::close) or
     /// [`release_session`](super::SparkSession::release_session)), or its
     /// server session changed.
@@ -414,12 +392,17 @@ pub enum SparkError {
         /// The row offset received.
         got: i64,
     },
-    /// The result broke a stream-integrity rule (a replayed response, a
-    /// torn or miscounted batch; see [`crate::reattach`], "stream integrity").
-    #[error("[RESULT_INTEGRITY] {0}")]
-    Integrity(#[source] crate::reattach::IntegrityError),
-    /// The server kept answering without making progress, or the execution
-    /// could not be set up; see [`ReattachError`].
+    /// An execution failed for a reason of its own, as [`ReattachError`]
+    /// says (its server errors become [`Server`](Self::Server) and
+    /// [`ResponseAlreadyReceived`](Self::ResponseAlreadyReceived)):
+    /// the server-side session changed (a server restart; the session is
+    /// closed, or renewed with
+    /// [`renew_stale_session`](super::SparkSessionBuilder::renew_stale_session)),
+    /// a response named another session, the result broke a
+    /// stream-integrity rule (a replayed response, a torn or miscounted
+    /// batch; see [`crate::reattach`], "stream integrity"), the server kept
+    /// answering without making progress, or a caller's operation id is not
+    /// a UUID.
     #[error(transparent)]
     Execution(ReattachError),
     /// The server answered something this client cannot use.
@@ -453,9 +436,6 @@ pub enum SparkError {
     #[cfg(feature = "tls")]
     #[error("[TLS_HANDSHAKE_FAILED] {0}")]
     Tls(#[source] crate::connect::tls::TlsHandshakeError),
-    /// A caller-provided operation id is not a UUID.
-    #[error("operation id {0:?} is not a UUID")]
-    InvalidOperationId(String),
     /// The token provider failed, or the server refused its token again
     /// after a refresh ([`crate::token`]); it names the provider,
     /// never the token.
@@ -489,7 +469,9 @@ impl SparkError {
     /// Spark's error class, when known.
     pub fn error_class(&self) -> Option<&str> {
         match self {
-            SparkError::SessionChanged { .. } => Some(SESSION_CHANGED),
+            SparkError::Execution(ReattachError::ServerSideSessionChanged { .. }) => {
+                Some(SESSION_CHANGED)
+            }
             SparkError::SessionClosed => Some(SESSION_CLOSED),
             other => other.server_error().and_then(ServerError::error_class),
         }
@@ -500,16 +482,37 @@ impl SparkError {
     }
 }
 
-impl From<tonic::Status> for SparkError {
-    fn from(s: tonic::Status) -> Self {
+impl SparkError {
+    /// The one conversion of a status: a TLS handshake failure, a token
+    /// provider's failure or refusal, or else a server error. `call` is the
+    /// RPC and the server (`host:port`) it went to, when known; a server
+    /// error keeps both, a token error the RPC's.
+    pub(crate) fn from_status(
+        s: tonic::Status,
+        call: Option<(Option<&'static str>, &str)>,
+    ) -> Self {
         #[cfg(feature = "tls")]
         if let Some(tls) = crate::connect::tls::TlsHandshakeError::from_status(&s) {
             return SparkError::Tls(tls.clone());
         }
         if let Some(t) = crate::token::refusal::token_error(&s) {
-            return SparkError::Token(t.clone());
+            let mut t = t.clone();
+            if let Some((Some(rpc), target)) = call {
+                t.set_call(rpc, target);
+            }
+            return SparkError::Token(t);
         }
-        SparkError::Server(Box::new(ServerError::from_status(s)))
+        let mut e = ServerError::from_status(s);
+        if let Some((rpc, target)) = call {
+            e.set_call(rpc, target);
+        }
+        SparkError::Server(Box::new(e))
+    }
+}
+
+impl From<tonic::Status> for SparkError {
+    fn from(s: tonic::Status) -> Self {
+        SparkError::from_status(s, None)
     }
 }
 
@@ -520,19 +523,11 @@ impl From<ReattachError> for SparkError {
             ReattachError::ResponseAlreadyReceived { status, .. } => {
                 SparkError::ResponseAlreadyReceived(Box::new(ServerError::from_status(status)))
             }
-            ReattachError::ServerSideSessionChanged { expected, got } => {
-                SparkError::SessionChanged { expected, got }
-            }
-            ReattachError::SessionMismatch { expected, got } => {
-                SparkError::SessionMismatch { expected, got }
-            }
-            ReattachError::InvalidOperationId(id) => SparkError::InvalidOperationId(id),
             ReattachError::ZeroIdleTimeout => SparkError::InvalidOption {
                 field: "idle_timeout",
                 reason: "must be greater than zero",
             },
             ReattachError::InvalidDeadline(e) => SparkError::Deadline(e),
-            ReattachError::Integrity(e) => SparkError::Integrity(e),
             e => SparkError::Execution(e),
         }
     }
@@ -633,6 +628,30 @@ mod tests {
         let e = ServerError::from_status(tonic::Status::unavailable("down"));
         assert_eq!(e.to_string(), "UNAVAILABLE: down");
         assert!(e.gave_up().is_none());
+    }
+
+    #[test]
+    fn an_execution_error_keeps_its_text_and_class() {
+        let changed = SparkError::from(ReattachError::ServerSideSessionChanged {
+            expected: "a".into(),
+            got: "b".into(),
+        });
+        assert_eq!(
+            changed.to_string(),
+            "[INVALID_HANDLE.SESSION_CHANGED] server-side session changed from a to b; create a new session"
+        );
+        assert_eq!(changed.error_class(), Some(SESSION_CHANGED));
+        let mismatch = SparkError::from(ReattachError::SessionMismatch {
+            expected: "a".into(),
+            got: "b".into(),
+        });
+        assert_eq!(
+            mismatch.to_string(),
+            "protocol error: response for session b, expected a"
+        );
+        assert_eq!(mismatch.error_class(), None);
+        let id = SparkError::from(ReattachError::InvalidOperationId("x".into()));
+        assert_eq!(id.to_string(), "operation id \"x\" is not a UUID");
     }
 
     #[test]

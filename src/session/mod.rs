@@ -49,14 +49,10 @@ mod tags;
 #[cfg(feature = "arrow")]
 mod view;
 
-pub use crate::connect::builder::{
-    DEFAULT_RELEASE_WAIT, MIN_ARROW_CHUNK_SIZE, SparkSessionBuilder,
-};
+pub use crate::connect::builder::SparkSessionBuilder;
 pub use crate::connect::channel;
 pub use crate::connect::conn_string;
-pub use crate::connect::flow_control::{
-    DEFAULT_CONNECTION_WINDOW, DEFAULT_STREAM_WINDOW, Http2FlowControl, MAX_WINDOW, MIN_WINDOW,
-};
+pub use crate::connect::flow_control::Http2FlowControl;
 pub use crate::connect::result_compression::{InvalidResultCompression, ResultCompression};
 #[cfg(feature = "tls")]
 pub use crate::connect::tls;
@@ -66,10 +62,8 @@ pub use crate::results::arrow_stream::ArrowStream;
 #[cfg(feature = "arrow")]
 pub use crate::results::decode_error::ResultDecodeError;
 #[cfg(feature = "arrow")]
-pub use crate::results::resume;
-#[cfg(feature = "arrow")]
 pub use crate::results::schema;
 #[cfg(feature = "arrow")]
-pub use dataframe::{DataFrame, UPLOAD_GROUP_BYTES};
+pub use dataframe::DataFrame;
 pub use error::{ErrorDetails, ResultChange, ServerError, SparkError};
 pub use spark::SparkSession;

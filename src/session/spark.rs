@@ -17,7 +17,7 @@ use std::time::Duration;
 use tonic::Status;
 use tracing::Instrument;
 
-use super::error::{ErrorDetails, ServerError, SparkError};
+use super::error::{ErrorDetails, SparkError};
 use super::generation::{Generation, Renewal};
 use super::options::{Options, lock};
 use super::stale::{Verdict, reported_class, verdict};
@@ -30,7 +30,6 @@ use crate::proto::{
 use crate::reattach::{ReattachError, ReattachOptions, ReattachableExecution, ReleaseTracker};
 use crate::retrying::AttemptError;
 use crate::token::call::CallToken;
-use crate::token::refusal::token_error;
 use crate::token::service::TokenUsed;
 use crate::transport::SparkClient;
 
@@ -329,29 +328,19 @@ impl SparkSession {
         operation_id: Option<&str>,
         g: &Generation,
     ) -> SparkError {
-        #[cfg(feature = "tls")]
-        if let Some(tls) = crate::connect::tls::TlsHandshakeError::from_status(&status) {
-            return SparkError::Tls(tls.clone());
-        }
         let target = format!("{}:{}", self.inner.host, self.inner.port);
-        if let Some(t) = token_error(&status) {
-            let mut t = t.clone();
-            if let Some(rpc) = rpc {
-                t.set_call(rpc, &target);
+        let mut e = SparkError::from_status(status, Some((rpc, &target)));
+        if let SparkError::Server(err) = &mut e {
+            if let Some(op) = operation_id {
+                err.set_operation_id(op);
             }
-            return SparkError::Token(t);
+            if let Some(id) = err.error_id().map(str::to_owned)
+                && let Some(details) = self.fetch_error_details(g, &id).await
+            {
+                err.set_details(details);
+            }
         }
-        let mut err = ServerError::from_status(status);
-        if let Some(op) = operation_id {
-            err.set_operation_id(op);
-        }
-        err.set_call(rpc, &target);
-        if let Some(id) = err.error_id().map(str::to_owned)
-            && let Some(details) = self.fetch_error_details(g, &id).await
-        {
-            err.set_details(details);
-        }
-        SparkError::Server(Box::new(err))
+        e
     }
 
     /// FetchErrorDetails: once per error id, best effort, never retried.

@@ -145,10 +145,11 @@ mod tests {
 
     #[test]
     fn only_what_the_server_reported_counts() {
-        let changed = SparkError::SessionChanged {
-            expected: "a".into(),
-            got: "b".into(),
-        };
+        let changed =
+            SparkError::Execution(crate::reattach::ReattachError::ServerSideSessionChanged {
+                expected: "a".into(),
+                got: "b".into(),
+            });
         assert_eq!(reported_class(&changed), Some(SESSION_CHANGED));
         assert_eq!(reported_class(&SparkError::SessionClosed), None);
         let status = tonic::Status::internal("[INVALID_HANDLE.SESSION_CLOSED] gone");

@@ -87,14 +87,7 @@ pub(crate) fn provider_failed(err: TokenError) -> Status {
 
 /// The token error a status carries, if any.
 pub(crate) fn token_error(status: &Status) -> Option<&TokenError> {
-    let mut next = status.source();
-    while let Some(err) = next {
-        if let Some(t) = err.downcast_ref::<TokenError>() {
-            return Some(t);
-        }
-        next = err.source();
-    }
-    None
+    crate::status::find_source(status)
 }
 
 #[cfg(test)]

@@ -5,9 +5,7 @@ use std::time::Duration;
 
 use spark_connect_retry::proto::spark_connect_service_client::SparkConnectServiceClient;
 use spark_connect_retry::proto::*;
-use spark_connect_retry::session::channel::{
-    AuthInterceptor, ChannelBuilder, ChannelError, DEFAULT_CONNECT_TIMEOUT,
-};
+use spark_connect_retry::session::channel::{AuthInterceptor, ChannelBuilder, ChannelError};
 use spark_connect_retry::session::conn_string::ConnectionString;
 use spark_connect_testkit::{SparkConnectService, SparkConnectServiceServer};
 use tokio::net::TcpListener;
@@ -258,7 +256,8 @@ async fn endpoint_settings() {
     let cs = parse("sc://h:1/");
     let ep = ChannelBuilder::new(&cs).endpoint().unwrap();
     assert_eq!(ep.uri().to_string(), "http://h:1/");
-    assert_eq!(ep.get_connect_timeout(), Some(DEFAULT_CONNECT_TIMEOUT));
+    // The default connect timeout: 10 s.
+    assert_eq!(ep.get_connect_timeout(), Some(Duration::from_secs(10)));
     assert!(ep.get_tcp_nodelay());
     let ep = ChannelBuilder::new(&cs)
         .connect_timeout(Duration::from_millis(1234))

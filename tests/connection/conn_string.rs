@@ -9,8 +9,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use spark_connect_retry::session::Http2FlowControl;
 use spark_connect_retry::session::conn_string::{
-    ConnectionString, ConnectionStringError as E, DEFAULT_MAX_MESSAGE_SIZE, Keepalive, ParamPart,
-    Token,
+    ConnectionString, ConnectionStringError as E, Keepalive, ParamPart, Token,
 };
 
 mod env;

@@ -8,7 +8,12 @@ const SILENCE: Duration = Duration::from_secs(35);
 /// `SELECT reflect('java.lang.Thread', 'sleep', …)`: one row after
 /// [`SILENCE`] of computing, with default settings. Returns the counters.
 async fn silent_query(spark: &SparkSession) -> spark_connect_retry::reattach::StreamStats {
-    assert!(SILENCE >= 3 * spark_connect_retry::reattach::DEFAULT_IDLE_TIMEOUT);
+    assert!(
+        SILENCE
+            >= 3 * spark_connect_retry::reattach::ReattachOptions::default()
+                .idle_timeout
+                .expect("stall detection is on by default")
+    );
     let started = Instant::now();
     let mut stream = tokio::time::timeout(
         Duration::from_secs(60),

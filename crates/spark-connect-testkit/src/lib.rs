@@ -38,8 +38,10 @@
 //!     [`max_responses_per_stream`](TestServerBuilder::max_responses_per_stream),
 //!     [`max_bytes_per_stream`](TestServerBuilder::max_bytes_per_stream) or
 //!     [`max_stream_duration`](TestServerBuilder::max_stream_duration).
-//! * **Plans**: `Range` and SQL (`Relation.sql`, or `Command.sql_command`,
-//!   answered with a `SqlCommandResult`) in a tiny grammar, case-insensitive:
+//! * **Plans**: `Range` and SQL (`Relation.sql`, or `Command.sql_command`
+//!   with the query as its `input` or in its older `sql` fields, as the JVM
+//!   client sends it, answered with a `SqlCommandResult`) in a tiny grammar,
+//!   case-insensitive:
 //!   `SELECT 1`, `SELECT * FROM range(..)`, `SELECT id FROM range(..)`,
 //!   `SELECT id, id*2 AS x FROM range(..)` with `range(end)`,
 //!   `range(start, end)` or `range(start, end, step)`. Results are real Arrow

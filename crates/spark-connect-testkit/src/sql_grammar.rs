@@ -12,7 +12,7 @@ use crate::edit::ResultEdit;
 use crate::error::{SparkException, unsupported};
 use crate::local::{self, Cache, LocalTable, arrow_failed, write_ipc};
 use crate::sql_params::Args;
-use spark_connect_retry::proto::{Plan, Relation, command, plan, relation};
+use spark_connect_retry::proto::{Plan, Relation, Sql, SqlCommand, command, plan, relation};
 
 /// The columns a query returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,22 +126,15 @@ pub(crate) fn parse_plan(
     match plan.and_then(|p| p.op_type.as_ref()) {
         Some(plan::OpType::Root(rel)) => Ok(Work::Rows(parse_relation(rel, catalog)?)),
         Some(plan::OpType::Command(cmd)) => match &cmd.command_type {
-            Some(command::CommandType::SqlCommand(sql)) => match &sql.input {
-                Some(
-                    rel @ Relation {
-                        rel_type: Some(relation::RelType::Sql(s)),
-                        ..
-                    },
-                ) => {
+            Some(command::CommandType::SqlCommand(cmd)) => {
+                let rel = sql_command_input(cmd)?;
+                if let Some(relation::RelType::Sql(s)) = &rel.rel_type {
                     // Spark analyses the query eagerly, so a bad query
                     // fails the command.
                     parse_sql_with(&s.query, catalog.views, &Args::of(s))?;
-                    Ok(Work::SqlCommand(rel.clone()))
                 }
-                _ => Err(unsupported(
-                    "a SqlCommand whose input is not a SQL relation",
-                )),
-            },
+                Ok(Work::SqlCommand(rel))
+            }
             Some(command::CommandType::CreateDataframeView(v)) => {
                 if v.is_global {
                     return Err(unsupported("global temporary views"));
@@ -167,6 +160,34 @@ pub(crate) fn parse_plan(
             "java.lang.IllegalArgumentException",
             "requirement failed: the plan is empty",
         )),
+    }
+}
+
+/// The relation a `SqlCommand` runs. Clients since Spark 3.5 (PySpark) put
+/// it in `input`; the JVM client 4.3 still sends the query in the older
+/// fields (`sql`, `args`, `pos_args`, `named_arguments`, `pos_arguments`),
+/// which Spark's planner turns into the same SQL relation, as here.
+fn sql_command_input(cmd: &SqlCommand) -> Result<Relation, SparkException> {
+    match &cmd.input {
+        Some(
+            rel @ Relation {
+                rel_type: Some(relation::RelType::Sql(_)),
+                ..
+            },
+        ) => Ok(rel.clone()),
+        Some(_) => Err(unsupported(
+            "a SqlCommand whose input is not a SQL relation",
+        )),
+        None => Ok(Relation {
+            common: None,
+            rel_type: Some(relation::RelType::Sql(Sql {
+                query: cmd.sql.clone(),
+                args: cmd.args.clone(),
+                pos_args: cmd.pos_args.clone(),
+                named_arguments: cmd.named_arguments.clone(),
+                pos_arguments: cmd.pos_arguments.clone(),
+            })),
+        }),
     }
 }
 

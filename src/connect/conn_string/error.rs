@@ -115,7 +115,7 @@ pub enum ConnectionStringError {
     /// quoted: a codec name, never a secret).
     #[error("connection string parameter 'result_compression': {0}")]
     ResultCompression(#[from] crate::session::InvalidResultCompression),
-    /// The user agent is longer than [`MAX_USER_AGENT_LEN`] once percent-encoded.
+    /// The user agent is longer than 2,048 characters once percent-encoded.
     #[error(
         "user agent is {encoded_len} characters once percent-encoded; at most {MAX_USER_AGENT_LEN} are allowed"
     )]

@@ -121,7 +121,7 @@ use values::{
     parse_uuid, parse_window,
 };
 
-pub use defaults::{
+pub(crate) use defaults::{
     DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_PORT, DEFAULT_USER_AGENT, ENV_REMOTE, ENV_SPARK_USER,
     ENV_TOKEN, ENV_USER, ENV_USER_AGENT, MAX_USER_AGENT_LEN, SPARK_VERSION,
 };
@@ -485,7 +485,7 @@ impl ConnectionString {
         &self.host
     }
 
-    /// Port (default [`DEFAULT_PORT`]).
+    /// Port (default 15002).
     pub fn port(&self) -> u16 {
         self.port
     }

@@ -242,7 +242,7 @@ pub(super) fn insert_metadata(
     if lower.ends_with("-bin") {
         // The same engine that checks `grpc-status-details-bin`: gRPC's
         // binary metadata is standard base64, padding optional.
-        let bytes = crate::sanitize::GRPC_BASE64
+        let bytes = tonic_retry::sanitize::GRPC_BASE64
             .decode(value)
             .map_err(|_| bad_value("keys ending in '-bin' need standard base64 values"))?;
         let k = BinaryMetadataKey::from_bytes(lower.as_bytes())

@@ -26,6 +26,7 @@ use tonic_types::{ErrorDetails, StatusExt};
 
 mod budget;
 mod flow;
+mod resume;
 mod stalls;
 mod tokens;
 
@@ -116,12 +117,24 @@ fn run_with(
     retrying: &Retrying,
     tick: &dyn Fn(),
     req: ExecutePlanRequest,
+    execute: Script,
+    attach: Script,
+    take: Option<usize>,
+) -> (Counts, Option<ReattachError>) {
+    let core = ReattachCore::new(req).unwrap();
+    run_core(retrying, tick, core, execute, attach, take)
+}
+
+/// [`run_with`] from a given core.
+fn run_core(
+    retrying: &Retrying,
+    tick: &dyn Fn(),
+    mut core: ReattachCore,
     mut execute: Script,
     mut attach: Script,
     take: Option<usize>,
 ) -> (Counts, Option<ReattachError>) {
     let retrying = retrying.clone();
-    let mut core = ReattachCore::new(req).unwrap();
     let mut c = Counts::default();
     let mut current: Option<(bool, VecDeque<Item>)> = None; // (is_execute, own items)
     let mut error = None;

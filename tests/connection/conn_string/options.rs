@@ -14,7 +14,7 @@ fn defaults() {
     assert!(!cs.use_tls());
     assert_eq!(cs.user_id(), None);
     assert_eq!(cs.user_agent(), "_SPARK_CONNECT_RUST");
-    assert_eq!(cs.max_message_size(), DEFAULT_MAX_MESSAGE_SIZE);
+    assert_eq!(cs.max_message_size(), 128 * 1024 * 1024);
     assert_eq!(cs.max_message_size(), 134_217_728);
     assert_eq!(
         cs.keepalive(),

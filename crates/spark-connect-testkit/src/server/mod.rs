@@ -16,8 +16,10 @@
 //!   artifacts and how a finished upload enters them (pure);
 //! * `tokens`: which bearer tokens are accepted, and when they rotate;
 //! * `state`: the state shared by all of them (sessions, executions, errors);
-//!   `settings`: the server's settings and their defaults;
-//! * `codec`: compressed result batches (the session's Arrow codec conf);
+//!   `settings`: the server's settings and their defaults; `conf_defaults`:
+//!   the Spark confs it answers for keys a session never set;
+//! * `codec`: compression both ways (result batches by the session's
+//!   codec conf, compressed plans);
 //! * `handle`: [`TestServer`], the public handle, and what it reports;
 //!   `builder`: [`TestServerBuilder`].
 
@@ -26,6 +28,7 @@ mod buffer;
 mod builder;
 mod call;
 mod codec;
+mod conf_defaults;
 mod executions;
 mod handle;
 mod producer;

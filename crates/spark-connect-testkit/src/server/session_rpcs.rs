@@ -8,6 +8,7 @@ use tonic::{Request, Response, Status};
 
 use super::buffer::Operation;
 use super::call;
+use super::conf_defaults::server_default;
 use super::state::Shared;
 use crate::error::SparkException;
 use crate::faults::{Rpc, lock};
@@ -241,6 +242,14 @@ fn answer_fetch_error_details(
     Ok(resp)
 }
 
+/// A key's value: the session's, else the server's default for it (as
+/// Spark's `conf.get` falls back to a registered conf's default).
+fn value(conf: &BTreeMap<String, String>, key: &str) -> Option<String> {
+    conf.get(key)
+        .cloned()
+        .or_else(|| server_default(key).map(str::to_owned))
+}
+
 /// Applies one Config operation to a session's config. Returns the pairs to
 /// answer with, or the first key `Get` did not find.
 fn apply_config(
@@ -265,8 +274,8 @@ fn apply_config(
         Some(OpType::Get(get)) => {
             let mut pairs = Vec::new();
             for k in &get.keys {
-                let v = conf.get(k).ok_or_else(|| k.clone())?;
-                pairs.push(kv(k, Some(v.clone())));
+                let v = value(conf, k).ok_or_else(|| k.clone())?;
+                pairs.push(kv(k, Some(v)));
             }
             pairs
         }
@@ -275,7 +284,7 @@ fn apply_config(
             .iter()
             .map(|p| kv(&p.key, conf.get(&p.key).cloned().or(p.value.clone())))
             .collect(),
-        Some(OpType::GetOption(g)) => g.keys.iter().map(|k| kv(k, conf.get(k).cloned())).collect(),
+        Some(OpType::GetOption(g)) => g.keys.iter().map(|k| kv(k, value(conf, k))).collect(),
         Some(OpType::GetAll(g)) => {
             let prefix = g.prefix.as_deref().unwrap_or("");
             conf.iter()

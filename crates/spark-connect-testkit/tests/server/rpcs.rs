@@ -274,6 +274,17 @@ async fn config_analyze_interrupt_release_session() {
         .unwrap()
         .into_inner();
     assert_eq!(r.pairs, vec![kv("spark.a", None), kv("spark.b", Some("2"))]);
+    // A server conf a session never set reads as Spark's registered value
+    // (the JVM client and PySpark read this one before their first query).
+    let threshold = "spark.connect.session.planCompression.threshold";
+    let r = c
+        .config(config(OpType::GetOption(cr::GetOption {
+            keys: vec![threshold.into()],
+        })))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.pairs, vec![kv(threshold, Some("-1"))]);
     let r = c
         .config(config(OpType::GetAll(cr::GetAll {
             prefix: Some("spark.".into()),
@@ -366,7 +377,7 @@ async fn config_analyze_interrupt_release_session() {
             calls.release_session,
             calls.other
         ),
-        (8, 1, 2, 1, 1)
+        (9, 1, 2, 1, 1)
     );
     server.shutdown().await;
 }

@@ -373,5 +373,46 @@ async fn plan_helpers_and_execution_progress() {
         r[0].response_type,
         Some(ResponseType::SqlCommandResult(_))
     ));
+    // The JVM client 4.3 sends `spark.sql(q)` in SqlCommand's older fields,
+    // with no `input`: answered with the same SQL relation, then run.
+    let jvm = proto::Plan {
+        op_type: Some(proto::plan::OpType::Command(proto::Command {
+            command_type: Some(proto::command::CommandType::SqlCommand(proto::SqlCommand {
+                sql: "SELECT id, id*2 AS x FROM range(:n)".into(),
+                args: [("n".to_owned(), long(4))].into(),
+                ..Default::default()
+            })),
+        })),
+    };
+    let (r, end) = drain(
+        c.execute_plan(exec(jvm, true, None))
+            .await
+            .unwrap()
+            .into_inner(),
+    )
+    .await;
+    end.unwrap();
+    let Some(ResponseType::SqlCommandResult(result)) = &r[0].response_type else {
+        panic!("expected a SqlCommandResult, got {:?}", r[0].response_type);
+    };
+    let relation = result.relation.clone().expect("the relation to run");
+    let plan = proto::Plan {
+        op_type: Some(proto::plan::OpType::Root(relation)),
+    };
+    let (r, _) = drain(
+        c.execute_plan(exec(plan, true, None))
+            .await
+            .unwrap()
+            .into_inner(),
+    )
+    .await;
+    assert_eq!(plans::int64_column(&r, 1).unwrap(), vec![0, 2, 4, 6]);
     server.shutdown().await;
+}
+
+fn long(v: i64) -> proto::expression::Literal {
+    proto::expression::Literal {
+        literal_type: Some(proto::expression::literal::LiteralType::Long(v)),
+        ..Default::default()
+    }
 }

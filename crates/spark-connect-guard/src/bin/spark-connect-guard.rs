@@ -1,0 +1,110 @@
+//! `spark-connect-guard`: a local Spark Connect proxy that gives any client
+//! exact results through faults (see the crate docs and README).
+//!
+//! ```text
+//! spark-connect-guard [--listen ADDR] [--idle-timeout-ms MS] UPSTREAM
+//! ```
+//!
+//! It prints one line on stdout once it accepts connections,
+//! `listening on HOST:PORT`, logs on stderr (`RUST_LOG`, default `info`;
+//! tokens are never logged), and stops on SIGINT or SIGTERM with status 0.
+//! A bad upstream string or listen address exits with status 2.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use spark_connect_guard::Guard;
+use spark_connect_retry::reattach::ReattachOptions;
+use spark_connect_retry::reattach::layer::ReattachLayer;
+
+/// A local Spark Connect proxy: every ExecutePlan through it becomes a
+/// reattachable execution, exact through upstream faults.
+#[derive(Debug, Parser)]
+#[command(name = "spark-connect-guard", version)]
+struct Args {
+    /// Where to listen (default 127.0.0.1:0, a free loopback port). An
+    /// address off loopback makes the guard reachable from other hosts.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// Stall detection: reattach when the upstream sends nothing for this
+    /// long (0 turns it off).
+    #[arg(long, default_value_t = 10_000)]
+    idle_timeout_ms: u64,
+    /// The upstream server, an `sc://` connection string (TLS, token and
+    /// keepalive as its parameters say). Default: $SPARK_REMOTE.
+    upstream: Option<String>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("spark-connect-guard: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(run(args))
+}
+
+async fn run(args: Args) -> ExitCode {
+    let Some(upstream) = args.upstream.or_else(|| std::env::var("SPARK_REMOTE").ok()) else {
+        eprintln!("spark-connect-guard: no upstream given (an sc:// string, or SPARK_REMOTE)");
+        return ExitCode::from(2);
+    };
+    let options = ReattachOptions {
+        idle_timeout: (args.idle_timeout_ms > 0)
+            .then(|| Duration::from_millis(args.idle_timeout_ms)),
+        ..ReattachOptions::default()
+    };
+    let guard = match Guard::builder(upstream)
+        .listen(args.listen)
+        .layer(ReattachLayer::new().options(options))
+        .start()
+        .await
+    {
+        Ok(g) => g,
+        Err(e) => {
+            // The connection string's error names the parameter, never the token.
+            eprintln!("spark-connect-guard: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    println!("listening on {}", guard.local_addr());
+    stop_signal().await;
+    tracing::info!("spark-connect-guard: stopping");
+    guard.shutdown().await;
+    ExitCode::SUCCESS
+}
+
+/// SIGINT, or SIGTERM on Unix.
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        let Ok(mut term) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        else {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

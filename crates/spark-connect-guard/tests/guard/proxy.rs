@@ -1,0 +1,230 @@
+//! `spark-connect-guard` between real clients and the embedded server:
+//! upstream faults, a cut between the client and the guard (the client's
+//! own reattach through the guard), and malformed gRPC from a client.
+
+use std::time::Duration;
+
+use arrow_array::{Array, Int64Array};
+use spark_connect_guard::Guard;
+use spark_connect_retry::reattach::ReattachOptions;
+use spark_connect_retry::reattach::layer::ReattachLayer;
+use spark_connect_retry::retrying::RecordingSleeper;
+use spark_connect_retry::session::SparkSession;
+use spark_connect_stub::spark::connect::spark_connect_service_client::SparkConnectServiceClient;
+use spark_connect_testkit::{Direction, Fault, FaultProxy, Rpc, TestServer};
+
+use crate::support::{assert_exact, drain, range_sql, retrying, sql_request};
+
+const ROWS: i64 = 2_000_000;
+
+async fn guard_for(server: &TestServer, sleeper: &RecordingSleeper) -> Guard {
+    Guard::builder(server.remote())
+        .layer(ReattachLayer::new().retrying(retrying(sleeper)))
+        .start()
+        .await
+        .unwrap()
+}
+
+/// Our own session: a client that reattaches by itself.
+async fn session_rows(remote: &str, rows: i64) -> Vec<i64> {
+    let spark = SparkSession::builder().remote(remote).build().unwrap();
+    let stream = tokio::time::timeout(Duration::from_secs(60), spark.sql(&range_sql(rows)))
+        .await
+        .expect("sql hung")
+        .unwrap();
+    let batches = tokio::time::timeout(Duration::from_secs(120), stream.collect())
+        .await
+        .expect("collect hung")
+        .unwrap();
+    let mut ids = Vec::new();
+    for b in batches {
+        let col = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+        assert_eq!(col.null_count(), 0);
+        ids.extend(col.values().iter().copied());
+    }
+    spark.close().await.unwrap();
+    ids
+}
+
+#[tokio::test]
+async fn a_stub_through_the_guard_is_exact_and_the_guard_releases_nothing() {
+    let s = TestServer::builder()
+        .max_bytes_per_stream(256 * 1024)
+        .start()
+        .await
+        .unwrap();
+    s.faults().push(
+        Fault::reset_connection()
+            .on(Rpc::ExecutePlan)
+            .after_responses(5),
+    );
+    s.faults()
+        .push(Fault::lose_request().on(Rpc::ReattachExecute));
+    let sleeper = RecordingSleeper::new();
+    let guard = guard_for(&s, &sleeper).await;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", guard.local_addr()))
+        .unwrap()
+        .connect_lazy();
+    let mut client = SparkConnectServiceClient::new(channel).max_decoding_message_size(usize::MAX);
+    let out = drain(&mut client, sql_request(&range_sql(ROWS))).await;
+    assert_exact(&out, ROWS);
+    assert!(s.calls().reattach > 10);
+    // The stub sends no release, and neither does the guard: a client that
+    // reattaches by itself may still ask for any response it did not release.
+    assert_eq!(s.release_requests().len(), 0);
+    guard.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_session_through_the_guard_is_exact_through_upstream_faults() {
+    let s = TestServer::builder()
+        .max_bytes_per_stream(256 * 1024)
+        .start()
+        .await
+        .unwrap();
+    s.faults().push(
+        Fault::reset_connection()
+            .on(Rpc::ReattachExecute)
+            .after_responses(2),
+    );
+    s.faults()
+        .push(Fault::unavailable().on(Rpc::ReattachExecute));
+    let sleeper = RecordingSleeper::new();
+    let guard = guard_for(&s, &sleeper).await;
+    let ids = session_rows(&guard.remote(), ROWS).await;
+    assert!(ids.iter().copied().eq(0..ROWS), "{} rows", ids.len());
+    assert_eq!(s.faults().pending(), 0);
+    guard.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_cut_between_client_and_guard_is_resumed_by_the_clients_own_reattach() {
+    let s = TestServer::builder()
+        .max_bytes_per_stream(1024 * 1024)
+        .start()
+        .await
+        .unwrap();
+    let sleeper = RecordingSleeper::new();
+    let guard = Guard::builder(s.remote())
+        .layer(
+            ReattachLayer::new()
+                .retrying(retrying(&sleeper))
+                .options(ReattachOptions::default()),
+        )
+        .start()
+        .await
+        .unwrap();
+    // Cut the client's connection to the guard mid-stream, three times.
+    let proxy = FaultProxy::builder(guard.local_addr())
+        .cut_after_bytes(Direction::ServerToClient, 3 * 1024 * 1024)
+        .max_cuts(3)
+        .start()
+        .await
+        .unwrap();
+    let ids = session_rows(&proxy.remote(), ROWS).await;
+    assert!(ids.iter().copied().eq(0..ROWS), "{} rows", ids.len());
+    assert_eq!(proxy.stats().cuts, 3, "{:?}", proxy.stats());
+    // The client reattached through the guard by itself, from its own position.
+    assert!(
+        s.reattach_requests()
+            .iter()
+            .any(|r| r.last_response_id.is_some())
+    );
+    proxy.shutdown().await;
+    guard.shutdown().await;
+}
+
+#[tokio::test]
+async fn malformed_grpc_from_a_client_gets_a_status() {
+    let s = TestServer::start().await.unwrap();
+    let sleeper = RecordingSleeper::new();
+    let guard = guard_for(&s, &sleeper).await;
+    let cases: [(&str, &'static [u8]); 4] = [
+        ("ExecutePlan", &[0, 0, 0, 0, 10, 1]),
+        ("ExecutePlan", &[0, 0, 0, 0, 2, 0xff, 0xff]),
+        ("ReattachExecute", &[0, 0, 0]),
+        ("ReattachExecute", &[0, 0, 0, 0, 1, 0x08, 0, 0, 0, 0, 0]),
+    ];
+    for (rpc, body) in cases {
+        let tcp = tokio::net::TcpStream::connect(guard.local_addr())
+            .await
+            .unwrap();
+        let (h2, conn) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(conn);
+        let mut h2 = h2.ready().await.unwrap();
+        let req = http::Request::post(format!(
+            "http://{}/spark.connect.SparkConnectService/{rpc}",
+            guard.local_addr()
+        ))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+        let (resp, mut send) = h2.send_request(req, false).unwrap();
+        send.send_data(bytes::Bytes::from_static(body), true)
+            .unwrap();
+        let resp = tokio::time::timeout(Duration::from_secs(10), resp)
+            .await
+            .expect("no answer")
+            .unwrap();
+        let (parts, mut recv) = resp.into_parts();
+        let mut status = parts.headers.get("grpc-status").cloned();
+        while let Some(d) = recv.data().await {
+            d.unwrap();
+        }
+        if status.is_none() {
+            status = recv
+                .trailers()
+                .await
+                .unwrap()
+                .and_then(|t| t.get("grpc-status").cloned());
+        }
+        let status = status.unwrap_or_else(|| panic!("{rpc} {body:?}: no grpc-status"));
+        assert_ne!(status, "0", "{rpc} {body:?}");
+    }
+    // The guard still serves.
+    let ids = session_rows(&guard.remote(), 10_000).await;
+    assert_eq!(ids.len(), 10_000);
+    guard.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_upstream_token_is_sent_and_never_logged() {
+    const TOKEN: &str = "s3cret-guard-token";
+    let s = TestServer::builder()
+        .max_bytes_per_stream(256 * 1024)
+        .required_token(TOKEN)
+        .start()
+        .await
+        .unwrap();
+    s.faults()
+        .push(Fault::unavailable().on(Rpc::ReattachExecute).times(2));
+    let sleeper = RecordingSleeper::new();
+    // A token goes over plaintext to localhost only.
+    let upstream = format!(
+        "{}/;token={TOKEN}",
+        s.remote().replace("127.0.0.1", "localhost")
+    );
+    let (out, events) = tonic_retry_echo::capture::capture(async {
+        let guard = Guard::builder(upstream)
+            .layer(ReattachLayer::new().retrying(retrying(&sleeper)))
+            .start()
+            .await
+            .unwrap();
+        let channel =
+            tonic::transport::Endpoint::from_shared(format!("http://{}", guard.local_addr()))
+                .unwrap()
+                .connect_lazy();
+        let mut client =
+            SparkConnectServiceClient::new(channel).max_decoding_message_size(usize::MAX);
+        let out = drain(&mut client, sql_request(&range_sql(300_000))).await;
+        guard.shutdown().await;
+        out
+    })
+    .await;
+    assert_exact(&out, 300_000);
+    assert!(!events.is_empty(), "the layer's events were captured");
+    let logged = format!("{events:?}");
+    assert!(!logged.contains(TOKEN), "the token was logged");
+    assert_eq!(s.faults().pending(), 0);
+}

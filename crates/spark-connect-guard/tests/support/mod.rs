@@ -1,0 +1,140 @@
+//! What the tests share: the foreign stub's requests, a drain that checks
+//! every row, fast retry settings, and a raw gRPC server for the bytes tests.
+#![allow(dead_code)] // each test file uses part of this module
+
+pub mod raw;
+
+use std::time::Duration;
+
+use arrow_array::{Array, Int64Array};
+use spark_connect_retry::policy::RetryPolicy;
+use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
+use spark_connect_stub::spark::connect as stub;
+use stub::spark_connect_service_client::SparkConnectServiceClient;
+use tonic::Status;
+
+pub const SESSION: &str = "6f1c6a7e-2b9d-4c1a-9d8e-0a1b2c3d4e5f";
+
+/// 3 retries, 10 ms apart, sleeps recorded and never slept.
+pub fn retrying(sleeper: &RecordingSleeper) -> Retrying {
+    let p = RetryPolicy::builder()
+        .max_retries(Some(3))
+        .initial_backoff_ms(10.0)
+        .max_backoff_ms(Some(10.0))
+        .jitter_ms(0.0)
+        .build()
+        .expect("a valid policy");
+    Retrying::new(vec![p])
+        .with_sleeper(sleeper.clone())
+        .with_seed(5)
+}
+
+/// An ExecutePlanRequest of the foreign stub for `sql`, with no operation
+/// id and no reattach option (the layer adds them).
+pub fn sql_request(sql: &str) -> stub::ExecutePlanRequest {
+    stub::ExecutePlanRequest {
+        session_id: SESSION.into(),
+        user_context: Some(stub::UserContext {
+            user_id: "u".into(),
+            ..Default::default()
+        }),
+        plan: Some(stub::Plan {
+            op_type: Some(stub::plan::OpType::Root(stub::Relation {
+                rel_type: Some(stub::relation::RelType::Sql(stub::Sql {
+                    query: sql.into(),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            })),
+        }),
+        client_type: Some("foreign-stub".into()),
+        ..Default::default()
+    }
+}
+
+pub fn range_sql(rows: i64) -> String {
+    format!("SELECT id FROM range({rows})")
+}
+
+/// What a drained stream gave.
+#[derive(Debug)]
+pub struct Drained {
+    /// Every `id` value, in order.
+    pub ids: Vec<i64>,
+    pub complete: bool,
+    pub error: Option<Status>,
+}
+
+/// Reads a foreign-stub ExecutePlan stream to its end, decoding every
+/// Arrow batch.
+pub async fn drain<T>(
+    client: &mut SparkConnectServiceClient<T>,
+    request: stub::ExecutePlanRequest,
+) -> Drained
+where
+    T: tonic::client::GrpcService<tonic::body::Body>,
+    T::Error: Into<tonic::codegen::StdError>,
+    T::ResponseBody: tonic::codegen::Body<Data = bytes::Bytes> + Send + 'static,
+    <T::ResponseBody as tonic::codegen::Body>::Error: Into<tonic::codegen::StdError> + Send,
+{
+    let mut out = Drained {
+        ids: vec![],
+        complete: false,
+        error: None,
+    };
+    let call = tokio::time::timeout(Duration::from_secs(60), client.execute_plan(request));
+    let mut stream = match call.await.expect("ExecutePlan hung") {
+        Ok(r) => r.into_inner(),
+        Err(s) => {
+            out.error = Some(s);
+            return out;
+        }
+    };
+    loop {
+        let next = tokio::time::timeout(Duration::from_secs(60), stream.message())
+            .await
+            .expect("stream hung");
+        match next {
+            Ok(Some(resp)) => {
+                assert!(!out.complete, "a response after ResultComplete");
+                match resp.response_type {
+                    Some(stub::execute_plan_response::ResponseType::ArrowBatch(b)) => {
+                        let reader =
+                            arrow_ipc::reader::StreamReader::try_new(&b.data[..], None).unwrap();
+                        for batch in reader {
+                            let batch = batch.unwrap();
+                            let col = batch
+                                .column(0)
+                                .as_any()
+                                .downcast_ref::<Int64Array>()
+                                .unwrap();
+                            out.ids.extend(col.values().iter().copied());
+                            assert_eq!(col.null_count(), 0);
+                        }
+                    }
+                    Some(stub::execute_plan_response::ResponseType::ResultComplete(_)) => {
+                        out.complete = true
+                    }
+                    _ => {}
+                }
+            }
+            Ok(None) => break,
+            Err(s) => {
+                out.error = Some(s);
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// Every row of `range(n)` once, in order, and the real end.
+pub fn assert_exact(d: &Drained, n: i64) {
+    assert!(d.error.is_none(), "{:?}", d.error);
+    assert!(d.complete, "ended without ResultComplete");
+    assert_eq!(d.ids.len() as i64, n, "row count");
+    assert!(
+        d.ids.iter().copied().eq(0..n),
+        "rows out of order or duplicated"
+    );
+}

@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""The cost of spark-connect-guard: PySpark reading 10M rows
+(`SELECT id, id*2 AS x FROM range(10000000)`, toArrow) on loopback from
+spark-connect-chaos directly and through the guard, runs interleaved
+(direct, guard, direct, ...) so both arms share the machine's load; prints
+every run, the medians and their ratio. Then the guard's memory while a
+client reads slowly (toLocalIterator, pausing every 200,000 rows): its
+resident set sampled every 0.1 s, against the same read at full speed.
+
+Usage: guard_bench.py CHAOS_BINARY GUARD_BINARY [RUNS]
+"""
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+from pyspark.sql import SparkSession
+
+QUERY = "SELECT id, id*2 AS x FROM range(10000000)"
+ROWS = 10_000_000
+
+
+def start(args):
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    line = proc.stdout.readline()
+    return proc, re.match(r"listening on (\S+)", line).group(1)
+
+
+def stop(proc):
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=30)
+
+
+def rss_mib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+class Sampler:
+    """The largest resident set of `pid` while running."""
+
+    def __init__(self, pid):
+        self.pid, self.peak, self.stop = pid, 0.0, False
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self):
+        while not self.stop:
+            self.peak = max(self.peak, rss_mib(self.pid))
+            time.sleep(0.1)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop = True
+        self.thread.join()
+
+
+def read_fast(spark):
+    t0 = time.monotonic()
+    table = spark.sql(QUERY).toArrow()
+    elapsed = time.monotonic() - t0
+    assert table.num_rows == ROWS, table.num_rows
+    ids = table.column("id")
+    assert ids[0].as_py() == 0 and ids[ROWS - 1].as_py() == ROWS - 1
+    return elapsed
+
+
+def read_slow(spark, rows):
+    n = 0
+    for row in spark.sql(f"SELECT id, id*2 AS x FROM range({rows})").toLocalIterator():
+        assert row.id == n
+        n += 1
+        if n % 200_000 == 0:
+            time.sleep(0.5)
+    assert n == rows, n
+
+
+def main():
+    chaos_bin, guard_bin = sys.argv[1], sys.argv[2]
+    runs = int(sys.argv[3]) if len(sys.argv) > 3 else 5
+    chaos, chaos_addr = start([chaos_bin, "--listen", "127.0.0.1:0"])
+    guard, guard_addr = start([guard_bin, "--listen", "127.0.0.1:0", f"sc://{chaos_addr}"])
+    try:
+        direct = SparkSession.builder.remote(f"sc://{chaos_addr}").create()
+        guarded = SparkSession.builder.remote(f"sc://{guard_addr}").create()
+        for s in (direct, guarded):
+            read_fast(s)  # warm up both paths
+        times = {"direct": [], "guard": []}
+        for _ in range(runs):
+            times["direct"].append(read_fast(direct))
+            times["guard"].append(read_fast(guarded))
+        for arm, ts in times.items():
+            print(f"{arm:6} 10M rows (s):", " ".join(f"{t:.2f}" for t in ts),
+                  f"median {statistics.median(ts):.2f}")
+        ratio = statistics.median(times["guard"]) / statistics.median(times["direct"])
+        print(f"guard / direct (medians): {ratio:.3f}")
+
+        base = rss_mib(guard.pid)
+        with Sampler(guard.pid) as fast:
+            read_fast(guarded)
+        slow_rows = 4_000_000
+        t0 = time.monotonic()
+        with Sampler(guard.pid) as slow:
+            read_slow(guarded, slow_rows)
+        print(f"guard RSS (MiB): idle after the runs {base:.1f}; peak reading 10M rows "
+              f"at full speed {fast.peak:.1f}; peak reading {slow_rows:,} rows slowly "
+              f"({time.monotonic() - t0:.0f} s, paused 0.5 s every 200,000 rows) {slow.peak:.1f}")
+        direct.stop()
+        guarded.stop()
+    finally:
+        stop(guard)
+        stop(chaos)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,253 @@
+//! [`ReattachLayer`] and its [`ReattachService`]: which calls become
+//! reattachable executions, and how a caller's request is turned into a
+//! driver (see the module docs of [`super`]).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, HeaderValue};
+use http_body::Body;
+use tonic::Status;
+use tonic::metadata::MetadataMap;
+use tower::{Layer, Service, ServiceExt};
+
+use super::body::ExecBody;
+use super::driver::{Driver, Item, Parts, to_status};
+use super::frame::{self, RequestBody};
+use super::wire;
+use super::{EXECUTE_PLAN, REATTACH_EXECUTE, Releases};
+use crate::reattach::ReattachOptions;
+use crate::retrying::Retrying;
+use crate::transport::{BoxError, GrpcChannel, grpc_channel};
+
+/// The largest message (a caller's ExecutePlan or ReattachExecute, a
+/// server's response) the layer reads by default: 128 MiB, Spark's default
+/// message limit.
+pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 128 * 1024 * 1024;
+
+/// A tower layer that makes every `ExecutePlan` through it a reattachable
+/// execution (see [`crate::reattach::layer`]).
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct ReattachLayer {
+    retrying: Retrying,
+    options: ReattachOptions,
+    releases: Releases,
+    max_message_size: usize,
+}
+
+impl Default for ReattachLayer {
+    fn default() -> Self {
+        ReattachLayer {
+            retrying: Retrying::default(),
+            options: ReattachOptions::default(),
+            releases: Releases::Own,
+            max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
+        }
+    }
+}
+
+impl ReattachLayer {
+    /// PySpark's retry policy, deadlines and stall detection; the layer
+    /// sends its own releases.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The retry policy of every execution (default: PySpark's).
+    pub fn retrying(mut self, retrying: Retrying) -> Self {
+        self.retrying = retrying;
+        self
+    }
+
+    /// Segment deadlines and stall detection (default:
+    /// [`ReattachOptions::default`]). Checked by [`layer`](Layer::layer)'s
+    /// service on each call: an unusable value fails the call.
+    pub fn options(mut self, options: ReattachOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Who releases the server's buffered responses (default [`Releases::Own`]).
+    pub fn releases(mut self, releases: Releases) -> Self {
+        self.releases = releases;
+        self
+    }
+
+    /// The largest request or response message read (default
+    /// [`DEFAULT_MAX_MESSAGE_SIZE`]); a larger one fails the call.
+    pub fn max_message_size(mut self, bytes: usize) -> Self {
+        self.max_message_size = bytes;
+        self
+    }
+}
+
+impl<S, B> Layer<S> for ReattachLayer
+where
+    S: Service<http::Request<tonic::body::Body>, Response = http::Response<B>>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    type Service = ReattachService;
+
+    fn layer(&self, inner: S) -> ReattachService {
+        ReattachService {
+            inner: grpc_channel(inner),
+            config: self.clone(),
+        }
+    }
+}
+
+/// The service [`ReattachLayer`] makes: `ExecutePlan` and `ReattachExecute`
+/// are carried as reattachable executions, every other call is forwarded.
+#[derive(Clone)]
+pub struct ReattachService {
+    inner: GrpcChannel,
+    config: ReattachLayer,
+}
+
+impl std::fmt::Debug for ReattachService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReattachService")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+type Response = http::Response<tonic::body::Body>;
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Execute,
+    Reattach,
+}
+
+impl Service<http::Request<tonic::body::Body>> for ReattachService {
+    type Response = Response;
+    type Error = Status;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, Status>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Status>> {
+        // Each call waits for the inner service's readiness itself.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
+        let kind = match req.uri().path() {
+            EXECUTE_PLAN => Kind::Execute,
+            REATTACH_EXECUTE => Kind::Reattach,
+            _ => return Box::pin(self.inner.clone().oneshot(req)),
+        };
+        let this = self.clone();
+        Box::pin(async move {
+            Ok(this
+                .execute(kind, req)
+                .await
+                .unwrap_or_else(|status| status.into_http()))
+        })
+    }
+}
+
+/// Request headers not copied onto the layer's own requests: the ones
+/// tonic sets per call, the caller's deadline for the whole stream (each
+/// segment has its own), and compression (the layer reads plain bytes).
+const NOT_COPIED: [&str; 8] = [
+    "te",
+    "content-type",
+    "content-length",
+    "connection",
+    "host",
+    "grpc-timeout",
+    "grpc-encoding",
+    "grpc-accept-encoding",
+];
+
+impl ReattachService {
+    async fn execute(
+        self,
+        kind: Kind,
+        req: http::Request<tonic::body::Body>,
+    ) -> Result<Response, Status> {
+        let (parts, body) = req.into_parts();
+        let msg = match frame::read_request(body, self.config.max_message_size).await? {
+            RequestBody::Message(msg) => msg,
+            RequestBody::Compressed(raw) => {
+                // Not readable here: forwarded as it came.
+                let body = tonic::body::Body::new(http_body_util::Full::new(raw));
+                let req = http::Request::from_parts(parts, body);
+                return self.inner.clone().oneshot(req).await;
+            }
+        };
+        let head = match kind {
+            Kind::Execute => wire::execute_head(&msg),
+            Kind::Reattach => wire::reattach_head(&msg),
+        }
+        .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        if matches!(kind, Kind::Execute) && head.reattachable == Some(false) {
+            // The caller asked for a plain execution.
+            let body = tonic::body::Body::new(http_body_util::Full::new(frame::framed(&msg)));
+            let req = http::Request::from_parts(parts, body);
+            return self.inner.clone().oneshot(req).await;
+        }
+        self.config
+            .options
+            .deadlines
+            .validate()
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        if self.config.options.idle_timeout == Some(std::time::Duration::ZERO) {
+            return Err(to_status(crate::reattach::ReattachError::ZeroIdleTimeout));
+        }
+        let mut headers = parts.headers;
+        for name in NOT_COPIED {
+            headers.remove(name);
+        }
+        let driver_parts = Parts {
+            grpc: tonic::client::Grpc::new(self.inner.clone())
+                .max_decoding_message_size(self.config.max_message_size)
+                .max_encoding_message_size(self.config.max_message_size),
+            metadata: MetadataMap::from_headers(headers),
+            retrying: self.config.retrying.clone(),
+            options: self.config.options.clone(),
+            releases: self.config.releases,
+        };
+        let driver = match kind {
+            Kind::Execute => Driver::execute(&msg, head, driver_parts),
+            Kind::Reattach => Driver::resume(msg, head, driver_parts),
+        }
+        .map_err(to_status)?;
+        let mut driver = Box::new(driver);
+        let first = driver.next().await;
+        if let Item::Error(status) = first {
+            return Err(status);
+        }
+        let headers = response_headers(driver.first_headers.take());
+        let mut response =
+            http::Response::new(tonic::body::Body::new(ExecBody::new(driver, first)));
+        *response.headers_mut() = headers;
+        Ok(response)
+    }
+}
+
+/// The caller's response headers: the first segment's, as gRPC expects them.
+fn response_headers(first: Option<MetadataMap>) -> http::HeaderMap {
+    let mut headers = first.map(MetadataMap::into_headers).unwrap_or_default();
+    for name in [
+        "content-type",
+        "content-length",
+        "grpc-status",
+        "grpc-message",
+        "grpc-status-details-bin",
+    ] {
+        headers.remove(name);
+    }
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+    headers
+}
