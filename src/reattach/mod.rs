@@ -114,7 +114,6 @@ pub use integrity::IntegrityError;
 pub(crate) use options::DEFAULT_IDLE_TIMEOUT;
 pub use options::ReattachOptions;
 pub use progress::EmptySegment;
-pub(crate) use release::RELEASE_UNTIL_INTERVAL;
 pub use release::ReleaseTracker;
 pub use stats::{StreamStats, StreamStatsHandle};
 pub use stream::ReattachableExecution;
