@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use arrow_array::{Array, Int64Array, RecordBatch};
 use spark_connect_retry::policy::RetryPolicy;
-use spark_connect_retry::retrying::{RecordingSleeper, Retrying};
+use spark_connect_retry::retrying::Retrying;
 use spark_connect_retry::session::{ResultCompression, SparkError, SparkSession};
 use spark_connect_testkit::{CutSchedule, Direction, FaultProxy, TestServer};
+use tonic_retry::retrying::RecordingSleeper;
 
 const CODEC: &str = "spark.sql.execution.arrow.compression.codec";
 const QUERY: &str = "SELECT id, id * 2 AS x FROM range(300000)";
