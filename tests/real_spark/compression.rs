@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use arrow_array::{Array, Int64Array, StringArray};
+use spark_connect_retry::retrying::{PySparkRetrying, Retrying};
 use spark_connect_retry::session::{ResultCompression, ResultDecodeError, SparkError};
 use spark_connect_retry::session::{SparkSession, SparkSessionBuilder};
 use spark_connect_testkit::{CutSchedule, Direction, FaultProxy};
@@ -18,7 +19,7 @@ const LZ4_ROWS: i64 = 10_000;
 fn builder(url: &str) -> SparkSessionBuilder {
     SparkSession::builder()
         .remote(url)
-        .retrying(spark_connect_retry::retrying::Retrying::default().with_seed(13))
+        .retrying(Retrying::pyspark().with_seed(13))
 }
 
 /// `n` rows of `id`, `x = 2·id` and `s = 'row-<id>'`, every value checked.

@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use arrow_array::{Array, Int64Array, RecordBatch};
-use spark_connect_retry::policy::RetryPolicy;
-use spark_connect_retry::retrying::Retrying;
+use spark_connect_retry::policy::{PySparkPolicy, RetryPolicy};
+use spark_connect_retry::retrying::{PySparkRetrying, Retrying};
 use spark_connect_retry::session::{ResultCompression, SparkError, SparkSession};
 use spark_connect_testkit::{CutSchedule, Direction, FaultProxy, TestServer};
 use tonic_retry::retrying::RecordingSleeper;
@@ -17,9 +17,14 @@ const CODEC: &str = "spark.sql.execution.arrow.compression.codec";
 const QUERY: &str = "SELECT id, id * 2 AS x FROM range(300000)";
 
 fn retrying() -> Retrying {
-    Retrying::new(vec![RetryPolicy::builder().jitter_ms(0.0).build().unwrap()])
-        .with_sleeper(RecordingSleeper::new())
-        .with_seed(5)
+    Retrying::pyspark_with(vec![
+        RetryPolicy::pyspark_builder()
+            .jitter_ms(0.0)
+            .build()
+            .unwrap(),
+    ])
+    .with_sleeper(RecordingSleeper::new())
+    .with_seed(5)
 }
 
 /// Every row of `id` and `x`, checked exact: `id` is 0..n, `x` is 2·id.
