@@ -166,6 +166,7 @@ fn is_set(var: &str) -> bool {
 // so that they can use it.
 mod real_spark {
     pub(crate) mod cli;
+    mod compression;
     mod cuts;
     mod layer;
     mod params;

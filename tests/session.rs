@@ -9,6 +9,7 @@ mod support;
 mod session {
     mod api;
     mod artifacts;
+    mod compression;
     mod embedded;
     mod errors;
     mod give_up;

@@ -62,6 +62,7 @@ pub struct SparkSessionBuilder {
     preferred_arrow_chunk_size: Option<usize>,
     interrupt_on_drop: bool,
     configs: BuilderConfigs,
+    result_compression: Option<crate::session::ResultCompression>,
     renew_stale_session: bool,
     resume_queries: bool,
     /// The builder's token provider (Debug: its name only).
@@ -191,6 +192,31 @@ impl SparkSessionBuilder {
     /// ```
     pub fn config(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.configs.set(key.into(), value.into());
+        self
+    }
+    /// Ask Spark to compress result batches with `codec` (Spark 4.1+): sets
+    /// [`ResultCompression::CONF`](crate::session::ResultCompression::CONF) with the
+    /// builder's configs, when the session starts. Overrides the connection
+    /// string's `result_compression` and a [`config`](Self::config) of the
+    /// same key. Pays on thin links; ask for `Zstd` (see
+    /// [`ResultCompression`](crate::session::ResultCompression)).
+    ///
+    /// ```
+    /// use spark_connect_retry::session::{ResultCompression, SparkSession};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let spark = SparkSession::builder()
+    ///     .remote("sc://localhost:15002")
+    ///     .result_compression(ResultCompression::Zstd)
+    ///     .build();
+    /// assert!(spark.is_ok());
+    /// let bad = SparkSession::builder().remote("sc://localhost/;result_compression=gzip").build();
+    /// assert!(bad.unwrap_err().to_string().contains("\"gzip\""));
+    /// # }
+    /// ```
+    pub fn result_compression(mut self, codec: crate::session::ResultCompression) -> Self {
+        self.result_compression = Some(codec);
         self
     }
     /// Move a stale session to a fresh server-side session for *new* calls
@@ -376,6 +402,10 @@ impl SparkSessionBuilder {
         check_option("idle_timeout", idle_timeout)?;
         check_option("connect_timeout", self.connect_timeout)?;
         let chunk = self.chunk_size(&config)?;
+        if let Some(codec) = self.result_compression.or(config.result_compression()) {
+            let key = crate::session::ResultCompression::CONF.to_owned();
+            self.configs.set(key, codec.as_str().to_owned());
+        }
         if self.configs.0.iter().any(|(k, _)| k.trim().is_empty()) {
             return Err(SparkError::InvalidOption {
                 field: "config",

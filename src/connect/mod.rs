@@ -12,5 +12,6 @@ pub(crate) mod builder;
 pub mod channel;
 pub mod conn_string;
 pub(crate) mod flow_control;
+pub(crate) mod result_compression;
 #[cfg(feature = "tls")]
 pub mod tls;

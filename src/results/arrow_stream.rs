@@ -29,9 +29,12 @@ type ProgressFn = Box<dyn FnMut(&proto::execute_plan_response::ExecutionProgress
 type Enriching = Pin<Box<dyn Future<Output = SparkError> + Send>>;
 
 /// The session being readied (renewed if stale, builder configs applied)
-/// and the execution started on it.
+/// and the execution started on it; whether its plan went compressed.
 type Preparing = Pin<
-    Box<dyn Future<Output = Result<(Arc<Generation>, ReattachableExecution), SparkError>> + Send>,
+    Box<
+        dyn Future<Output = Result<(Arc<Generation>, ReattachableExecution, bool), SparkError>>
+            + Send,
+    >,
 >;
 
 /// Rows of a query as Arrow record batches, in order, each exactly once.
@@ -59,6 +62,9 @@ pub struct ArrowStream {
     generation: Option<Arc<Generation>>,
     /// Sent again on a renewed session already (at most once).
     resent: bool,
+    /// The plan went compressed (SPARK-54194): a server that cannot read it
+    /// gets it again, plain.
+    compressed: bool,
     exec: Option<ReattachableExecution>,
     /// The counters of the latest execution, kept after it ends or fails.
     exec_stats: StreamStatsHandle,
@@ -109,6 +115,7 @@ impl ArrowStream {
             preparing: None,
             generation: None,
             resent: false,
+            compressed: false,
             exec: None,
             exec_stats: StreamStatsHandle::default(),
             operation_id: uuid::Uuid::new_v4().to_string(),
@@ -143,8 +150,9 @@ impl ArrowStream {
         let tags = self.tags.clone();
         Box::pin(async move {
             let g = session.generation().await?;
+            let (plan, compressed) = session.plan_to_send(plan).await;
             let exec = session.start_execution(&g, plan, Some(operation_id), tags)?;
-            Ok((g, exec))
+            Ok((g, exec, compressed))
         })
     }
 
@@ -267,8 +275,10 @@ impl ArrowStream {
                 self.enriching = None;
                 if let Some(g) = self.generation.clone() {
                     let verdict = self.session.note_failure(&g, &err, self.untouched());
-                    if !self.resent && self.session.resend(verdict) {
-                        // Refused before anything ran: once more, renewed.
+                    let unread = self.compressed && self.session.compressed_plan_refused(&err);
+                    if !self.resent && (unread || self.session.resend(verdict)) {
+                        // Refused before anything ran: once more, renewed
+                        // or with the plan plain.
                         self.resent = true;
                         self.done = false;
                         self.exec = None;
@@ -282,7 +292,8 @@ impl ArrowStream {
                 let ready = std::task::ready!(fut.as_mut().poll(cx));
                 self.preparing = None;
                 match ready {
-                    Ok((g, exec)) => {
+                    Ok((g, exec, compressed)) => {
+                        self.compressed = compressed;
                         self.generation = Some(g);
                         self.exec_stats = exec.stats_handle();
                         self.exec = Some(exec);

@@ -17,6 +17,12 @@
 //! validating option of the decoder covers that, so the decode call is run
 //! under `catch_unwind` and a panic becomes [`SparkError::Arrow`]; the
 //! decoder and its half-decoded state are dropped with it.
+//!
+//! Compressed batches (Spark 4.1+, `spark.sql.execution.arrow.compression.codec`
+//! = `zstd` or `lz4`, SPARK-54134) decode like any other: arrow-ipc's codecs
+//! are always built in, since the server's defaults alone can turn
+//! compression on. Their headers are checked first and a failed batch is
+//! explained per column (`ipc_scan`), as a [`ResultDecodeError`](crate::session::ResultDecodeError).
 
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
@@ -24,6 +30,7 @@ use std::panic::AssertUnwindSafe;
 use arrow_array::RecordBatch;
 use arrow_schema::{ArrowError, SchemaRef};
 
+use super::ipc_scan;
 use crate::proto::ExecutePlanResponse;
 use crate::proto::execute_plan_response::{ArrowBatch, ExecutionProgress, ResponseType};
 use crate::reattach::integrity::{BatchAssembler, ChunkHeader, IntegrityError, check_row_count};
@@ -116,7 +123,7 @@ impl ArrowState {
         let Some(whole) = self.chunks.push(header, b.data, rows).map_err(integrity)? else {
             return Ok(Absorbed::Nothing);
         };
-        let (batches, schema) = decode(whole.data)?;
+        let (batches, schema) = decode(whole.data, rows)?;
         let decoded: i64 = batches.iter().map(|b| b.num_rows() as i64).sum();
         check_row_count(whole.row_count, decoded).map_err(integrity)?;
         // Only a whole, counted batch reaches the queue.
@@ -144,21 +151,36 @@ fn integrity(e: IntegrityError) -> SparkError {
 /// buffers. At ~160 MB per 10M-row result the copies were a visible share
 /// of the client's CPU time. A panic inside arrow (corrupt offsets, module
 /// docs) is caught here and returned as an error.
-pub(super) fn decode(data: Vec<u8>) -> Result<(Vec<RecordBatch>, Option<SchemaRef>), SparkError> {
-    let run = AssertUnwindSafe(move || -> Result<_, ArrowError> {
-        let mut buf = arrow_buffer::Buffer::from_vec(data);
+pub(super) fn decode(
+    data: Vec<u8>,
+    first_row: u64,
+) -> Result<(Vec<RecordBatch>, Option<SchemaRef>), SparkError> {
+    let run = AssertUnwindSafe(move || -> Result<_, SparkError> {
+        // Codec and stated lengths first: a corrupt length must not reach
+        // arrow-ipc's allocation (`ipc_scan`).
+        ipc_scan::check(&data, first_row).map_err(SparkError::ResultDecode)?;
+        let whole = arrow_buffer::Buffer::from_vec(data);
+        let mut buf = whole.clone();
         let mut decoder = arrow_ipc::reader::StreamDecoder::new();
         let mut batches = Vec::new();
-        while !buf.is_empty() {
-            if let Some(batch) = decoder.decode(&mut buf)? {
-                batches.push(batch);
+        let mut all = || -> Result<(), ArrowError> {
+            while !buf.is_empty() {
+                if let Some(batch) = decoder.decode(&mut buf)? {
+                    batches.push(batch);
+                }
             }
+            decoder.finish()
+        };
+        match all() {
+            Ok(()) => Ok((batches, decoder.schema())),
+            // Name the column, the row, the codec when one column explains it.
+            Err(e) => Err(ipc_scan::explain(whole.as_slice(), first_row)
+                .map(SparkError::ResultDecode)
+                .unwrap_or(SparkError::Arrow(e))),
         }
-        decoder.finish()?;
-        Ok((batches, decoder.schema()))
     });
     match std::panic::catch_unwind(run) {
-        Ok(result) => result.map_err(SparkError::Arrow),
+        Ok(result) => result,
         Err(panic) => {
             let what = panic
                 .downcast_ref::<String>()

@@ -1,6 +1,7 @@
 //! Fuzz-style test of the Arrow decode path: thousands of seeded, mutated
-//! IPC payloads must each decode to valid batches or fail with a typed
-//! error; no panic may reach the caller.
+//! IPC payloads (plain, zstd- and lz4-compressed, and a STRING that is not
+//! UTF-8) must each decode to valid batches or fail with a typed error; no
+//! panic may reach the caller.
 
 use std::sync::Arc;
 
@@ -9,7 +10,10 @@ use arrow_schema::{DataType, Field, Schema};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use arrow_ipc::CompressionType;
+
 use super::decode::decode;
+use super::decode_codec_tests::{ipc_with, not_utf8_ipc};
 use crate::session::SparkError;
 
 /// A few valid payloads with varied layouts (fixed width, offsets, nulls,
@@ -34,7 +38,17 @@ fn seeds() -> Vec<Vec<u8>> {
     ] {
         let batch = RecordBatch::try_from_iter(cols).unwrap();
         out.push(ipc(std::slice::from_ref(&batch)));
+        for codec in [CompressionType::ZSTD, CompressionType::LZ4_FRAME] {
+            out.push(ipc_with(std::slice::from_ref(&batch), Some(codec)));
+        }
         out.push(ipc(&[batch.clone(), batch]));
+    }
+    for codec in [
+        None,
+        Some(CompressionType::ZSTD),
+        Some(CompressionType::LZ4_FRAME),
+    ] {
+        out.push(not_utf8_ipc(codec));
     }
     out
 }
@@ -88,10 +102,11 @@ fn mutated_payloads_decode_or_fail_typed_never_panic() {
     let seeds = seeds();
     let mut rng = StdRng::seed_from_u64(0x5eed_a770);
     let (mut ok, mut errors, mut contained) = (0u32, 0u32, 0u32);
-    for i in 0..6000 {
+    let mut explained = 0u32;
+    for i in 0..9000 {
         let mut data = seeds[i % seeds.len()].clone();
         mutate(&mut rng, &mut data);
-        let result = std::panic::catch_unwind(|| decode(data.clone()));
+        let result = std::panic::catch_unwind(|| decode(data.clone(), 0));
         let Ok(result) = result else {
             panic!("a panic escaped the decoder for payload {i}");
         };
@@ -112,22 +127,41 @@ fn mutated_payloads_decode_or_fail_typed_never_panic() {
                 }
                 errors += 1;
             }
+            Err(SparkError::ResultDecode(_)) => {
+                explained += 1;
+                errors += 1;
+            }
             Err(other) => panic!("payload {i}: an untyped error {other:?}"),
         }
     }
-    assert_eq!(ok + errors, 6000);
+    assert_eq!(ok + errors, 9000);
+    assert!(
+        explained > 100,
+        "compressed and not-UTF-8 failures are explained: {explained}"
+    );
     assert!(
         errors > 1000,
         "the mutations must break most payloads: {errors}"
     );
-    eprintln!("decoded {ok}, errors {errors} (of which {contained} contained panics)");
+    eprintln!(
+        "decoded {ok}, errors {errors} (of which {contained} contained panics, {explained} explained)"
+    );
 }
 
-/// The unmutated seeds decode to exactly what was encoded.
+/// The unmutated seeds decode to exactly what was encoded (the not-UTF-8
+/// ones, the last three, fail typed).
 #[test]
 fn seeds_round_trip() {
-    for data in seeds() {
-        let (batches, schema) = decode(data).unwrap();
+    let seeds = seeds();
+    let (good, bad) = seeds.split_at(seeds.len() - 3);
+    for data in bad {
+        assert!(matches!(
+            decode(data.clone(), 0),
+            Err(SparkError::ResultDecode(_))
+        ));
+    }
+    for data in good.iter().cloned() {
+        let (batches, schema) = decode(data, 0).unwrap();
         assert!(schema.is_some());
         assert!(!batches.is_empty());
     }
@@ -174,7 +208,7 @@ fn the_documented_panic_payload_is_a_typed_error() {
         raw.is_err(),
         "arrow-ipc no longer panics: update docs/arrow-ipc-panic.md"
     );
-    match decode(data) {
+    match decode(data, 0) {
         Err(SparkError::Arrow(e)) => assert!(e.to_string().contains("corrupt Arrow IPC"), "{e}"),
         other => panic!("{other:?}"),
     }

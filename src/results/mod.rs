@@ -13,9 +13,15 @@ pub(crate) mod arrow_stream;
 #[cfg(feature = "arrow")]
 mod decode;
 #[cfg(all(test, feature = "arrow"))]
+mod decode_codec_tests;
+#[cfg(feature = "arrow")]
+pub(crate) mod decode_error;
+#[cfg(all(test, feature = "arrow"))]
 mod decode_fuzz;
 #[cfg(feature = "arrow")]
 mod digest;
+#[cfg(feature = "arrow")]
+mod ipc_scan;
 #[cfg(feature = "arrow")]
 pub(crate) mod resume;
 #[cfg(feature = "arrow")]

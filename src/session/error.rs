@@ -375,6 +375,12 @@ pub enum SparkError {
     #[cfg(feature = "arrow")]
     #[error("invalid Arrow data from server: {0}")]
     Arrow(#[source] arrow_schema::ArrowError),
+    /// A result batch could not be decoded, and the client can say which:
+    /// a codec it does not read, a corrupt compressed buffer, a STRING that
+    /// is not UTF-8 (it names the batch, and the codec, column or row).
+    #[cfg(feature = "arrow")]
+    #[error(transparent)]
+    ResultDecode(crate::results::decode_error::ResultDecodeError),
     /// An Arrow batch did not start where the previous one ended: a dropped
     /// or replayed batch, never silently accepted.
     #[error(

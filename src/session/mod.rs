@@ -38,6 +38,8 @@ mod error;
 pub(crate) mod generation;
 pub(crate) mod options;
 pub mod params;
+mod plan_codec;
+mod plan_compression;
 mod queries;
 mod renewal;
 mod rpcs;
@@ -51,11 +53,14 @@ pub use crate::connect::builder::SparkSessionBuilder;
 pub use crate::connect::channel;
 pub use crate::connect::conn_string;
 pub use crate::connect::flow_control::Http2FlowControl;
+pub use crate::connect::result_compression::{InvalidResultCompression, ResultCompression};
 #[cfg(feature = "tls")]
 pub use crate::connect::tls;
 #[cfg(feature = "arrow")]
 pub use crate::local_data::upload::{UploadError, UploadStats};
 pub use crate::results::arrow_stream::ArrowStream;
+#[cfg(feature = "arrow")]
+pub use crate::results::decode_error::ResultDecodeError;
 #[cfg(feature = "arrow")]
 pub use crate::results::schema;
 #[cfg(feature = "arrow")]

@@ -46,6 +46,7 @@ struct Inner {
     releases: ReleaseTracker,
     fetched_error_ids: Mutex<HashSet<String>>,
     tags: Mutex<Vec<String>>,
+    plan_compression: super::plan_codec::PlanCompression,
 }
 
 /// A Spark Connect session.
@@ -143,6 +144,7 @@ impl SparkSession {
                 releases: ReleaseTracker::new(),
                 fetched_error_ids: Mutex::new(HashSet::new()),
                 tags: Mutex::new(Vec::new()),
+                plan_compression: Default::default(),
             }),
         }
     }
@@ -261,6 +263,11 @@ impl SparkSession {
     /// fresh session.
     pub(crate) fn resend(&self, v: Verdict) -> bool {
         v == Verdict::StaleRefused && self.renewal().enabled
+    }
+
+    /// The session's plan compression state.
+    pub(super) fn plan_compression(&self) -> &super::plan_codec::PlanCompression {
+        &self.inner.plan_compression
     }
 
     /// The client every RPC of this session goes through.

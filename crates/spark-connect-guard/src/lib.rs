@@ -20,7 +20,7 @@
 //!   details included.
 //! * The upstream is an `sc://` connection string, reached through
 //!   `spark-connect-retry`'s connection code: its TLS, CA, token (or a
-//!   [`TokenProvider`](spark_connect_retry::session::token::TokenProvider)
+//!   [`TokenProvider`](spark_connect_retry::token::TokenProvider)
 //!   given to the builder), keepalive and flow control.
 //!
 //! # Never break a client that reattaches by itself

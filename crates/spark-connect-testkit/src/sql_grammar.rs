@@ -152,6 +152,10 @@ pub(crate) fn parse_plan(
             // Commands this server does not model (and ones added later).
             _ => Err(unsupported("this command")),
         },
+        // Decompressed before (the server's `codec`): one inside another.
+        Some(plan::OpType::CompressedOperation(_)) => {
+            Err(unsupported("a compressed plan inside a compressed plan"))
+        }
         None => Err(SparkException::java(
             "java.lang.IllegalArgumentException",
             "requirement failed: the plan is empty",

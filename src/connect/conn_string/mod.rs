@@ -26,6 +26,7 @@
 //! | `grpc_initial_connection_window_size` | `33554432` (32 MiB) | `65535..=2147483647`, at least the stream window |
 //! | `grpc_http2_bdp_probe` | `false` | `true` / `false`, any case; `true` (hyper's adaptive window) excludes both window sizes |
 //! | `tls_ca_file` | none (the platform's roots) | a PEM file of CA certificates to trust instead; turns TLS on |
+//! | `result_compression` | none (the server's default) | `none` / `zstd` / `lz4`, any case: sets `spark.sql.execution.arrow.compression.codec` when the session starts ([`ResultCompression`](crate::session::ResultCompression)) |
 //! | `tls_cert_file`, `tls_key_file` | none | a PEM client certificate and its key (mutual TLS), both or neither; turns TLS on |
 //! | anything else | — | sent as gRPC metadata on every call |
 //!
@@ -92,7 +93,9 @@
 //! * **TLS** is used when `use_ssl=true`, when a `tls_*` key is given, or when there is a token and the host is not exactly
 //!   `localhost` (case-sensitive, as upstream). `use_ssl=false` does not switch TLS off in that
 //!   case. A token with host `localhost` goes over plaintext, as upstream does.
-//! * **Secrets in errors.** Errors never quote a value, only the name of the offending part
+//! * **`result_compression`** is this client's own key (PySpark sets the conf with
+//!   `spark.conf.set`); an invalid value is the one error that quotes it (a codec name).
+//! * **Secrets in errors.** Errors never quote a value (but see `result_compression`), only the name of the offending part
 //!   (scheme, host, port, path, parameter position or key). Authority text is never quoted
 //!   either, because a malformed string such as `sc://h:1;token=x` puts a token there.
 //!   [`ConnectionString`]'s `Debug` redacts the token and metadata values.
@@ -223,6 +226,7 @@ pub struct ConnectionString {
     flow_control: Http2FlowControl,
     metadata: MetadataMap,
     tls_files: TlsFiles,
+    result_compression: Option<crate::session::ResultCompression>,
 }
 
 /// The `tls_*` file parameters.
@@ -269,6 +273,7 @@ impl fmt::Debug for ConnectionString {
             .field("flow_control", &self.flow_control)
             .field("metadata_keys", &metadata_keys)
             .field("tls_files", &self.tls_files)
+            .field("result_compression", &self.result_compression)
             .finish()
     }
 }
@@ -346,6 +351,7 @@ impl ConnectionString {
             flow_control: Http2FlowControl::default(),
             metadata: MetadataMap::new(),
             tls_files: TlsFiles::default(),
+            result_compression: None,
         };
         let mut windows = WindowParams::default();
         let mut user_agent = None;
@@ -403,6 +409,7 @@ impl ConnectionString {
                         windows.connection = Some(parse_window(CONNECTION_WINDOW_KEY, &value)?);
                     }
                     BDP_PROBE_KEY => windows.bdp_probe = parse_bool(BDP_PROBE_KEY, &value)?,
+                    "result_compression" => cs.result_compression = Some(value.parse()?),
                     "tls_ca_file" => {
                         cs.tls_files.ca = Some(non_empty("tls_ca_file", value)?.into())
                     }
@@ -587,6 +594,11 @@ impl ConnectionString {
     /// ```
     pub fn http2_flow_control(&self) -> Http2FlowControl {
         self.flow_control
+    }
+
+    /// The `result_compression` parameter, if given.
+    pub fn result_compression(&self) -> Option<crate::session::ResultCompression> {
+        self.result_compression
     }
 
     /// Extra gRPC metadata (the unknown parameters), sent on every call. Values are marked

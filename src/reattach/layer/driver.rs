@@ -423,7 +423,7 @@ impl RawReleaser {
 
     async fn send(&self, until: Option<String>) {
         let raw = wire::release_request(&self.head, &self.operation_id, until.as_deref());
-        let result = self
+        let (result, _) = self
             .retrying
             .clone()
             .with_method(RELEASE_EXECUTE)
@@ -447,9 +447,7 @@ impl RawReleaser {
                     .map_err(AttemptError::Status)
                 }
             })
-            .await
-            .0
-            .map_err(AttemptError::into_status);
+            .await;
         if let Err(e) = result {
             tracing::warn!(error = %e, "reattach layer: ReleaseExecute failed");
         }

@@ -114,8 +114,10 @@ impl fmt::Display for SqlType {
 ///
 /// Spark 4.3 types a decimal parameter by its digits, whatever precision
 /// is declared (`"12.34"` as `DECIMAL(10,3)` arrives as `12.340`,
-/// `DECIMAL(5,3)`): the scale is kept, the precision bounds the value.
-/// PySpark's `Decimal` arguments are typed the same way.
+/// `DECIMAL(5,3)`; `"99.50"` as `DECIMAL(10,2)` is `decimal(4,2)`): the
+/// precision sent only bounds the value. PySpark's `Decimal` arguments are
+/// typed the same way, and Spark has no option to keep the declared type:
+/// write `CAST(:v AS DECIMAL(10,2))` in the query for that.
 ///
 /// ```
 /// use spark_connect_retry::session::params::{Decimal, SqlType, Value};

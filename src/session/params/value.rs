@@ -21,13 +21,22 @@ use super::types::{Date, Decimal, SqlType, Timestamp, TimestampNtz};
 /// | `bool` | `BOOLEAN` |
 /// | `i8`, `i16`, `i32`, `i64` | `TINYINT`, `SMALLINT`, `INT`, `BIGINT` |
 /// | `f32`, `f64` | `FLOAT`, `DOUBLE` |
-/// | [`Decimal`] | `DECIMAL(p, s)` |
+/// | [`Decimal`] | `DECIMAL(p, s)` sent; Spark types it by its digits (see [`Decimal`]) |
 /// | `String`, `&str` | `STRING` |
 /// | `Vec<u8>`, `&[u8]` | `BINARY` |
 /// | [`Date`], [`Timestamp`], [`TimestampNtz`] | `DATE`, `TIMESTAMP`, `TIMESTAMP_NTZ` |
 /// | `Option<T>` | `T`'s type; `None` is a `NULL` of it |
-/// | `Vec<T>`, `&[T]` | `ARRAY<T>` (also when empty) |
-/// | `BTreeMap<K, V>`, `HashMap<K, V>` | `MAP<K, V>` |
+/// | `Vec<T>`, `&[T]` | `ARRAY<T>` sent; an empty one arrives as `array<void>` |
+/// | `BTreeMap<K, V>`, `HashMap<K, V>` | `MAP<K, V>` sent; an empty one arrives as `map<void,void>` |
+///
+/// What Spark does with the types sent (Spark 4.3, measured with
+/// `typeof(:v)`; PySpark's arguments get the same): a decimal is typed by
+/// its digits, not by the declared precision (`99.50` sent as
+/// `DECIMAL(10,2)` is `decimal(4,2)`), and an empty array or map has no
+/// element type (`array<void>`, `map<void,void>`). Spark 4.3 has no
+/// option to keep the declared type; to have it, say it in the query:
+/// `CAST(:v AS DECIMAL(10,2))` is `decimal(10,2)`, `CAST(:a AS
+/// ARRAY<BIGINT>)` of an empty array is an empty `array<bigint>`.
 ///
 /// With the `chrono` feature, `NaiveDate` is a `DATE`, `NaiveDateTime` a
 /// `TIMESTAMP_NTZ` and `DateTime<Tz>` a `TIMESTAMP`.

@@ -7,8 +7,8 @@ pub mod raw;
 use std::time::Duration;
 
 use arrow_array::{Array, Int64Array};
-use spark_connect_retry::policy::RetryPolicy;
-use spark_connect_retry::retrying::Retrying;
+use spark_connect_retry::policy::{PySparkPolicy, RetryPolicy};
+use spark_connect_retry::retrying::{PySparkRetrying, Retrying};
 use spark_connect_stub::spark::connect as stub;
 use stub::spark_connect_service_client::SparkConnectServiceClient;
 use tonic::Status;
@@ -18,14 +18,14 @@ pub const SESSION: &str = "6f1c6a7e-2b9d-4c1a-9d8e-0a1b2c3d4e5f";
 
 /// 3 retries, 10 ms apart, sleeps recorded and never slept.
 pub fn retrying(sleeper: &RecordingSleeper) -> Retrying {
-    let p = RetryPolicy::builder()
+    let p = RetryPolicy::pyspark_builder()
         .max_retries(Some(3))
         .initial_backoff_ms(10.0)
         .max_backoff_ms(Some(10.0))
         .jitter_ms(0.0)
         .build()
         .expect("a valid policy");
-    Retrying::new(vec![p])
+    Retrying::pyspark_with(vec![p])
         .with_sleeper(sleeper.clone())
         .with_seed(5)
 }

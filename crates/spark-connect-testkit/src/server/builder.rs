@@ -115,6 +115,29 @@ impl TestServerBuilder {
         self
     }
 
+    /// A server default of a session conf, as Spark's `--conf key=value`:
+    /// every new session starts with it, and the `Config` RPC reads and
+    /// overrides it per session. The server honours
+    /// `spark.sql.execution.arrow.compression.codec` (`zstd`, `lz4`,
+    /// `none`): result batches are compressed Arrow IPC, as Spark 4.1+.
+    pub fn conf(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.settings.default_conf.insert(key.into(), value.into());
+        self
+    }
+
+    /// Whether the server reads compressed plans (`Plan.compressed_operation`,
+    /// SPARK-54194; default on). Off, it refuses them with
+    /// `CONNECT_INVALID_PLAN.CANNOT_PARSE`, as a server that advertises plan
+    /// compression but cannot read what a client sends. Plan compression
+    /// itself is turned on as in Spark, by the confs
+    /// `spark.connect.session.planCompression.threshold` (bytes) and
+    /// `spark.connect.session.planCompression.defaultAlgorithm` (`ZSTD`),
+    /// e.g. with [`conf`](Self::conf).
+    pub fn compressed_plans(mut self, readable: bool) -> Self {
+        self.settings.compressed_plans = readable;
+        self
+    }
+
     /// Binds the listen address (default `127.0.0.1:0`) and starts serving
     /// on the current tokio runtime.
     pub async fn start(self) -> io::Result<TestServer> {

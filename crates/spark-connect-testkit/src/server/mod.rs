@@ -18,6 +18,8 @@
 //! * `state`: the state shared by all of them (sessions, executions, errors);
 //!   `settings`: the server's settings and their defaults; `conf_defaults`:
 //!   the Spark confs it answers for keys a session never set;
+//! * `codec`: compression both ways (result batches by the session's
+//!   codec conf, compressed plans);
 //! * `handle`: [`TestServer`], the public handle, and what it reports;
 //!   `builder`: [`TestServerBuilder`].
 
@@ -25,6 +27,7 @@ mod artifacts;
 mod buffer;
 mod builder;
 mod call;
+mod codec;
 mod conf_defaults;
 mod executions;
 mod handle;

@@ -58,6 +58,18 @@ async fn produce_rows(shared: &Shared, op: &Operation, rows: &Source) -> bool {
     if settings.schema_response && !op.push(schema(rows)) {
         return false;
     }
+    // Spark reads the codec when the execution starts.
+    let codec = match super::codec::codec(
+        shared
+            .session_conf(&op.session_id, super::codec::CODEC_CONF)
+            .as_deref(),
+    ) {
+        Ok(c) => c,
+        Err(e) => {
+            fail(shared, op, &e);
+            return false;
+        }
+    };
     let chunk = op.chunking.map(|preferred| {
         if (1024..settings.max_chunk_bytes).contains(&preferred) {
             preferred
@@ -67,7 +79,10 @@ async fn produce_rows(shared: &Shared, op: &Operation, rows: &Source) -> bool {
     });
     loop {
         let len = rows.next_len(offset, settings.rows_per_batch);
-        let data = match rows.ipc_batch(offset, len) {
+        let data = match rows.ipc_batch(offset, len).and_then(|d| match codec {
+            Some(c) => super::codec::compress(&d, c),
+            None => Ok(d),
+        }) {
             Ok(d) => d,
             Err(e) => {
                 fail(shared, op, &e);

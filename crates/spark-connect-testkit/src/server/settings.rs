@@ -50,6 +50,10 @@ pub(crate) struct Settings {
     pub(crate) required_token: Option<String>,
     pub(crate) token_rotation: Option<TokenRotation>,
     pub(crate) spark_version: String,
+    /// The server's SQL conf defaults (`--conf`): every session starts with them.
+    pub(crate) default_conf: std::collections::BTreeMap<String, String>,
+    /// Read `Plan.compressed_operation` (else: `CANNOT_PARSE`).
+    pub(crate) compressed_plans: bool,
 }
 
 impl Default for Settings {
@@ -68,6 +72,8 @@ impl Default for Settings {
             required_token: None,
             token_rotation: None,
             spark_version: DEFAULT_SPARK_VERSION.to_owned(),
+            default_conf: Default::default(),
+            compressed_plans: true,
         }
     }
 }

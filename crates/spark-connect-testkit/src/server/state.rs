@@ -182,7 +182,12 @@ impl Shared {
             if st.closed.contains(session_id) {
                 return Err(SparkException::session_closed(session_id).to_status(None));
             }
-            st.sessions.entry(session_id.to_owned()).or_default();
+            st.sessions
+                .entry(session_id.to_owned())
+                .or_insert_with(|| Session {
+                    conf: self.settings.default_conf.clone(),
+                    ..Default::default()
+                });
         }
         self.check_observed(session_id, observed)
     }
@@ -233,6 +238,15 @@ impl Shared {
             views: &view,
             session_uuid: &session_uuid,
         };
+        // A compressed plan (SPARK-54194) is read as the plan inside it.
+        let plain;
+        let plan = match plan.and_then(|p| p.op_type.as_ref()) {
+            Some(proto::plan::OpType::CompressedOperation(op)) => {
+                plain = super::codec::decompress_plan(op, self.settings.compressed_plans)?;
+                Some(&plain)
+            }
+            _ => plan,
+        };
         let work = crate::sql_grammar::parse_plan(plan, &catalog)?;
         Ok(match (work, *lock(&self.edit)) {
             (Work::Rows(Source::Range(q)), Some(edit)) => Work::Rows(Source::Edited(q, edit)),
@@ -241,6 +255,15 @@ impl Shared {
     }
 
     /// Registers a temporary view in a live session.
+    /// The value of a session conf (the session's own, else the server's default).
+    pub(super) fn session_conf(&self, session_id: &str, key: &str) -> Option<String> {
+        let st = lock(&self.state);
+        match st.sessions.get(session_id) {
+            Some(s) => s.conf.get(key).cloned(),
+            None => self.settings.default_conf.get(key).cloned(),
+        }
+    }
+
     pub(super) fn create_view(&self, session_id: &str, view: View) -> Result<(), SparkException> {
         let mut st = lock(&self.state);
         let session = st
