@@ -116,11 +116,11 @@ macro_rules! on_both {
     ($spark:ident, $sail:ident, $body:ident) => {
         real_test!($spark, needs = [SPARK]);
         async fn $spark() {
-            $body(Srv::Spark).await
+            $body(crate::Srv::Spark).await
         }
         real_test!($sail, needs = [SAIL]);
         async fn $sail() {
-            $body(Srv::Sail).await
+            $body(crate::Srv::Sail).await
         }
     };
 }

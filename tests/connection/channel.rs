@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use spark_connect_retry::proto::spark_connect_service_client::SparkConnectServiceClient;
-use spark_connect_retry::proto::*;
+use spark_connect_retry::proto::{ConfigRequest, ConfigResponse, KeyValue};
 use spark_connect_retry::session::channel::{AuthInterceptor, ChannelBuilder, ChannelError};
 use spark_connect_retry::session::conn_string::ConnectionString;
 use spark_connect_testkit::{SparkConnectService, SparkConnectServiceServer};

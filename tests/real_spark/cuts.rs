@@ -1,6 +1,10 @@
 //! Cuts, black holes, a lost ExecutePlan and refused connections through FaultProxy: exact rows or a clear error.
 
-use crate::*;
+use crate::{
+    CutMode, CutSchedule, Direction, Duration, FaultProxy, Instant, Srv, TEN_M, addr_of,
+    assert_exact, debug_events_on_failure, keep_stall_evidence, query_rows, query_rows_on, remote,
+    seeds, session, support,
+};
 
 /// 40 seeded schedules of up to 3 cuts (RST, or FIN every fourth seed) 200 kB
 /// to 20 MB into each connection. On Sail the result is larger (5M rows,

@@ -16,7 +16,10 @@ use spark_connect_stub::spark::connect as stub;
 use stub::spark_connect_service_client::SparkConnectServiceClient;
 use tower::Layer;
 
-use crate::*;
+use crate::{
+    Check, CutMode, CutSchedule, Direction, Duration, FaultProxy, Instant, Retrying, SocketAddr,
+    absorb, addr_of, assert_exact, debug_events_on_failure, remote,
+};
 
 const ROWS: i64 = 2_000_000;
 const REATTACH_EXECUTE: &str = "/spark.connect.SparkConnectService/ReattachExecute";

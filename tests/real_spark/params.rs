@@ -34,7 +34,10 @@ use spark_connect_retry::session::params::{
     Date, Decimal, Params, SqlType, Timestamp, TimestampNtz, Value,
 };
 
-use crate::*;
+use crate::{
+    Check, CutMode, CutSchedule, Direction, Duration, FaultProxy, RecordBatch, SparkSession,
+    absorb, addr_of, assert_exact, debug_events_on_failure, remote, session,
+};
 
 /// `value` through `:v` and through `?`: each time the Arrow type of the
 /// result column, Spark's `typeof`, and the value as Arrow displays it.

@@ -19,7 +19,10 @@ use spark_connect_retry::reattach::StreamStats;
 use spark_connect_retry::retrying::PySparkRetrying;
 use tokio::sync::Mutex;
 
-use crate::*;
+use crate::{
+    Check, Duration, Int64Array, RecordingSleeper, Retrying, SparkError, SparkSession, absorb,
+    assert_exact, query_rows, query_rows_as, remote,
+};
 
 /// One test at a time through the shared proxies.
 static TURN: Mutex<()> = Mutex::const_new(());

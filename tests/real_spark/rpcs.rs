@@ -1,6 +1,9 @@
 //! Token auth, SQL errors with and without an error class, and the session RPCs.
 
-use crate::*;
+use crate::{
+    Duration, RecordingSleeper, Retrying, SparkError, SparkSession, Srv, assert_exact, query_rows,
+    remote, session,
+};
 use spark_connect_retry::retrying::PySparkRetrying;
 
 real_test!(token_auth, needs = [TOKEN, TOKEN_VALUE]);

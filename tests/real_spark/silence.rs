@@ -1,6 +1,6 @@
 //! Long silent queries: keepalives, progress reports and short segments keep them alive.
 
-use crate::*;
+use crate::{Duration, Instant, SparkSession, remote, session};
 
 /// How long the silent query computes: over three times the default idle timeout.
 const SILENCE: Duration = Duration::from_secs(35);
