@@ -21,7 +21,7 @@ use tower::Layer;
 /// stream window bounds that gap (plus one response being handed over), so
 /// it stays well inside the server's buffer. The cost: at most one window
 /// per round trip to the upstream (1 MiB at 10 ms is 100 MiB/s).
-pub const UPSTREAM_FLOW_CONTROL: Http2FlowControl = Http2FlowControl::Fixed {
+pub(crate) const UPSTREAM_FLOW_CONTROL: Http2FlowControl = Http2FlowControl::Fixed {
     stream_window: 1024 * 1024,
     connection_window: 32 * 1024 * 1024,
 };
@@ -65,7 +65,7 @@ impl GuardBuilder {
     /// Reach the upstream as this session builder would (its connection
     /// string, token provider, CA, client identity, connect timeout, flow
     /// control; see [`SparkSessionBuilder::build_channel`]). Give it
-    /// [`UPSTREAM_FLOW_CONTROL`] (or a stream window as small) unless the
+    /// `UPSTREAM_FLOW_CONTROL` (or a stream window as small) unless the
     /// server keeps more than 10 MiB for reattaches.
     pub fn upstream(mut self, upstream: SparkSessionBuilder) -> Self {
         self.upstream = upstream;

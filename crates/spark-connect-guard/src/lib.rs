@@ -42,10 +42,10 @@
 //! The guard reads the next upstream response only when the client's
 //! connection accepts more (HTTP/2 flow control end to end): it holds at
 //! most one response plus its upstream stream window
-//! ([`UPSTREAM_FLOW_CONTROL`], 1 MiB) beyond what the client's connection
+//! (`UPSTREAM_FLOW_CONTROL`, 1 MiB) beyond what the client's connection
 //! took, however slowly the client reads. That bound also keeps a client
 //! that resumes after a cut inside the server's retry buffer (see
-//! [`UPSTREAM_FLOW_CONTROL`]).
+//! `UPSTREAM_FLOW_CONTROL`).
 //!
 //! # Loopback by default
 //!
@@ -67,4 +67,4 @@
 
 mod guard;
 
-pub use guard::{Guard, GuardBuilder, GuardError, UPSTREAM_FLOW_CONTROL};
+pub use guard::{Guard, GuardBuilder, GuardError};

@@ -67,7 +67,7 @@ mod frame;
 mod service;
 mod wire;
 
-pub use service::{DEFAULT_MAX_MESSAGE_SIZE, ReattachLayer, ReattachService};
+pub use service::{ReattachLayer, ReattachService};
 
 /// The gRPC paths the layer handles.
 const EXECUTE_PLAN: &str = "/spark.connect.SparkConnectService/ExecutePlan";
