@@ -3,6 +3,10 @@
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
+use super::core::Event;
+use super::error::ReattachError;
 use crate::deadlines::RpcDeadlines;
 
 /// The default [`ReattachOptions::idle_timeout`]: 10 s (see the module docs,
@@ -26,6 +30,35 @@ impl Default for ReattachOptions {
         ReattachOptions {
             deadlines: RpcDeadlines::default(),
             idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
+        }
+    }
+}
+
+impl ReattachOptions {
+    /// Checked where an execution starts, by every driver: a zero idle
+    /// timeout, or a deadline too large for the clock (it would otherwise
+    /// panic inside tonic on the first read).
+    pub(crate) fn check(&self) -> Result<(), ReattachError> {
+        if self.idle_timeout == Some(Duration::ZERO) {
+            return Err(ReattachError::ZeroIdleTimeout);
+        }
+        self.deadlines
+            .validate()
+            .map_err(ReattachError::InvalidDeadline)
+    }
+
+    /// When a driver stops waiting on a segment, and the core's event for
+    /// it: the idle timeout from now (a stall) or the segment deadline,
+    /// whichever comes first (the deadline on a tie). `None` when neither
+    /// is set.
+    pub(crate) fn wait_bound(&self, segment_deadline: Option<Instant>) -> Option<(Instant, Event)> {
+        let idle = self
+            .idle_timeout
+            .and_then(|d| Some((Instant::now().checked_add(d)?, Event::Stalled(d))));
+        let deadline = segment_deadline.map(|at| (at, Event::SegmentDeadline));
+        match (deadline, idle) {
+            (Some(d), Some(i)) => Some(if i.0 < d.0 { i } else { d }),
+            (d, i) => d.or(i),
         }
     }
 }

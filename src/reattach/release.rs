@@ -106,15 +106,25 @@ pub(crate) const MIN_RELEASE_ATTEMPT: Duration = Duration::from_secs(1);
 /// The shortest time between two `release_until` calls of one execution.
 pub(crate) const RELEASE_UNTIL_INTERVAL: Duration = Duration::from_millis(50);
 
-#[derive(Debug, Default)]
-struct UntilSlot {
-    pending: Option<ReleaseExecuteRequest>,
+#[derive(Debug)]
+struct UntilSlot<T> {
+    pending: Option<T>,
     in_flight: bool,
     /// When the last `release_until` went out.
     last_sent: Option<Instant>,
 }
 
-impl UntilSlot {
+impl<T> Default for UntilSlot<T> {
+    fn default() -> Self {
+        UntilSlot {
+            pending: None,
+            in_flight: false,
+            last_sent: None,
+        }
+    }
+}
+
+impl<T> UntilSlot<T> {
     /// The newest pending release and the time it may go (now or later),
     /// or `None` when nothing is pending.
     fn next_due(&self) -> Option<Instant> {
@@ -123,6 +133,64 @@ impl UntilSlot {
             Some(t) => t + RELEASE_UNTIL_INTERVAL,
             None => Instant::now(),
         })
+    }
+}
+
+/// The pacing of one execution's `release_until`s, for every driver (the
+/// session's [`Releaser`] and the reattach layer's): the newest wins, at
+/// most one in flight, [`RELEASE_UNTIL_INTERVAL`] apart; a `release_all`
+/// discards what is pending.
+#[derive(Debug)]
+pub(crate) struct UntilPacer<T>(Arc<Mutex<UntilSlot<T>>>);
+
+impl<T> Clone for UntilPacer<T> {
+    fn clone(&self) -> Self {
+        UntilPacer(self.0.clone())
+    }
+}
+
+impl<T> Default for UntilPacer<T> {
+    fn default() -> Self {
+        UntilPacer(Arc::default())
+    }
+}
+
+impl<T> UntilPacer<T> {
+    fn slot(&self) -> std::sync::MutexGuard<'_, UntilSlot<T>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queue `release`; true when no sender runs, so the caller must
+    /// start one that drains [`next`](Self::next).
+    pub(crate) fn offer(&self, release: T) -> bool {
+        let mut slot = self.slot();
+        slot.pending = Some(release);
+        !std::mem::replace(&mut slot.in_flight, true)
+    }
+
+    /// Forget any pending release (a `release_all` supersedes it).
+    pub(crate) fn clear(&self) {
+        self.slot().pending = None;
+    }
+
+    /// The sender's next release once it is due, or `None` (and the
+    /// sender stops) when nothing is pending.
+    pub(crate) async fn next(&self) -> Option<T> {
+        let due = self.slot().next_due();
+        if let Some(at) = due.filter(|at| *at > Instant::now()) {
+            tokio::time::sleep_until(at).await;
+        }
+        let mut slot = self.slot();
+        match slot.pending.take() {
+            Some(r) => {
+                slot.last_sent = Some(Instant::now());
+                Some(r)
+            }
+            None => {
+                slot.in_flight = false;
+                None
+            }
+        }
     }
 }
 
@@ -136,7 +204,7 @@ pub(crate) struct Releaser {
     retrying: Retrying,
     tracker: ReleaseTracker,
     runtime: Option<tokio::runtime::Handle>,
-    until: Arc<Mutex<UntilSlot>>,
+    until: UntilPacer<ReleaseExecuteRequest>,
     /// Give an attempt up after this long without an answer (the idle timeout).
     attempt_timeout: Option<Duration>,
     /// The session's credentials, when its tokens are refreshed.
@@ -157,7 +225,7 @@ impl Releaser {
             retrying,
             tracker,
             runtime: tokio::runtime::Handle::try_current().ok(),
-            until: Arc::default(),
+            until: UntilPacer::default(),
             attempt_timeout: attempt_timeout.map(|d| d.max(MIN_RELEASE_ATTEMPT)),
             credentials: None,
             meters: SessionMeters::default(),
@@ -169,40 +237,15 @@ impl Releaser {
         self.credentials = Some(credentials);
     }
 
-    fn slot(&self) -> std::sync::MutexGuard<'_, UntilSlot> {
-        self.until.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Queue a release_until; coalesced with any not yet sent, and sent no
     /// sooner than [`RELEASE_UNTIL_INTERVAL`] after the previous one.
     pub(crate) fn release_until(&self, req: ReleaseExecuteRequest) {
-        let mut slot = self.slot();
-        slot.pending = Some(req);
-        if slot.in_flight {
+        if !self.until.offer(req) {
             return;
         }
-        slot.in_flight = true;
-        drop(slot);
         let this = self.clone();
         self.spawn(async move {
-            loop {
-                let due = this.slot().next_due();
-                if let Some(at) = due.filter(|at| *at > Instant::now()) {
-                    tokio::time::sleep_until(at).await;
-                }
-                let next = {
-                    let mut slot = this.slot();
-                    match slot.pending.take() {
-                        Some(r) => {
-                            slot.last_sent = Some(Instant::now());
-                            r
-                        }
-                        None => {
-                            slot.in_flight = false;
-                            return;
-                        }
-                    }
-                };
+            while let Some(next) = this.until.next().await {
                 this.send(next).await;
             }
         });
@@ -210,7 +253,7 @@ impl Releaser {
 
     /// Send a release_all (and forget any pending release_until).
     pub(crate) fn release_all(&self, req: ReleaseExecuteRequest) {
-        self.slot().pending = None;
+        self.until.clear();
         let this = self.clone();
         self.spawn(async move { this.send(req).await });
     }
@@ -288,7 +331,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_first_release_goes_at_once_later_ones_an_interval_apart() {
-        let mut slot = UntilSlot::default();
+        let mut slot = UntilSlot::<ReleaseExecuteRequest>::default();
         assert_eq!(slot.next_due(), None, "nothing pending");
         slot.pending = Some(ReleaseExecuteRequest::default());
         assert_eq!(slot.next_due(), Some(Instant::now()));

@@ -144,13 +144,13 @@ impl Driver {
             }
         };
         let result = match self.wait_bound() {
-            Some((at, bound)) => match tokio::time::timeout_at(at, call).await {
+            Some((at, event)) => match tokio::time::timeout_at(at, call).await {
                 Ok(r) => r,
                 Err(_) => {
                     tracing::debug!(
                         "reattachable execution: no response headers before the idle timeout or segment deadline"
                     );
-                    return self.core.on_event(bound.event(), &self.retrying);
+                    return self.core.on_event(event, &self.retrying);
                 }
             },
             None => call.await,
@@ -164,19 +164,9 @@ impl Driver {
         }
     }
 
-    /// When to stop waiting on the current segment, and why: the idle
-    /// timeout (from now) or the segment deadline, whichever comes first
-    /// (the deadline on a tie). `None` when neither is set.
-    fn wait_bound(&self) -> Option<(Instant, Bound)> {
-        let idle = self
-            .options
-            .idle_timeout
-            .and_then(|d| Some((Instant::now().checked_add(d)?, Bound::Idle(d))));
-        let deadline = self.segment_deadline.map(|at| (at, Bound::Deadline));
-        match (deadline, idle) {
-            (Some(d), Some(i)) => Some(if i.0 < d.0 { i } else { d }),
-            (d, i) => d.or(i),
-        }
+    /// When to stop waiting on the current segment, and the core's event then.
+    fn wait_bound(&self) -> Option<(Instant, Event)> {
+        self.options.wait_bound(self.segment_deadline)
     }
 
     /// A segment failed, while `during` (opening or reading) it.
@@ -200,14 +190,14 @@ impl Driver {
             return self.core.on_event(Event::Error(status), &self.retrying);
         };
         let result = match bound {
-            Some((at, bound)) => match tokio::time::timeout_at(at, stream.message()).await {
+            Some((at, event)) => match tokio::time::timeout_at(at, stream.message()).await {
                 Ok(r) => r,
                 Err(_) => {
                     self.current = None;
                     tracing::debug!(
                         "reattachable execution: no message before the idle timeout or segment deadline"
                     );
-                    return self.core.on_event(bound.event(), &self.retrying);
+                    return self.core.on_event(event, &self.retrying);
                 }
             },
             None => stream.message().await,
@@ -222,24 +212,6 @@ impl Driver {
             Err(status) => return self.failed(status, "reading"),
         };
         self.core.on_event(event, &self.retrying)
-    }
-}
-
-/// What ends a wait on a segment.
-#[derive(Debug, Clone, Copy)]
-enum Bound {
-    /// The segment's client-side deadline.
-    Deadline,
-    /// The idle timeout (stall detection).
-    Idle(std::time::Duration),
-}
-
-impl Bound {
-    fn event(self) -> Event {
-        match self {
-            Bound::Deadline => Event::SegmentDeadline,
-            Bound::Idle(d) => Event::Stalled(d),
-        }
     }
 }
 
@@ -331,15 +303,7 @@ impl ReattachableExecution {
         options: ReattachOptions,
         tracker: ReleaseTracker,
     ) -> Result<Self, ReattachError> {
-        if options.idle_timeout == Some(std::time::Duration::ZERO) {
-            return Err(ReattachError::ZeroIdleTimeout);
-        }
-        // Checked here, where they enter: a deadline too large for the
-        // clock would otherwise panic inside tonic on the first read.
-        options
-            .deadlines
-            .validate()
-            .map_err(ReattachError::InvalidDeadline)?;
+        options.check()?;
         let core = ReattachCore::new(request)?;
         let operation_id = core.operation_id().to_owned();
         let span = tracing::info_span!(

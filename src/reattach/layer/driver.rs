@@ -11,7 +11,8 @@
 //!
 //! [`ReattachableExecution`]: crate::reattach::ReattachableExecution
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::uri::PathAndQuery;
@@ -23,9 +24,11 @@ use tonic::{Extensions, Status};
 use super::frame::RawCodec;
 use super::wire::{self, RequestHead};
 use super::{EXECUTE_PLAN, REATTACH_EXECUTE, RELEASE_EXECUTE, Releases};
-use crate::proto::{ExecutePlanRequest, ExecutePlanResponse, execute_plan_response};
+use crate::proto::{
+    ExecutePlanRequest, ExecutePlanResponse, ReleaseExecuteRequest, execute_plan_response,
+};
 use crate::reattach::core::{Action, Event, Open, ReattachCore, Release};
-use crate::reattach::release::RELEASE_UNTIL_INTERVAL;
+use crate::reattach::release::{MIN_RELEASE_ATTEMPT, UntilPacer};
 use crate::reattach::{ReattachError, ReattachOptions};
 use crate::reconnect::FreshConnection;
 use crate::retrying::{AttemptError, Retrying};
@@ -119,8 +122,11 @@ impl Driver {
                 metadata: parts.metadata.clone(),
                 retrying: parts.retrying.clone(),
                 head: head.clone(),
-                operation_id: core.operation_id().to_owned(),
-                until: Arc::default(),
+                until: UntilPacer::default(),
+                attempt_timeout: parts
+                    .options
+                    .idle_timeout
+                    .map(|d| d.max(MIN_RELEASE_ATTEMPT)),
             }),
             Releases::CallerOnly => None,
         };
@@ -176,7 +182,8 @@ impl Driver {
 
     fn release(&self, release: Release) {
         if let Some(r) = &self.releaser {
-            r.release(release);
+            let all = matches!(release, Release::All);
+            r.release(all, self.core.release_request(&release));
         }
     }
 
@@ -196,9 +203,7 @@ impl Driver {
             (Open::Reattach(r), start) => {
                 let last = r.last_response_id.as_deref();
                 let raw = match start {
-                    Start::Execute(_) => {
-                        wire::reattach_request(&self.head, self.core.operation_id(), last)
-                    }
+                    Start::Execute(_) => wire::with_user_context(r, &self.head),
                     Start::Reattach(caller) => wire::reattach_from(caller, &self.head, last),
                 };
                 (
@@ -246,18 +251,9 @@ impl Driver {
         }
     }
 
-    /// When to stop waiting on the segment: the idle timeout from now or
-    /// the segment deadline, whichever comes first.
+    /// When to stop waiting on the segment, and the core's event then.
     fn wait_bound(&self) -> Option<(Instant, Event)> {
-        let idle = self
-            .options
-            .idle_timeout
-            .and_then(|d| Some((Instant::now().checked_add(d)?, Event::Stalled(d))));
-        let deadline = self.segment_deadline.map(|at| (at, Event::SegmentDeadline));
-        match (deadline, idle) {
-            (Some(d), Some(i)) => Some(if i.0 < d.0 { i } else { d }),
-            (d, i) => d.or(i),
-        }
+        self.options.wait_bound(self.segment_deadline)
     }
 
     fn failed(&mut self, status: Status) -> Action {
@@ -365,7 +361,7 @@ pub(crate) struct Parts {
 
 /// Sends the layer's own ReleaseExecutes (built from the caller's ids and
 /// metadata) in the background: `release_until` coalesced (newest wins, at
-/// most one in flight, [`RELEASE_UNTIL_INTERVAL`] apart), `release_all` at
+/// most one in flight, paced by the session's `UntilPacer`), `release_all` at
 /// once. Best effort under the retry policy, as PySpark's.
 #[derive(Clone)]
 struct RawReleaser {
@@ -373,56 +369,37 @@ struct RawReleaser {
     metadata: MetadataMap,
     retrying: Retrying,
     head: Arc<RequestHead>,
-    operation_id: String,
-    /// The newest release_until not sent yet, and whether a sender runs.
-    until: Arc<Mutex<(Option<String>, bool)>>,
+    /// The pacing of release_until, shared with the session's releaser.
+    until: UntilPacer<ReleaseExecuteRequest>,
+    /// Give an attempt up after this long without an answer, as the
+    /// session's releaser does, so a release lost in a black hole cannot
+    /// hold back the execution's later releases.
+    attempt_timeout: Option<Duration>,
 }
 
 impl RawReleaser {
-    fn release(&self, release: Release) {
+    /// Send the core's `req` (a `release_all` when `all`) with the caller's
+    /// user context as sent.
+    fn release(&self, all: bool, req: ReleaseExecuteRequest) {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        match release {
-            Release::All => {
-                self.slot().0 = None;
-                let this = self.clone();
-                rt.spawn(async move { this.send(None).await });
-            }
-            Release::Until(id) => {
-                let mut slot = self.slot();
-                slot.0 = Some(id);
-                if std::mem::replace(&mut slot.1, true) {
-                    return;
+        if all {
+            self.until.clear();
+            let this = self.clone();
+            rt.spawn(async move { this.send(req).await });
+        } else if self.until.offer(req) {
+            let this = self.clone();
+            rt.spawn(async move {
+                while let Some(next) = this.until.next().await {
+                    this.send(next).await;
                 }
-                drop(slot);
-                let this = self.clone();
-                rt.spawn(async move {
-                    loop {
-                        let next = {
-                            let mut slot = this.slot();
-                            match slot.0.take() {
-                                Some(id) => id,
-                                None => {
-                                    slot.1 = false;
-                                    return;
-                                }
-                            }
-                        };
-                        this.send(Some(next)).await;
-                        tokio::time::sleep(RELEASE_UNTIL_INTERVAL).await;
-                    }
-                });
-            }
+            });
         }
     }
 
-    fn slot(&self) -> std::sync::MutexGuard<'_, (Option<String>, bool)> {
-        self.until.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    async fn send(&self, until: Option<String>) {
-        let raw = wire::release_request(&self.head, &self.operation_id, until.as_deref());
+    async fn send(&self, req: ReleaseExecuteRequest) {
+        let raw = wire::with_user_context(&req, &self.head);
         let (result, _) = self
             .retrying
             .clone()
@@ -434,17 +411,30 @@ impl RawReleaser {
                     Extensions::default(),
                     raw.clone(),
                 );
+                let limit = self.attempt_timeout;
                 async move {
-                    grpc.ready()
+                    let call = async {
+                        grpc.ready()
+                            .await
+                            .map_err(|e| Status::unavailable(e.to_string()))?;
+                        grpc.unary(
+                            request,
+                            PathAndQuery::from_static(RELEASE_EXECUTE),
+                            RawCodec,
+                        )
                         .await
-                        .map_err(|e| AttemptError::Status(Status::unavailable(e.to_string())))?;
-                    grpc.unary(
-                        request,
-                        PathAndQuery::from_static(RELEASE_EXECUTE),
-                        RawCodec,
-                    )
-                    .await
-                    .map_err(AttemptError::Status)
+                    };
+                    let result = match limit {
+                        None => call.await,
+                        Some(limit) => {
+                            tokio::time::timeout(limit, call).await.unwrap_or_else(|_| {
+                                Err(Status::unavailable(format!(
+                                    "ReleaseExecute got no answer within {limit:?}"
+                                )))
+                            })
+                        }
+                    };
+                    result.map_err(AttemptError::Status)
                 }
             })
             .await;

@@ -18,14 +18,10 @@ use super::driver::{Driver, Item, Parts, to_status};
 use super::frame::{self, RequestBody};
 use super::wire;
 use super::{EXECUTE_PLAN, REATTACH_EXECUTE, Releases};
+use crate::connect::conn_string::DEFAULT_MAX_MESSAGE_SIZE;
 use crate::reattach::ReattachOptions;
 use crate::retrying::{PySparkRetrying, Retrying};
 use crate::transport::{BoxError, GrpcChannel, grpc_channel};
-
-/// The largest message (a caller's ExecutePlan or ReattachExecute, a
-/// server's response) the layer reads by default: 128 MiB, Spark's default
-/// message limit.
-pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 128 * 1024 * 1024;
 
 /// A tower layer that makes every `ExecutePlan` through it a reattachable
 /// execution (see [`crate::reattach::layer`]).
@@ -77,7 +73,7 @@ impl ReattachLayer {
     }
 
     /// The largest request or response message read (default
-    /// [`DEFAULT_MAX_MESSAGE_SIZE`]); a larger one fails the call.
+    /// 128 MiB, as a session's); a larger one fails the call.
     pub fn max_message_size(mut self, bytes: usize) -> Self {
         self.max_message_size = bytes;
         self
@@ -197,14 +193,7 @@ impl ReattachService {
             let req = http::Request::from_parts(parts, body);
             return self.inner.clone().oneshot(req).await;
         }
-        self.config
-            .options
-            .deadlines
-            .validate()
-            .map_err(|e| Status::invalid_argument(e.to_string()))?;
-        if self.config.options.idle_timeout == Some(std::time::Duration::ZERO) {
-            return Err(to_status(crate::reattach::ReattachError::ZeroIdleTimeout));
-        }
+        self.config.options.check().map_err(to_status)?;
         let mut headers = parts.headers;
         for name in NOT_COPIED {
             headers.remove(name);

@@ -17,6 +17,7 @@
 //! a panic.
 
 use bytes::{BufMut, Bytes, BytesMut};
+use prost::Message;
 use prost::encoding::{self, DecodeContext, WireType};
 
 /// Bytes that are not the protobuf message they should be.
@@ -255,39 +256,15 @@ pub(crate) fn execute_request(msg: &Bytes, head: &RequestHead, operation_id: &st
     out.freeze()
 }
 
-/// The ids every request the layer makes for an execution carries, copied
-/// from the caller's request (session, user context as sent, client type).
-fn put_ids(head: &RequestHead, operation_id: &str, out: &mut BytesMut) {
-    if !head.session_id.is_empty() {
-        put_string(1, &head.session_id, out);
-    }
+/// A request the reattach core made for the caller's execution (a
+/// ReattachExecute or ReleaseExecute, whose ids the core took from the
+/// caller's request), with the caller's user context appended as sent
+/// (field 2 in both): the core's copy of the request has none, so nothing
+/// is sent twice, and fields of it our protos do not know pass unchanged.
+pub(crate) fn with_user_context(req: &impl Message, head: &RequestHead) -> Bytes {
+    let mut out = BytesMut::from(req.encode_to_vec().as_slice());
     for uc in &head.user_context {
-        put_message(2, uc, out);
-    }
-    put_string(3, operation_id, out);
-    if let Some(ct) = head.client_type.as_deref().filter(|c| !c.is_empty()) {
-        put_string(4, ct, out);
-    }
-}
-
-/// A ReattachExecuteRequest for the caller's execution, from `last` (PySpark
-/// 4.3: the observed server-side session id of the initial request only).
-pub(crate) fn reattach_request(
-    head: &RequestHead,
-    operation_id: &str,
-    last: Option<&str>,
-) -> Bytes {
-    let mut out = BytesMut::new();
-    put_ids(head, operation_id, &mut out);
-    if let Some(id) = last.filter(|l| !l.is_empty()) {
-        put_string(5, id, &mut out);
-    }
-    if let Some(o) = head
-        .observed_server_side_session_id
-        .as_deref()
-        .filter(|o| !o.is_empty())
-    {
-        put_string(6, o, &mut out);
+        put_message(2, uc, &mut out);
     }
     out.freeze()
 }
@@ -304,26 +281,6 @@ pub(crate) fn reattach_from(msg: &Bytes, head: &RequestHead, last: Option<&str>)
         }
         _ => msg.clone(),
     }
-}
-
-/// A ReleaseExecuteRequest: `until` a response id, or all (never carries the
-/// observed server-side session id, as PySpark).
-pub(crate) fn release_request(
-    head: &RequestHead,
-    operation_id: &str,
-    until: Option<&str>,
-) -> Bytes {
-    let mut out = BytesMut::new();
-    put_ids(head, operation_id, &mut out);
-    match until {
-        None => put_message(5, &[], &mut out),
-        Some(id) => {
-            let mut inner = BytesMut::new();
-            put_string(1, id, &mut inner);
-            put_message(6, &inner, &mut out);
-        }
-    }
-    out.freeze()
 }
 
 #[cfg(test)]

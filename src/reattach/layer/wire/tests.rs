@@ -2,8 +2,8 @@ use bytes::{BufMut, Bytes, BytesMut};
 use prost::Message;
 
 use super::{
-    ResponseHead, execute_head, execute_request, reattach_from, reattach_head, reattach_request,
-    release_request, response_head,
+    ResponseHead, execute_head, execute_request, reattach_from, reattach_head, response_head,
+    with_user_context,
 };
 use crate::proto::execute_plan_request::{RequestOption, request_option};
 use crate::proto::release_execute_request::Release as ReleaseKind;
@@ -78,25 +78,37 @@ fn reattach_and_release_carry_the_callers_user_context_as_sent() {
     let req = caller_request();
     let raw = Bytes::from(req.encode_to_vec());
     let head = execute_head(&raw).unwrap();
-    let r = ReattachExecuteRequest::decode(reattach_request(&head, OP, Some("r1"))).unwrap();
-    assert_eq!(r.session_id, "s");
+    let core_made = ReattachExecuteRequest {
+        session_id: "s".into(),
+        operation_id: OP.into(),
+        last_response_id: Some("r1".into()),
+        ..Default::default()
+    };
+    let r = ReattachExecuteRequest::decode(with_user_context(&core_made, &head)).unwrap();
     assert_eq!(r.user_context, req.user_context);
-    assert_eq!(r.operation_id, OP);
-    assert_eq!(r.client_type.as_deref(), Some("ct"));
-    assert_eq!(r.last_response_id.as_deref(), Some("r1"));
     assert_eq!(
-        r.client_observed_server_side_session_id.as_deref(),
-        Some("ss")
+        r,
+        ReattachExecuteRequest {
+            user_context: req.user_context.clone(),
+            ..core_made
+        },
+        "the rest as the core made it"
     );
-    let r = ReattachExecuteRequest::decode(reattach_request(&head, OP, None)).unwrap();
-    assert_eq!(r.last_response_id, None);
 
-    let rel = ReleaseExecuteRequest::decode(release_request(&head, OP, Some("r1"))).unwrap();
-    assert_eq!(rel.user_context, req.user_context);
-    assert_eq!(rel.client_observed_server_side_session_id, None);
-    assert!(matches!(rel.release, Some(ReleaseKind::ReleaseUntil(u)) if u.response_id == "r1"));
-    let rel = ReleaseExecuteRequest::decode(release_request(&head, OP, None)).unwrap();
-    assert!(matches!(rel.release, Some(ReleaseKind::ReleaseAll(_))));
+    let core_made = ReleaseExecuteRequest {
+        session_id: "s".into(),
+        operation_id: OP.into(),
+        release: Some(ReleaseKind::ReleaseAll(Default::default())),
+        ..Default::default()
+    };
+    let rel = ReleaseExecuteRequest::decode(with_user_context(&core_made, &head)).unwrap();
+    assert_eq!(
+        rel,
+        ReleaseExecuteRequest {
+            user_context: req.user_context.clone(),
+            ..core_made
+        }
+    );
 }
 
 #[test]
