@@ -1,6 +1,11 @@
 //! The builder's checks at `build()`, without a server.
 
-use super::*;
+use std::time::Duration;
+
+use super::SparkSessionBuilder;
+use crate::connect::conn_string::ConnectionString;
+use crate::deadlines::RpcDeadlines;
+use crate::session::{SparkError, SparkSession};
 
 fn builder() -> SparkSessionBuilder {
     SparkSession::builder().remote("sc://127.0.0.1:1")
