@@ -4,14 +4,20 @@
 //! ```text
 //! cargo run --example fault_proxy -- \
 //!     --upstream 127.0.0.1:15010 [--listen 127.0.0.1:0] \
-//!     [--cuts 20M,30M,30M,30M,30M] [--mode reset|fin] [--one-way-delay-ms 20]
+//!     [--cuts 20M,30M,30M,30M,30M] [--mode reset|fin] [--one-way-delay-ms 20] \
+//!     [--bandwidth-mbps 100]
 //! ```
 //!
 //! `--one-way-delay-ms D` holds every chunk for `D` ms each way without
 //! limiting throughput ([`FaultProxyBuilder::one_way_delay`]): a long-haul link
 //! with a round trip of `2 × D` ms.
 //!
+//! `--bandwidth-mbps R` limits each direction to `R` Mbit/s (10^6 bits per
+//! second; a token bucket per direction, [`FaultProxyBuilder::bandwidth`]);
+//! with `--one-way-delay-ms` too, a thin long-haul link.
+//!
 //! [`FaultProxyBuilder::one_way_delay`]: spark_connect_testkit::FaultProxyBuilder::one_way_delay
+//! [`FaultProxyBuilder::bandwidth`]: spark_connect_testkit::FaultProxyBuilder::bandwidth
 //!
 //! `--cuts` is a [`CutSchedule`] on server→client bytes: the `i`-th proxied
 //! connection is cut after that many bytes (suffix `K`/`M` for KiB/MiB);
@@ -33,7 +39,7 @@ use std::time::Duration;
 use spark_connect_testkit::{CutMode, CutSchedule, Direction, FaultProxy};
 use tokio::signal::unix::{SignalKind, signal};
 
-const USAGE: &str = "usage: fault_proxy --upstream HOST:PORT [--listen HOST:PORT] [--cuts N[K|M],...] [--mode reset|fin] [--one-way-delay-ms MS]";
+const USAGE: &str = "usage: fault_proxy --upstream HOST:PORT [--listen HOST:PORT] [--cuts N[K|M],...] [--mode reset|fin] [--one-way-delay-ms MS] [--bandwidth-mbps MBIT]";
 
 struct Args {
     upstream: SocketAddr,
@@ -41,6 +47,8 @@ struct Args {
     cuts: Vec<u64>,
     mode: CutMode,
     one_way_delay: Duration,
+    /// Bits per second each way; 0: no limit.
+    bandwidth: u64,
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -62,6 +70,7 @@ fn parse_args() -> Result<Args, String> {
     let mut cuts = Vec::new();
     let mut mode = CutMode::Reset;
     let mut one_way_delay = Duration::ZERO;
+    let mut bandwidth = 0;
     let mut args = std::env::args().skip(1);
     let addr = |v: Option<String>| -> Result<SocketAddr, String> {
         let v = v.ok_or(USAGE)?;
@@ -93,6 +102,14 @@ fn parse_args() -> Result<Args, String> {
                     .map_err(|e| format!("bad --one-way-delay-ms {v:?}: {e}"))?;
                 one_way_delay = Duration::from_millis(ms);
             }
+            "--bandwidth-mbps" => {
+                let v = args.next().ok_or(USAGE)?;
+                bandwidth = v
+                    .parse::<u64>()
+                    .ok()
+                    .and_then(|m| m.checked_mul(1_000_000))
+                    .ok_or_else(|| format!("bad --bandwidth-mbps {v:?}"))?;
+            }
             "-h" | "--help" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
@@ -103,6 +120,7 @@ fn parse_args() -> Result<Args, String> {
         cuts,
         mode,
         one_way_delay,
+        bandwidth,
     })
 }
 
@@ -117,6 +135,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         builder = builder.one_way_delay(args.one_way_delay);
     }
     let proxy = builder
+        .bandwidth(args.bandwidth)
         .cut_schedule(Direction::ServerToClient, CutSchedule::new(args.cuts))
         .cut_mode(args.mode)
         .max_cuts(n_cuts)

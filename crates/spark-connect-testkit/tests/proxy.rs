@@ -16,6 +16,7 @@ use tokio::time::timeout;
 
 // The theme's tests, one file each: tests/proxy/*.rs.
 mod proxy {
+    mod bandwidth;
     mod black_hole;
     mod cuts;
     mod delay;

@@ -7,7 +7,6 @@
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -16,7 +15,7 @@ use tokio::time::{Instant, sleep_until, timeout};
 
 use super::cut::{CutEvent, CutMode, CutReason, Direction};
 use super::delay_line::{DelayLine, ReadOutcome};
-use super::shared::{CHUNK, FIN_DRAIN, Shared, dir_index};
+use super::shared::{CHUNK, Config, FIN_DRAIN, Shared, dir_index};
 use super::stats::{ActiveGuard, ProxyStatsHandle};
 
 /// One direction's state: its [`DelayLine`], byte counts, the byte limit
@@ -37,10 +36,10 @@ struct Pipe {
 }
 
 impl Pipe {
-    fn new(direction: Direction, limit: Option<u64>, delay: Duration, max_queued: usize) -> Self {
+    fn new(direction: Direction, limit: Option<u64>, cfg: &Config) -> Self {
         Pipe {
             direction,
-            line: DelayLine::new(delay, max_queued),
+            line: DelayLine::new(cfg.latency, cfg.max_queued, cfg.bandwidth),
             read: 0,
             forwarded: 0,
             limit,
@@ -188,7 +187,7 @@ impl<'a> Conn<'a> {
                 .as_ref()
                 .and_then(|p| p.limit_for(proxied))
         };
-        let pipe = |d: Direction| Pipe::new(d, limit(d), cfg.latency, cfg.max_queued);
+        let pipe = |d: Direction| Pipe::new(d, limit(d), cfg);
         let mut cut_rx = shared.cut_tx.subscribe();
         cut_rx.mark_unchanged();
         Conn {

@@ -14,6 +14,11 @@
 //! [`one_way_delay`](crate::FaultProxyBuilder::one_way_delay) (a large cap:
 //! propagation delay only), and no delay at all.
 //!
+//! With a bandwidth limit ([`bandwidth`](crate::FaultProxyBuilder::bandwidth))
+//! each chunk is first paced by a [`TokenBucket`]: it is due once its last
+//! byte has left the link, plus the delay; and the queue is capped at what
+//! the link holds ([`TokenBucket::queue_cap`]).
+//!
 //! Backpressure: when the destination refuses bytes that are due, reading
 //! pauses until it takes them, so a slow reader pushes back on the sender
 //! through TCP, as on a real path, instead of the queue absorbing everything.
@@ -27,6 +32,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use super::shared::CHUNK;
+use super::token_bucket::TokenBucket;
 
 /// A chunk waiting for its due time.
 #[derive(Debug)]
@@ -59,12 +65,20 @@ pub(super) struct DelayLine {
     buf: BytesMut,
     /// The destination refused due bytes: reading waits until it takes them.
     blocked: bool,
+    /// The bandwidth limit, if any.
+    pace: Option<TokenBucket>,
 }
 
 impl DelayLine {
     /// A line that holds each chunk for `delay` and reads more while fewer
-    /// than `max_queued` bytes wait (`0`: one chunk at a time).
-    pub(super) fn new(delay: Duration, max_queued: usize) -> Self {
+    /// than `max_queued` bytes wait (`0`: one chunk at a time), paced at
+    /// `bits_per_second` if given (which may lower the cap, see
+    /// [`TokenBucket::queue_cap`]).
+    pub(super) fn new(delay: Duration, max_queued: usize, bits_per_second: Option<u64>) -> Self {
+        let pace = bits_per_second.map(TokenBucket::new);
+        let max_queued = pace
+            .as_ref()
+            .map_or(max_queued, |p| p.queue_cap(delay, max_queued));
         DelayLine {
             delay,
             queue: VecDeque::new(),
@@ -72,6 +86,7 @@ impl DelayLine {
             max_queued,
             buf: BytesMut::new(),
             blocked: false,
+            pace,
         }
     }
 
@@ -96,7 +111,8 @@ impl DelayLine {
     }
 
     /// Reads at most `room` bytes (capped at [`CHUNK`]) from `src` and
-    /// queues them, due `delay` from now.
+    /// queues them, due `delay` from now (or from when the bandwidth limit
+    /// has let them through).
     pub(super) fn read_from(&mut self, src: &TcpStream, room: usize) -> io::Result<ReadOutcome> {
         let room = room.min(CHUNK);
         if room == 0 {
@@ -107,8 +123,10 @@ impl DelayLine {
             Ok(0) => Ok(ReadOutcome::Eof),
             Ok(n) => {
                 let data = self.buf.split().freeze();
+                let now = Instant::now();
+                let sent = self.pace.as_mut().map_or(now, |p| p.take(now, n));
                 self.queue.push_back(Chunk {
-                    due: Instant::now() + self.delay,
+                    due: sent + self.delay,
                     data,
                 });
                 self.queued += n;

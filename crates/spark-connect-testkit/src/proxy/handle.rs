@@ -144,6 +144,39 @@ impl FaultProxyBuilder {
         self
     }
 
+    /// Limit each direction of every connection to `bits_per_second` (`0`:
+    /// no limit, the default): a thin link, such as a 100 Mbit/s WAN.
+    ///
+    /// A token bucket per direction, one 64 KiB chunk deep, paces the bytes;
+    /// each chunk is forwarded once its last byte has left the link, plus
+    /// the [`one_way_delay`](Self::one_way_delay) or
+    /// [`latency`](Self::latency) if set (the two combine: `_rtt20` over a
+    /// 100 Mbit/s link). The proxy holds at most what the link holds (the
+    /// bytes on the wire during the delay plus 50 ms at full rate), then
+    /// stops reading, so TCP pushes back on the sender as at a real
+    /// bottleneck. Pure user space (no `tc`), only the proxied connections
+    /// are shaped, and it runs on tokio's clock (paused time works).
+    ///
+    /// ```
+    /// use spark_connect_testkit::FaultProxy;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    /// let proxy = FaultProxy::builder(upstream.local_addr()?)
+    ///     .bandwidth(100_000_000) // 100 Mbit/s each way
+    ///     .one_way_delay(std::time::Duration::from_millis(10))
+    ///     .start()
+    ///     .await?;
+    /// # proxy.shutdown().await;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn bandwidth(mut self, bits_per_second: u64) -> Self {
+        self.config.bandwidth = (bits_per_second > 0).then_some(bits_per_second);
+        self
+    }
+
     /// At most `cuts` cuts in total (all reasons together); once they are
     /// spent the proxy forwards cleanly. Refusals and the lost first request
     /// are not cuts.

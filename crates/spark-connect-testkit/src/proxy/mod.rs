@@ -4,9 +4,9 @@
 //! ([`FaultProxyBuilder`], [`FaultProxy`]), `accept` (the accept loop:
 //! refusals, the lost request, the cut timer), `connection` (one proxied
 //! connection: two pipes, byte, lifetime and timer cuts), `delay_line` (the
-//! delayed pipe), `shared` (the settings and state they all read), `stats`
-//! ([`ProxyStatsHandle`], [`ProxyStats`]), `cut` (what a cut is) and `error`
-//! ([`FaultProxyError`]).
+//! delayed pipe), `token_bucket` (its bandwidth limit), `shared` (the
+//! settings and state they all read), `stats` ([`ProxyStatsHandle`],
+//! [`ProxyStats`]), `cut` (what a cut is) and `error` ([`FaultProxyError`]).
 
 mod accept;
 mod connection;
@@ -16,6 +16,7 @@ mod error;
 mod handle;
 mod shared;
 mod stats;
+mod token_bucket;
 
 pub use cut::{CutEvent, CutMode, CutReason, CutSchedule, Direction};
 pub use error::{AddrRole, FaultProxyError};

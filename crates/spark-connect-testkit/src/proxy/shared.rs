@@ -61,6 +61,8 @@ pub(super) struct Config {
     /// in flight ([`FaultProxyBuilder::latency`]), large for
     /// [`FaultProxyBuilder::one_way_delay`].
     pub(super) max_queued: usize,
+    /// The bandwidth limit of each direction, in bits per second.
+    pub(super) bandwidth: Option<u64>,
     pub(super) max_cuts: Option<u64>,
     pub(super) lose_first_request: Option<u64>,
 }
