@@ -13,6 +13,24 @@
 #
 # Usage: scripts/side-by-side.sh [CASE ...]      (default: arrow10m first_batch cuts10m)
 #
+# Cases: arrow10m, first_batch, cuts10m (10M rows of `id, id*2`), and wide2m,
+# wide200k: 2M / 200k rows that compress the way real tables do (an id, a
+# seeded random int, a date and sha2's 64-character hex: ~170 MB at 2M
+# rows). Only this crate's client and PySpark run the wide cases and those
+# with a codec. A name is BASE[_CODEC][_nginx][_bwN][_rttN], the parts as below.
+#
+# A case name may end in `_zstd`, `_lz4` or `_none` (before any `_nginx`,
+# `_bwN`, `_rttN`: wide2m_zstd_bw100_rtt20): both clients then ask Spark to
+# compress result batches with that codec, ours by `;result_compression=CODEC`
+# in the connection string, PySpark by spark.conf.set of
+# spark.sql.execution.arrow.compression.codec (both before the timer).
+# Without it the server's default (none) stays and nothing is set.
+#
+# A case name may end in `_bwN` (before any `_rttN`: wide2m_bw100_rtt20):
+# every arm of that case then goes through the fault proxy limited to N
+# Mbit/s each way (`fault_proxy --bandwidth-mbps N`: a token bucket per
+# direction in user space, no `tc`).
+#
 # A case name may end in `_rttN` (e.g. arrow10m_rtt40): every arm of that case
 # then goes through the fault proxy with a one-way delay of N/2 ms (a round
 # trip of N ms that does not limit throughput; see docs/wide-area.md).
@@ -43,6 +61,11 @@
 #                    average to drop below this before starting (default 3)
 #   SBS_RTT_MS       comma-separated round trips in ms (e.g. 0,10,40): each CASE is
 #                    run once per round trip, as CASE (0) and CASE_rttN (default: none)
+#   SBS_BW_MBPS      comma-separated bandwidths in Mbit/s (e.g. 0,100,1000): each CASE
+#                    is run once per bandwidth, as CASE (0) and CASE_bwN (default: none)
+#   SBS_CODECS       comma-separated codecs (e.g. none,zstd): each CASE is run once per
+#                    codec, as CASE_none, CASE_zstd, ... (default: none given, no suffix)
+#                    Expansion order: codec, then bandwidth, then round trip.
 #   SBS_PAUSE        seconds between runs, so the server settles (default 1)
 #   SBS_INTERLEAVE   1: run pair i of every case before pair i+1 of any (so a case and
 #                    its `_nginx` twin see the same drift), round i starting at arm i
@@ -85,15 +108,23 @@ PROXY_BASE="${SBS_PROXY_BASE:-15040}"
 FIRST_BATCH_API="${SBS_FIRST_BATCH_API:-iterator}"
 OUT="${SBS_OUT:-$ROOT/target/side-by-side/$(date -u +%Y%m%dT%H%M%SZ)}"
 if [ $# -gt 0 ]; then CASES=("$@"); else CASES=(arrow10m first_batch cuts10m); fi
-if [ -n "${SBS_RTT_MS:-}" ]; then
-    expanded=()
+# expand SUFFIX VALUES: each case once per value, VALUE 0 meaning no suffix
+# (for codecs every value is a suffix).
+expand() {
+    local suffix="$1" values="$2" c v
+    [ -n "$values" ] || return 0
+    local -a expanded=()
     for c in "${CASES[@]}"; do
-        for rtt in ${SBS_RTT_MS//,/ }; do
-            if [ "$rtt" = 0 ]; then expanded+=("$c"); else expanded+=("${c}_rtt$rtt"); fi
+        for v in ${values//,/ }; do
+            if [ "$v" = 0 ]; then expanded+=("$c"); else expanded+=("${c}_$suffix$v"); fi
         done
     done
     CASES=("${expanded[@]}")
-fi
+}
+expand "" "${SBS_CODECS:-}"
+expand bw "${SBS_BW_MBPS:-}"
+expand rtt "${SBS_RTT_MS:-}"
+
 N_CUTS=$(awk -F, '{print NF}' <<<"$CUTS")
 
 log() { printf '[side-by-side] %s\n' "$*" >&2; }
@@ -103,7 +134,7 @@ case "$NAME" in ci-*) die "server names ci-* belong to .ci/run" ;; esac
 if [ "$PORT" -ge 15002 ] && [ "$PORT" -le 15006 ]; then die "ports 15002-15006 belong to .ci/run"; fi
 NGINX=0
 for c in "${CASES[@]}"; do
-    [[ "$c" =~ _nginx(_rtt[0-9]+)?$ ]] && NGINX=1
+    [[ "$c" =~ _nginx(_bw[0-9]+)?(_rtt[0-9]+)?$ ]] && NGINX=1
 done
 if [ "$NGINX" = 1 ]; then
     [[ "$PROXY_BASE" =~ ^[0-9]+$ ]] || die "SBS_PROXY_BASE must be a port"
@@ -208,10 +239,11 @@ LOAD_START="$(cat /proc/loadavg)"
 
 # Start a fresh proxy (its cut schedule counts connections from its start)
 # and set PROXY_ADDR; its summary goes to $OUT/proxy-<tag>.txt.
-# start_proxy TAG CUTS ONE_WAY_DELAY_MS UPSTREAM (CUTS may be empty).
+# start_proxy TAG CUTS ONE_WAY_DELAY_MS UPSTREAM BANDWIDTH_MBPS (CUTS may be
+# empty, BANDWIDTH_MBPS 0: no limit).
 start_proxy() {
     local f="$OUT/proxy-$1.txt"
-    "$PROXY" --upstream "$4" --cuts "$2" --one-way-delay-ms "$3" >"$f" 2>&1 &
+    "$PROXY" --upstream "$4" --cuts "$2" --one-way-delay-ms "$3" --bandwidth-mbps "$5" >"$f" 2>&1 &
     PROXY_PID=$!
     local i=0
     until [ -s "$f" ]; do
@@ -234,13 +266,19 @@ stop_proxy() {
 
 # run_one CLIENT CASE TAG WARMUP: one process, one JSON line appended to results.
 # CASE may end in _rttN: the base case through a proxy delaying N/2 ms each way;
-# before that in _nginx: through nginx with TLS (the fault proxy, if any, in front).
+# before that in _bwN: through a proxy limited to N Mbit/s each way; before
+# that in _nginx: through nginx with TLS (the fault proxy, if any, in front);
+# before that in _CODEC: results compressed with that codec.
 run_one() {
     local client="$1" full_case="$2" tag="$3" warmup="$4" remote="$REMOTE" line cuts=0
-    local case="$full_case" rtt=0 proxied=0 upstream="127.0.0.1:$PORT" via=direct
+    local case="$full_case" rtt=0 bw=0 codec="" proxied=0 upstream="127.0.0.1:$PORT" via=direct
     if [[ "$case" =~ ^(.+)_rtt([0-9]+)$ ]]; then
         case="${BASH_REMATCH[1]}"
         rtt="${BASH_REMATCH[2]}"
+    fi
+    if [[ "$case" =~ ^(.+)_bw([0-9]+)$ ]]; then
+        case="${BASH_REMATCH[1]}"
+        bw="${BASH_REMATCH[2]}"
     fi
     if [[ "$case" =~ ^(.+)_nginx$ ]]; then
         case="${BASH_REMATCH[1]}"
@@ -248,27 +286,35 @@ run_one() {
         upstream="$NGINX_ADDR"
         remote="sc://$NGINX_ADDR"
     fi
+    if [[ "$case" =~ ^(.+)_(none|zstd|lz4)$ ]]; then
+        case="${BASH_REMATCH[1]}"
+        codec="${BASH_REMATCH[2]}"
+    fi
     PROXY_JSON="null"
     if [ "$case" = cuts10m ]; then
-        start_proxy "$tag" "$CUTS" $((rtt / 2)) "$upstream"
+        start_proxy "$tag" "$CUTS" $((rtt / 2)) "$upstream" "$bw"
         cuts="$N_CUTS"
         proxied=1
-    elif [ "$rtt" -gt 0 ]; then
-        start_proxy "$tag" "" $((rtt / 2)) "$upstream"
+    elif [ "$rtt" -gt 0 ] || [ "$bw" -gt 0 ]; then
+        start_proxy "$tag" "" $((rtt / 2)) "$upstream" "$bw"
         proxied=1
     fi
     if [ "$proxied" = 1 ]; then remote="sc://$PROXY_ADDR"; fi
+    # Connection-string parameters, after `/`; PySpark takes the codec as a conf.
     # Over TLS the certificate is for 127.0.0.1 (and localhost), whichever
     # port the client dials; each client trusts the run's CA its own way.
-    local -a py_env=()
+    local -a py_env=() py_codec=()
+    local params=""
     if [ "$via" = nginx ]; then
         py_env=(env "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH=$NGINX_CA")
-        if [ "$client" = pyspark ]; then
-            remote="$remote/;use_ssl=true"
-        else
-            remote="$remote/;use_ssl=true;tls_ca_file=$NGINX_CA"
-        fi
+        params=";use_ssl=true"
+        if [ "$client" != pyspark ]; then params="$params;tls_ca_file=$NGINX_CA"; fi
     fi
+    if [ -n "$codec" ]; then
+        py_codec=(--codec "$codec")
+        if [ "$client" != pyspark ]; then params="$params;result_compression=$codec"; fi
+    fi
+    if [ -n "$params" ]; then remote="$remote/$params"; fi
     if [ "$client" = rust ] || [ "$client" = base ]; then
         local exe="$BENCH"
         [ "$client" = rust ] || exe="$BASE"
@@ -287,7 +333,7 @@ run_one() {
             die "official $case failed (run $tag): $(tail -n5 "$OUT/official-$tag.err")"
     else
         line="$("${py_env[@]}" "$PY" "$ROOT/scripts/side_by_side_pyspark.py" --remote "$remote" --case "$case" \
-            --proxy-cuts "$cuts" --first-batch-api "$FIRST_BATCH_API" 2>"$OUT/py-$tag.err")" ||
+            --proxy-cuts "$cuts" --first-batch-api "$FIRST_BATCH_API" "${py_codec[@]}" 2>"$OUT/py-$tag.err")" ||
             die "pyspark $case failed (run $tag): $(tail -n5 "$OUT/py-$tag.err")"
     fi
     if [ "$proxied" = 1 ]; then stop_proxy "$tag"; fi
@@ -297,7 +343,8 @@ import json, sys
 d = json.loads(sys.argv[1]); d["warmup"] = sys.argv[2] == "1"; d["run"] = sys.argv[3]
 d["proxy"] = json.loads(sys.argv[4]); d["load1"] = float(sys.argv[5])
 d["case"] = sys.argv[6]; d["rtt_ms"] = int(sys.argv[7]); d["via"] = sys.argv[8]
-print(json.dumps(d))' "$line" "$warmup" "$tag" "$PROXY_JSON" "$(load1)" "$full_case" "$rtt" "$via" |
+d["bw_mbps"] = int(sys.argv[9]); d["codec"] = sys.argv[10] or None
+print(json.dumps(d))' "$line" "$warmup" "$tag" "$PROXY_JSON" "$(load1)" "$full_case" "$rtt" "$via" "$bw" "$codec" |
         tee -a "$RESULTS" >&2
     sleep "$PAUSE"
 }
@@ -309,9 +356,10 @@ run_pair() {
     local case="$1" i="$2" warm=0 k
     [ "$i" -le 0 ] && warm=1
     local -a arms=(rust:rust pyspark:py)
-    if ! [[ "$case" =~ ^cuts10m(_nginx)?(_rtt[0-9]+)?$ ]]; then
+    # The raw drains and the official client: the plain 10M-row cases only.
+    if [[ "$case" =~ ^(arrow10m|first_batch)(_nginx)?(_bw[0-9]+)?(_rtt[0-9]+)?$ ]]; then
         arms+=(raw:raw raw_client:rawc)
-        if [ -n "$OFFICIAL" ] && ! [[ "$case" =~ _nginx(_rtt[0-9]+)?$ ]]; then
+        if [ -n "$OFFICIAL" ] && ! [[ "$case" =~ _nginx(_bw[0-9]+)?(_rtt[0-9]+)?$ ]]; then
             arms+=(official:official)
         fi
     fi
@@ -381,8 +429,15 @@ for c in cases:
         wx, wy = med(x, "wall_ms"), med(y, "wall_ms")
         if wx is not None and wy is not None:
             print(f"  {name:<18} {wx / wy:.3f}")
-    if m and m[0].get("rtt_ms"):
-        print(f"  (through the proxy: round trip {m[0]['rtt_ms']} ms)")
+    if m and (m[0].get("rtt_ms") or m[0].get("bw_mbps")):
+        print(f"  (through the proxy: round trip {m[0]['rtt_ms']} ms, "
+              f"bandwidth {m[0].get('bw_mbps') or 'unlimited'} Mbit/s each way)")
+    loads = [r["load1"] for r in m]
+    if loads:
+        print(f"  load1 during the runs: {min(loads):.2f}-{max(loads):.2f}")
+    sums = {r.get("sum_r") for r in rows if r["case"] == c and r.get("sum_r") is not None}
+    if len(sums) > 1:
+        print(f"  warning: the clients read different random columns (sum_r {sorted(sums)})")
     bad = [r["run"] for r in m if r.get("proxy") and r["proxy"]["cuts"] != r.get("proxy_cuts", 0)]
     if bad:
         print(f"  warning: proxy made fewer cuts than scheduled in {bad}")
@@ -401,6 +456,22 @@ for c in cases:
         x, y = med_of(c, a), med_of(direct, a)
         if x is not None and y is not None:
             print(f"  {a:<13} {x / y:.3f}")
+# A compressed case against its `_none` twin: what compression buys.
+import re
+for c in cases:
+    m = re.match(r"^(.+)_(zstd|lz4)(.*)$", c)
+    if not m or f"{m[1]}_none{m[3]}" not in cases:
+        continue
+    plain = f"{m[1]}_none{m[3]}"
+    print(f"{c} against {plain}:")
+    for name, (cx, ax), (cy, ay) in [
+        (f"rust-{m[2]} / pyspark-none", (c, "rust"), (plain, "pyspark")),
+        (f"rust-{m[2]} / rust-none", (c, "rust"), (plain, "rust")),
+        (f"pyspark-{m[2]} / pyspark-none", (c, "pyspark"), (plain, "pyspark")),
+    ]:
+        x, y = med_of(cx, ax), med_of(cy, ay)
+        if x is not None and y is not None:
+            print(f"  {name:<28} {x / y:.3f}")
 PY
 } | tee "$OUT/summary.txt"
 log "results in $OUT"

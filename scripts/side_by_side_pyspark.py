@@ -5,7 +5,8 @@ client: the Python half of benches/side_by_side.rs, run once, one JSON line.
 Run with the cached venv's python (scripts/spark-install.sh):
 
     python scripts/side_by_side_pyspark.py --remote sc://127.0.0.1:15010 \
-        --case arrow10m|cuts10m|first_batch [--proxy-cuts N]
+        --case arrow10m|cuts10m|first_batch|wide2m|wide200k [--proxy-cuts N] \
+        [--codec none|zstd|lz4]
 
 Like the Rust side, the session is built and one warm-up round trip made
 (`spark.version`, an AnalyzePlan) before the timer starts; the timer covers
@@ -16,6 +17,11 @@ Cases:
   arrow10m     spark.sql(q).toArrow(): PySpark's fastest full fetch
                (a pyarrow.Table, no per-row Python objects).
   cuts10m      the same through examples/fault_proxy.rs (--remote points at it).
+  wide2m       toArrow() of WIDE at 2M rows (id, a seeded random int, a date,
+               a 64-character hex string: ~170 MB that compress the way real
+               tables do); wide200k the same at 200k rows. Checked: ids 0..,
+               no nulls, every hash 64 characters; sum_r printed so the
+               driver can check every client read the same values.
   first_batch  the first Arrow batch of the streaming result. PySpark 4.3
                Connect has no public "first batch as Arrow" call; the public
                streaming API is DataFrame.toLocalIterator(), which in Connect
@@ -26,6 +32,10 @@ Cases:
                arrow` times the first pa.Table of the internal
                client.to_table_as_iterator() (no Row conversion), the lower
                bound of what PySpark can do.
+--codec sets spark.sql.execution.arrow.compression.codec with spark.conf.set
+before the timer (what this crate's `result_compression=` does at session
+start); without it the server's default (none) stays.
+
 Note that spark.sql() in PySpark 4.3 Connect first runs a SqlCommand
 (one round trip) and toArrow() asks for the schema (AnalyzePlan) before
 ExecutePlan: those round trips are part of PySpark's cost and are timed.
@@ -42,6 +52,11 @@ QUERY = "SELECT id, id*2 AS x FROM range(10000000)"
 # " ORDER BY id" against Sail, which returns range's partitions in any order.
 QUERY += os.environ.get("SBS_QUERY_SUFFIX", "")
 ROWS = 10_000_000
+# The same text as WIDE in benches/side_by_side.rs.
+WIDE = ("SELECT id, CAST(rand(7) * 2147483647 AS INT) AS r, "
+        "date_add(DATE'2000-01-01', CAST(id % 10000 AS INT)) AS d, "
+        "sha2(CAST(id AS STRING), 256) AS h FROM range({n})")
+WIDE_ROWS = {"wide2m": 2_000_000, "wide200k": 200_000}
 
 
 def cpu_ms() -> float:
@@ -67,11 +82,26 @@ def verify(table) -> tuple:
     return n, sum_x
 
 
+def verify_wide(table) -> tuple:
+    """Rows and the sum of r; checks ids run 0.., no nulls, 64-char hashes."""
+    import pyarrow.compute as pc
+
+    n = table.num_rows
+    if table.num_columns != 4 or any(c.null_count for c in table.columns):
+        raise SystemExit(f"want 4 non-null columns: {table.schema}")
+    ids = table.column(0)
+    if n and (ids[0].as_py() != 0 or pc.sum(ids).as_py() != n * (n - 1) // 2
+              or not pc.all(pc.equal(pc.utf8_length(table.column(3)), 64)).as_py()):
+        raise SystemExit("ids are not 0..n-1 or a hash is not 64 characters")
+    return n, int(pc.sum(table.column(1).cast("int64")).as_py()) if n else 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--remote", default=os.environ.get("SPARK_REMOTE"))
     ap.add_argument("--case", default=os.environ.get("SBS_CASE"),
-                    choices=["arrow10m", "cuts10m", "first_batch"])
+                    choices=["arrow10m", "cuts10m", "first_batch", "wide2m", "wide200k"])
+    ap.add_argument("--codec", choices=["none", "zstd", "lz4"])
     ap.add_argument("--proxy-cuts", type=int, default=0)
     ap.add_argument("--first-batch-api", choices=["iterator", "arrow"], default="iterator")
     a = ap.parse_args()
@@ -83,11 +113,15 @@ def main() -> int:
 
     spark = SparkSession.builder.remote(a.remote).getOrCreate()
     version = spark.version  # warm-up round trip (AnalyzePlan), untimed
+    if a.codec:
+        spark.conf.set("spark.sql.execution.arrow.compression.codec", a.codec)
+    query = WIDE.format(n=WIDE_ROWS[a.case]) + os.environ.get("SBS_QUERY_SUFFIX", "") \
+        if a.case in WIDE_ROWS else QUERY
 
     c0 = cpu_ms()
     t0 = time.perf_counter()
     if a.case == "first_batch":
-        df = spark.sql(QUERY)
+        df = spark.sql(query)
         if a.first_batch_api == "iterator":
             it = df.toLocalIterator()
             first = next(it)
@@ -99,12 +133,19 @@ def main() -> int:
             table = next(t for t in it if isinstance(t, pa.Table))
             wall = time.perf_counter() - t0
     else:
-        table = spark.sql(QUERY).toArrow()
+        table = spark.sql(query).toArrow()
         wall = time.perf_counter() - t0
     cpu = cpu_ms() - c0
 
     batches = None
-    if a.case == "first_batch":
+    sum_r = None
+    if a.case in WIDE_ROWS:
+        batches = len(table.to_batches())
+        rows, sum_r = verify_wide(table)
+        sum_x = None
+        if rows != WIDE_ROWS[a.case]:
+            raise SystemExit(f"wrong result: {rows} rows")
+    elif a.case == "first_batch":
         # Stop the rest of the query on the server (as the Rust side does),
         # then close the abandoned generator.
         spark.interruptAll()
@@ -132,6 +173,8 @@ def main() -> int:
         "sum_x": sum_x,
         "batches": batches,
         "proxy_cuts": a.proxy_cuts,
+        "sum_r": sum_r,
+        "codec": a.codec,
         "first_batch_api": a.first_batch_api if a.case == "first_batch" else None,
         "server": version,
     }), flush=True)
