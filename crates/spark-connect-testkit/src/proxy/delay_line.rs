@@ -31,7 +31,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use super::shared::CHUNK;
+use super::shared::{CHUNK, MAX_DELAY_QUEUE};
 use super::token_bucket::TokenBucket;
 
 /// A chunk waiting for its due time.
@@ -76,9 +76,17 @@ impl DelayLine {
     /// [`TokenBucket::queue_cap`]).
     pub(super) fn new(delay: Duration, max_queued: usize, bits_per_second: Option<u64>) -> Self {
         let pace = bits_per_second.map(TokenBucket::new);
+        // No delay at all: the cap of `0` only means "nothing configured",
+        // and one chunk at a time would cap the rate at a chunk per timer
+        // tick; the link's own cap applies.
+        let cap = if max_queued == 0 && delay.is_zero() {
+            MAX_DELAY_QUEUE
+        } else {
+            max_queued
+        };
         let max_queued = pace
             .as_ref()
-            .map_or(max_queued, |p| p.queue_cap(delay, max_queued));
+            .map_or(max_queued, |p| p.queue_cap(delay, cap));
         DelayLine {
             delay,
             queue: VecDeque::new(),
