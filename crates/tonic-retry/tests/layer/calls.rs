@@ -84,7 +84,10 @@ async fn a_hedge_answers_when_the_first_attempt_hangs() {
     let reply = client(addr, layer).say(hello(0)).await.unwrap();
     assert_eq!(reply.into_inner().message, "hello");
     assert_eq!(server.calls(), 2);
-    assert_eq!((stats.snapshot().hedges_sent, stats.snapshot().hedges_won), (1, 1));
+    assert_eq!(
+        (stats.snapshot().hedges_sent, stats.snapshot().hedges_won),
+        (1, 1)
+    );
     assert_eq!(sleeper.sleeps_ms(), [50], "one hedging delay");
 }
 
