@@ -16,12 +16,6 @@ use prost::Message;
 use tonic::Status;
 use tonic_types::pb;
 
-/// The delay a `google.rpc.RetryInfo` in `status`'s details asks for, if
-/// any (malformed details count as none).
-pub fn retry_info(status: &Status) -> Option<std::time::Duration> {
-    tonic_retry::policy::Failure::new(status).retry_info()
-}
-
 const ERROR_INFO_URL: &str = "type.googleapis.com/google.rpc.ErrorInfo";
 
 fn details(status: &Status) -> Option<pb::Status> {
