@@ -1,6 +1,7 @@
 //! The reattachable execution over real loopback sockets against the
 //! embedded Spark Connect server, through injected faults.
 
+use crate::support::held_clock::HeldClock;
 use crate::support::policies;
 use spark_connect_retry::policy::PySparkPolicy;
 use spark_connect_retry::retrying::PySparkRetrying;
@@ -261,8 +262,12 @@ async fn operation_not_found_after_responses_fails_clearly() {
     );
 }
 
-#[tokio::test]
+/// The server stops sending after 3 responses: on a clock that moves only
+/// once the client has read them, the idle timeout fires exactly once and
+/// the execution reattaches at once.
+#[tokio::test(start_paused = true)]
 async fn stall_is_detected_by_the_idle_timeout() {
+    let clock = HeldClock::hold();
     let s = server(500).await;
     s.faults().push(
         Fault::stall_forever()
@@ -270,11 +275,29 @@ async fn stall_is_detected_by_the_idle_timeout() {
             .after_responses(3),
     );
     let sleeper = RecordingSleeper::new();
+    let idle = Duration::from_millis(300);
     let options = ReattachOptions {
-        idle_timeout: Some(Duration::from_millis(300)),
+        idle_timeout: Some(idle),
         ..Default::default()
     };
-    let out = run(&s, 10_000, &sleeper, options).await;
+    let exec = ReattachableExecution::new(
+        client(&s),
+        range_request(10_000),
+        retrying(&sleeper),
+        options,
+    )
+    .unwrap();
+    let stats = exec.stats_handle();
+    let (out, advances) = tokio::join!(
+        drain(exec),
+        clock.fire(
+            idle,
+            || stats.snapshot().responses == 3,
+            || stats.snapshot().stalls > 0
+        )
+    );
+    clock.release().await;
+    assert_eq!(advances, 1, "the client waited when the clock moved");
     assert!(out.error.is_none(), "{:?}", out.error);
     assert_exact(&out.ids, 10_000);
     assert_eq!(s.calls().reattach, 1);
