@@ -328,7 +328,7 @@ async fn black_hole_mid_stream_recovers_over_a_fresh_connection() {
             ids.extend(column(&[b.unwrap()], "id"));
         }
     });
-    let (drained, _) = tokio::join!(
+    let (drained, _advances) = tokio::join!(
         drain,
         clock.fire(
             idle,
@@ -336,7 +336,6 @@ async fn black_hole_mid_stream_recovers_over_a_fresh_connection() {
             || stats.snapshot().stalls > 0
         )
     );
-    clock.release().await;
     drained.expect("a black hole must not hang the stream");
     assert!(ids.iter().copied().eq(0..100_000));
     let stats = stream.stats();
@@ -348,6 +347,9 @@ async fn black_hole_mid_stream_recovers_over_a_fresh_connection() {
         p.connections, 2,
         "the reattach must use a new connection: {p:?}"
     );
+    // A release sent into the black hole waits for its own bound (1 s at
+    // least) before it goes over a fresh connection; close waits for it.
+    clock.release().await;
     spark.close().await.expect("close");
     proxy.shutdown().await;
 }
