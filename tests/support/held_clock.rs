@@ -28,7 +28,7 @@ const HOLD_LIMIT: Duration = Duration::from_secs(120);
 
 /// How long, in real time, [`HeldClock::fire`] waits for its conditions
 /// before it fails the test (a bound for a hang, not a measure of speed).
-const WAIT_LIMIT: Duration = Duration::from_secs(60);
+const WAIT_LIMIT: Duration = Duration::from_secs(30);
 
 /// Scheduler rounds run before and after each advance: each lets every task
 /// that can run do so and polls the IO driver once, so bytes already on the
@@ -101,6 +101,12 @@ impl HeldClock {
             }
         }
         panic!("the client did not notice a silence of {bound:?} after {MAX_ADVANCES} advances");
+    }
+
+    /// Runs the other tasks (and the IO driver), the clock still, until
+    /// `cond` holds; fails the test naming `what` after [`WAIT_LIMIT`].
+    pub async fn wait_for(&self, what: &str, mut cond: impl FnMut() -> bool) {
+        until(what, &mut cond).await;
     }
 
     /// Gives auto-advance back; fails the test if the hold ran out (the
