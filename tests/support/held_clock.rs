@@ -79,7 +79,9 @@ impl HeldClock {
     /// silence: say, the responses the server sent before its stall), the
     /// other tasks run until they wait, the clock moves by `bound`, and they
     /// run again. Done when `noticed` holds (the client counted the stall or
-    /// the deadline). If it does not, bytes were still on their way when the
+    /// the deadline: a count the client's own task sets when its timer
+    /// fires, such as its stream stats, not one that needs more IO). If it
+    /// does not, bytes were still on their way when the
     /// clock moved, the client read them after, and its new wait ends one
     /// `bound` later: the clock moves again, once the client waits. With a
     /// `silent` that names everything the client reads, one advance is
