@@ -37,8 +37,8 @@
 
 pub use tonic_retry::layer::{
     CallOptions, CallStats, CallStatsHandle, ConfigWarning, HedgingPolicy, MethodConfig,
-    MethodEntry, MethodName, ResponseKind, RetryLayer, RetryService, RetryStats, RetryStatsHandle,
-    RetryThrottle, ServiceConfig, ServiceConfigError,
+    ResponseKind, RetryLayer, RetryService, RetryStats, RetryStatsHandle, RetryThrottle,
+    ServiceConfig, ServiceConfigError,
 };
 
 use crate::proto::SERVICE_NAME;

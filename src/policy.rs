@@ -46,7 +46,7 @@ pub use tonic_retry::policy::{
 };
 
 /// The name of PySpark's default policy, and of [`RetryPolicy::pyspark`](PySparkPolicy::pyspark).
-pub const DEFAULT_POLICY_NAME: &str = "DefaultPolicy";
+pub(crate) const DEFAULT_POLICY_NAME: &str = "DefaultPolicy";
 
 /// The marker of a stream preempted by a newer attach of the same operation.
 const INVALID_CURSOR_DISCONNECTED: &str = "INVALID_CURSOR.DISCONNECTED";

@@ -16,7 +16,7 @@
 
 use crate::policy::{PySparkPolicy, RetryPolicy};
 
-pub use tonic_retry::retrying::{AttemptError, Clock, GaveUp, LoopStats, Retrying, Sleeper};
+pub use tonic_retry::retrying::{AttemptError, GaveUp, Retrying, Sleeper};
 
 /// The warning logged once per give-up, PySpark's exact text.
 pub const RETRIES_EXCEEDED: &str =

@@ -17,7 +17,15 @@ use tonic::Status;
 use tonic_types::pb;
 
 /// The delay a `google.rpc.RetryInfo` in `status`'s details asks for, if
-/// any (malformed details count as none).
+/// any (malformed details count as none): `Failure::retry_info`, for a
+/// program that reads Spark's details here.
+///
+/// ```
+/// use spark_connect_retry::status::retry_info;
+///
+/// let garbage = tonic::Status::with_details(tonic::Code::Unavailable, "x", vec![0xff; 7].into());
+/// assert_eq!(retry_info(&garbage), None);
+/// ```
 pub fn retry_info(status: &Status) -> Option<std::time::Duration> {
     tonic_retry::policy::Failure::new(status).retry_info()
 }
@@ -93,19 +101,10 @@ pub(crate) fn spark_error_class(status: &Status) -> Option<String> {
     bracketed_class(status.message())
 }
 
-/// The errors in `status`'s source chain, outermost first: the one walk of
-/// a status's causes in this crate. A nested `Status` (a give-up keeps the
-/// last attempt's, behind its history) is walked through by its own
-/// `source()`, so what it carries is found too.
-pub(crate) fn sources(status: &Status) -> impl Iterator<Item = &(dyn StdError + 'static)> {
-    std::iter::successors(status.source(), |&err: &&(dyn StdError + 'static)| {
-        err.source()
-    })
-}
-
-/// The first `T` in `status`'s source chain ([`sources`]).
+/// The first `T` in `status`'s source chain, nested statuses walked
+/// through ([`tonic_retry::policy::sources`], the one walk).
 pub(crate) fn find_source<T: StdError + 'static>(status: &Status) -> Option<&T> {
-    sources(status).find_map(|err| err.downcast_ref::<T>())
+    tonic_retry::policy::sources(status).find_map(|err| err.downcast_ref::<T>())
 }
 
 /// Parses a leading `[ERROR.CLASS]` from a Spark message.
@@ -127,15 +126,12 @@ mod tests {
     use tonic_types::{ErrorDetails, StatusExt};
 
     #[test]
-    fn the_walk_goes_through_nested_statuses() {
+    fn find_source_looks_inside_nested_statuses() {
         let io = std::io::Error::other("refused");
         let mut inner = Status::unavailable("inner");
         inner.set_source(std::sync::Arc::new(io));
         let mut outer = Status::unknown("outer");
         outer.set_source(std::sync::Arc::new(inner));
-        let texts: Vec<String> = sources(&outer).map(ToString::to_string).collect();
-        assert_eq!(texts.len(), 2, "{texts:?}");
-        assert_eq!(texts[1], "refused");
         assert_eq!(
             find_source::<std::io::Error>(&outer).unwrap().to_string(),
             "refused"

@@ -8,7 +8,8 @@ use tower::Service;
 
 use crate::proto::spark_connect_service_client::SparkConnectServiceClient;
 
-pub use tonic_retry::transport::{BoxError, GrpcChannel, grpc_channel};
+pub(crate) use tonic_retry::transport::BoxError;
+pub use tonic_retry::transport::{GrpcChannel, grpc_channel};
 
 /// The generated Spark Connect client over a [`GrpcChannel`].
 pub type SparkClient = SparkConnectServiceClient<GrpcChannel>;

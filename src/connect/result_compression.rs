@@ -13,6 +13,8 @@
 use std::fmt;
 use std::str::FromStr;
 
+use super::conn_string::ConnectionStringError;
+
 /// The codec Spark compresses result batches with (the session conf
 /// [`CONF`](Self::CONF)).
 ///
@@ -28,8 +30,11 @@ use std::str::FromStr;
 /// let c: ResultCompression = "ZSTD".parse()?;
 /// assert_eq!((c, c.as_str()), (ResultCompression::Zstd, "zstd"));
 /// let err = "snappy".parse::<ResultCompression>().unwrap_err();
-/// assert_eq!(err.value(), "snappy");
-/// # Ok::<(), spark_connect_retry::session::InvalidResultCompression>(())
+/// assert_eq!(
+///     err.to_string(),
+///     "connection string parameter 'result_compression' is \"snappy\": expected none, zstd or lz4"
+/// );
+/// # Ok::<(), spark_connect_retry::session::conn_string::ConnectionStringError>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -63,7 +68,10 @@ impl fmt::Display for ResultCompression {
 }
 
 impl FromStr for ResultCompression {
-    type Err = InvalidResultCompression;
+    /// The connection string's error for `result_compression`, which
+    /// quotes the value (its first 32 characters: a codec name, never a
+    /// secret).
+    type Err = ConnectionStringError;
 
     /// `none`, `zstd` or `lz4`, any case (Spark's values).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
@@ -71,7 +79,7 @@ impl FromStr for ResultCompression {
             "none" => Ok(ResultCompression::None),
             "zstd" => Ok(ResultCompression::Zstd),
             "lz4" => Ok(ResultCompression::Lz4),
-            _ => Err(InvalidResultCompression {
+            _ => Err(ConnectionStringError::ResultCompression {
                 value: s.chars().take(MAX_QUOTED).collect(),
             }),
         }
@@ -80,18 +88,3 @@ impl FromStr for ResultCompression {
 
 /// Longest value quoted in the error (it is user text).
 const MAX_QUOTED: usize = 32;
-
-/// A result compression that is not `none`, `zstd` or `lz4`; it names the
-/// value (its first 32 characters).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid result compression {value:?}: expected none, zstd or lz4")]
-pub struct InvalidResultCompression {
-    value: String,
-}
-
-impl InvalidResultCompression {
-    /// The value given (at most its first 32 characters).
-    pub fn value(&self) -> &str {
-        &self.value
-    }
-}

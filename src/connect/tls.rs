@@ -135,40 +135,37 @@ impl TlsHandshakeError {
     }
 }
 
-/// The TLS failure in `err`'s source chain, if any.
+/// The TLS failure one link of a status's source chain stands for, if any.
 ///
 /// rustls errors reach tonic inside an `io::Error` (tokio-rustls wraps
-/// them), whose `source()` skips the wrapped error, so each `io::Error` is
-/// opened with `get_ref`.
-fn failure_in(err: &(dyn StdError + 'static)) -> Option<TlsFailure> {
-    let mut next = Some(err);
-    while let Some(e) = next {
-        if let Some(r) = e.downcast_ref::<rustls::Error>() {
-            return from_rustls(r);
+/// them), whose `source()` skips the wrapped error, so an `io::Error` is
+/// opened with `get_ref`; the walk ([`tonic_retry::policy::sources`]) goes
+/// on with the wrapped error's own causes.
+fn failure_at(err: &(dyn StdError + 'static)) -> Option<TlsFailure> {
+    if let Some(r) = err.downcast_ref::<rustls::Error>() {
+        return from_rustls(r);
+    }
+    if let Some(io) = err.downcast_ref::<std::io::Error>()
+        && let Some(inner) = io.get_ref()
+    {
+        let inner: &(dyn StdError + 'static) = inner;
+        if let Some(found) = failure_at(inner) {
+            return Some(found);
         }
-        if let Some(io) = e.downcast_ref::<std::io::Error>()
-            && let Some(inner) = io.get_ref()
+        // h2 keeps only the kind and text of an I/O error (so that it
+        // can clone it): a fatal alert after the handshake (TLS 1.3
+        // refuses a client certificate there) is known by rustls' text.
+        if io.kind() == std::io::ErrorKind::InvalidData
+            && let Some(found) = alert_text(&inner.to_string())
         {
-            let inner: &(dyn StdError + 'static) = inner;
-            if let Some(found) = failure_in(inner) {
-                return Some(found);
-            }
-            // h2 keeps only the kind and text of an I/O error (so that it
-            // can clone it): a fatal alert after the handshake (TLS 1.3
-            // refuses a client certificate there) is known by rustls' text.
-            if io.kind() == std::io::ErrorKind::InvalidData
-                && let Some(found) = alert_text(&inner.to_string())
-            {
-                return Some(found);
-            }
+            return Some(found);
         }
-        // tonic's own (private) error when the server's ALPN is not h2.
-        if e.to_string() == "HTTP/2 was not negotiated." {
-            return Some(TlsFailure::Incompatible(
-                "HTTP/2 (ALPN h2) not negotiated".into(),
-            ));
-        }
-        next = e.source();
+    }
+    // tonic's own (private) error when the server's ALPN is not h2.
+    if err.to_string() == "HTTP/2 was not negotiated." {
+        return Some(TlsFailure::Incompatible(
+            "HTTP/2 (ALPN h2) not negotiated".into(),
+        ));
     }
     None
 }
@@ -245,7 +242,7 @@ pub(crate) fn rewrite_handshake_failure(status: Status, target: &str) -> Status 
     if TlsHandshakeError::from_status(&status).is_some() {
         return status;
     }
-    let Some(failure) = status.source().and_then(failure_in) else {
+    let Some(failure) = tonic_retry::policy::sources(&status).find_map(failure_at) else {
         return status;
     };
     let err = TlsHandshakeError {

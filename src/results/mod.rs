@@ -25,4 +25,4 @@ mod ipc_scan;
 #[cfg(feature = "arrow")]
 pub(crate) mod resume;
 #[cfg(feature = "arrow")]
-pub mod schema;
+pub(crate) mod schema;

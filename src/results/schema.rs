@@ -26,7 +26,7 @@ const DEFAULT_DECIMAL: (i32, i32) = (10, 0);
 const MAX_DEPTH: usize = 64;
 
 /// The Arrow schema of a result whose Spark type is `dt` (a struct).
-pub fn arrow_schema(dt: &crate::proto::DataType) -> Result<SchemaRef, SparkError> {
+pub(crate) fn arrow_schema(dt: &crate::proto::DataType) -> Result<SchemaRef, SparkError> {
     match &dt.kind {
         Some(Kind::Struct(s)) => Ok(Arc::new(Schema::new(fields(&s.fields, 0)?))),
         other => Err(bad(format!(

@@ -279,7 +279,7 @@ fn code_name(code: tonic::Code) -> &'static str {
 fn write_causes(f: &mut String, status: &tonic::Status, message: &str) -> fmt::Result {
     use std::fmt::Write as _;
     let mut written = message.to_owned();
-    for err in crate::status::sources(status) {
+    for err in tonic_retry::policy::sources(status) {
         if !err.is::<GaveUp>() && !err.is::<tonic::Status>() {
             let text = err.to_string();
             // tonic's own wrapper says nothing its cause does not.

@@ -53,7 +53,7 @@ pub use crate::connect::builder::SparkSessionBuilder;
 pub use crate::connect::channel;
 pub use crate::connect::conn_string;
 pub use crate::connect::flow_control::Http2FlowControl;
-pub use crate::connect::result_compression::{InvalidResultCompression, ResultCompression};
+pub use crate::connect::result_compression::ResultCompression;
 #[cfg(feature = "tls")]
 pub use crate::connect::tls;
 #[cfg(feature = "arrow")]
@@ -61,8 +61,6 @@ pub use crate::local_data::upload::{UploadError, UploadStats};
 pub use crate::results::arrow_stream::ArrowStream;
 #[cfg(feature = "arrow")]
 pub use crate::results::decode_error::ResultDecodeError;
-#[cfg(feature = "arrow")]
-pub use crate::results::schema;
 #[cfg(feature = "arrow")]
 pub use dataframe::DataFrame;
 pub use error::{ErrorDetails, ResultChange, ServerError, SparkError};

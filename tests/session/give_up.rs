@@ -8,10 +8,11 @@ use std::error::Error as _;
 use std::task::{Context, Poll};
 
 use spark_connect_retry::session::{ServerError, SparkError, SparkSession};
-use spark_connect_retry::transport::{BoxError, grpc_channel};
+use spark_connect_retry::transport::grpc_channel;
 use spark_connect_testkit::TestServer;
 use tonic::transport::{Channel, Endpoint};
 use tonic_retry::retrying::RecordingSleeper;
+use tower::BoxError;
 
 use crate::support::{
     arrow_data, policies::recorded, proxied::proxied_server, streams::until_error,

@@ -113,8 +113,13 @@ pub enum ConnectionStringError {
     },
     /// `result_compression` is not `none`, `zstd` or `lz4` (the value is
     /// quoted: a codec name, never a secret).
-    #[error("connection string parameter 'result_compression': {0}")]
-    ResultCompression(#[from] crate::session::InvalidResultCompression),
+    #[error(
+        "connection string parameter 'result_compression' is {value:?}: expected none, zstd or lz4"
+    )]
+    ResultCompression {
+        /// The value given (at most its first 32 characters).
+        value: String,
+    },
     /// The user agent is longer than 2,048 characters once percent-encoded.
     #[error(
         "user agent is {encoded_len} characters once percent-encoded; at most {MAX_USER_AGENT_LEN} are allowed"

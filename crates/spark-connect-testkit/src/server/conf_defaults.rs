@@ -7,18 +7,21 @@
 //! and PySpark 4.3 read `spark.connect.session.planCompression.threshold`
 //! (and PySpark the algorithm too) with `Config.GetOption`; with no value,
 //! the JVM client logs "Plan compression is disabled because the server does
-//! not support it". The JVM client also reads `spark.sql.session.timeZone`,
-//! and fails the query when it finds no value. The JVM client also reads `spark.sql.session.timeZone`
+//! not support it". The JVM client also reads `spark.sql.session.timeZone`
 //! with `Config.Get`, and fails the query when it is not found.
 //!
-//! Spark's default threshold is 10 MiB (`ZSTD`). This server does not read
-//! compressed plans (`Plan.compressed_operation`), so it answers as a Spark
-//! server started with `--conf spark.connect.session.planCompression.threshold=-1`:
-//! compression off, the value clients take for "off".
+//! The values are Spark 4.3's defaults: plans over 10 MiB go compressed
+//! with `ZSTD`, which this server reads (`Plan.compressed_operation`,
+//! unless built with `compressed_plans(false)`). A test that wants smaller
+//! plans compressed sets the threshold with `TestServerBuilder::conf`.
 
 /// `(key, value)` for each server conf a session reads without setting it.
 const DEFAULTS: &[(&str, &str)] = &[
-    ("spark.connect.session.planCompression.threshold", "-1"),
+    // Spark's `intConf` default, 10 MiB.
+    (
+        "spark.connect.session.planCompression.threshold",
+        "10485760",
+    ),
     (
         "spark.connect.session.planCompression.defaultAlgorithm",
         "ZSTD",
@@ -38,9 +41,9 @@ mod tests {
     use super::server_default;
 
     #[test]
-    fn plan_compression_is_answered_as_off() {
+    fn plan_compression_is_answered_as_spark_does() {
         let threshold = server_default("spark.connect.session.planCompression.threshold");
-        assert_eq!(threshold, Some("-1"));
+        assert_eq!(threshold, Some("10485760"));
         assert_eq!(server_default("spark.sql.shuffle.partitions.unknown"), None);
     }
 }

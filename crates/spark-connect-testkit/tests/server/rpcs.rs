@@ -297,7 +297,7 @@ async fn config_analyze_interrupt_release_session() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(r.pairs, vec![kv(threshold, Some("-1"))]);
+    assert_eq!(r.pairs, vec![kv(threshold, Some("10485760"))]);
     let r = c
         .config(config(OpType::GetAll(cr::GetAll {
             prefix: Some("spark.".into()),

@@ -27,7 +27,7 @@ use super::decide::{CallState, Next, Rules, decide, split_path};
 use super::hedging_machine::{Commit, Hedge, Step};
 use super::hedging_policy::HedgingPolicy;
 use super::method::MethodConfig;
-use super::stats::{RetryStats, RetryStatsHandle};
+use super::stats::RetryStatsHandle;
 use super::throttle::RetryThrottle;
 use crate::boxed::{BoxError, BoxFuture};
 use crate::recorder::{CallRecorder, Meters};
@@ -87,14 +87,6 @@ impl<S> RetryService<S> {
     /// The wrapped service.
     pub fn get_ref(&self) -> &S {
         &self.inner
-    }
-    /// The counters shared with the layer, as they are now.
-    pub fn stats(&self) -> RetryStats {
-        self.shared.stats.snapshot()
-    }
-    /// A live handle on the counters shared with the layer.
-    pub fn stats_handle(&self) -> RetryStatsHandle {
-        self.shared.stats.clone()
     }
 }
 

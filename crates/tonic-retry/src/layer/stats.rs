@@ -63,54 +63,20 @@ fn add(c: &AtomicU64) {
 }
 
 impl RetryStatsHandle {
-    /// Calls that entered the layer.
-    pub fn calls(&self) -> u64 {
-        load(&self.inner.calls)
-    }
-    /// Attempts sent, first attempts included.
-    pub fn attempts(&self) -> u64 {
-        load(&self.inner.attempts)
-    }
-    /// Retries scheduled.
-    pub fn retries(&self) -> u64 {
-        load(&self.inner.retries)
-    }
-    /// Retries refused by the token bucket.
-    pub fn throttled(&self) -> u64 {
-        load(&self.inner.throttled)
-    }
-    /// Calls whose policy budget ran out.
-    pub fn exhausted(&self) -> u64 {
-        load(&self.inner.exhausted)
-    }
-    /// Calls sent once because their request body was over the cap.
-    pub fn passthrough_too_large(&self) -> u64 {
-        load(&self.inner.passthrough_too_large)
-    }
-    /// Hedges sent (attempts of a hedged call after its first).
-    pub fn hedges_sent(&self) -> u64 {
-        load(&self.inner.hedges_sent)
-    }
-    /// Hedged calls won by a hedge rather than by the first attempt.
-    pub fn hedges_won(&self) -> u64 {
-        load(&self.inner.hedges_won)
-    }
-    /// Attempts of hedged calls cancelled because another one won.
-    pub fn hedges_cancelled(&self) -> u64 {
-        load(&self.inner.hedges_cancelled)
-    }
-    /// All counters at once (each read separately, so not atomic as a whole).
+    /// The counters now (each read separately, so not atomic as a whole):
+    /// the one way to read them.
     pub fn snapshot(&self) -> RetryStats {
+        let c = &*self.inner;
         RetryStats {
-            calls: self.calls(),
-            attempts: self.attempts(),
-            retries: self.retries(),
-            throttled: self.throttled(),
-            exhausted: self.exhausted(),
-            passthrough_too_large: self.passthrough_too_large(),
-            hedges_sent: self.hedges_sent(),
-            hedges_won: self.hedges_won(),
-            hedges_cancelled: self.hedges_cancelled(),
+            calls: load(&c.calls),
+            attempts: load(&c.attempts),
+            retries: load(&c.retries),
+            throttled: load(&c.throttled),
+            exhausted: load(&c.exhausted),
+            passthrough_too_large: load(&c.passthrough_too_large),
+            hedges_sent: load(&c.hedges_sent),
+            hedges_won: load(&c.hedges_won),
+            hedges_cancelled: load(&c.hedges_cancelled),
         }
     }
 

@@ -29,7 +29,7 @@ pub(crate) enum Pushback {
 
 impl Pushback {
     /// The pushback in `headers`, if there is one.
-    pub fn from_headers(headers: &HeaderMap) -> Option<Pushback> {
+    pub(crate) fn from_headers(headers: &HeaderMap) -> Option<Pushback> {
         let v = headers.get(GRPC_RETRY_PUSHBACK_MS)?;
         let ms = v.to_str().ok().and_then(|s| s.trim().parse::<i64>().ok());
         Some(match ms {
@@ -151,56 +151,81 @@ const TRUNCATED_MESSAGE: &str = "Unexpected EOF decoding stream.";
 
 /// Classify `status` by its source chain; see the module docs for the table.
 pub(crate) fn classify_failure(status: &Status) -> FailureKind {
-    let Some(source) = status.source() else {
-        if status.code() == Code::Unknown && status.message().starts_with(MISSING_TRAILER_PREFIX) {
-            return FailureKind::Ambiguous;
-        }
-        if status.code() == Code::Internal && status.message() == TRUNCATED_MESSAGE {
-            return FailureKind::Ambiguous;
-        }
-        return FailureKind::Server;
-    };
-    let mut next: Option<&(dyn StdError + 'static)> = Some(source);
-    while let Some(err) = next {
-        if let Some(kind) = classify_link(err) {
-            return kind;
-        }
-        next = err.source();
+    if status.source().is_none() {
+        return classify_sourceless(status);
     }
-    FailureKind::Local
+    sources(status)
+        .find_map(classify_link)
+        .unwrap_or(FailureKind::Local)
+}
+
+/// A status with no source: the server's, unless tonic made it from a
+/// stream that ended early.
+fn classify_sourceless(status: &Status) -> FailureKind {
+    if status.code() == Code::Unknown && status.message().starts_with(MISSING_TRAILER_PREFIX) {
+        return FailureKind::Ambiguous;
+    }
+    if status.code() == Code::Internal && status.message() == TRUNCATED_MESSAGE {
+        return FailureKind::Ambiguous;
+    }
+    FailureKind::Server
+}
+
+/// The errors in `status`'s source chain, outermost first: the one walk of
+/// a status's causes in this crate and in its users. A [`Status`] nested
+/// in the chain (a give-up keeps its last attempt's behind the history) is
+/// yielded and then walked through by its own `source()`, so what it
+/// carries is found too.
+///
+/// ```
+/// use std::error::Error as _;
+/// use tonic_retry::policy::sources;
+///
+/// let io = std::io::Error::other("connection reset");
+/// let inner = tonic::Status::from_error(Box::new(io));
+/// let outer = tonic::Status::from_error(Box::new(inner));
+/// let found = sources(&outer).find_map(|e| e.downcast_ref::<std::io::Error>());
+/// assert_eq!(found.unwrap().to_string(), "connection reset");
+/// assert_eq!(sources(&tonic::Status::internal("x")).count(), 0);
+/// ```
+pub fn sources(status: &Status) -> impl Iterator<Item = &(dyn StdError + 'static)> {
+    std::iter::successors(status.source(), |&err: &&(dyn StdError + 'static)| {
+        err.source()
+    })
 }
 
 /// See [`Failure::is_unsent`].
 fn never_reached_a_server(status: &Status) -> bool {
-    let mut next: Option<&(dyn StdError + 'static)> = status.source();
-    while let Some(err) = next {
-        if err.is::<tonic::TimeoutExpired>() || err.is::<tonic::ConnectError>() {
-            return false;
+    sources(status).find_map(unsent_link).unwrap_or(false)
+}
+
+/// What one link of the chain says about whether the request was sent:
+/// `None` to look further (a nested [`Status`] is walked through).
+fn unsent_link(err: &(dyn StdError + 'static)) -> Option<bool> {
+    if err.is::<tonic::TimeoutExpired>() || err.is::<tonic::ConnectError>() {
+        return Some(false);
+    }
+    if let Some(h) = err.downcast_ref::<hyper::Error>() {
+        if h.is_canceled() {
+            return Some(true);
         }
-        if let Some(inner) = err.downcast_ref::<Status>() {
-            return never_reached_a_server(inner);
+        if h.is_timeout() {
+            return Some(false);
         }
-        if let Some(h) = err.downcast_ref::<hyper::Error>() {
-            if h.is_canceled() {
-                return true;
-            }
-            if h.is_timeout() {
-                return false;
-            }
-        }
-        if let Some(h2) = err.downcast_ref::<h2::Error>() {
-            let reason = h2.reason();
-            return h2.is_remote()
+    }
+    if let Some(h2) = err.downcast_ref::<h2::Error>() {
+        let reason = h2.reason();
+        return Some(
+            h2.is_remote()
                 && !h2.is_io()
                 && ((h2.is_go_away() && reason == Some(h2::Reason::NO_ERROR))
-                    || reason == Some(h2::Reason::REFUSED_STREAM));
-        }
-        if err.is::<std::io::Error>() {
-            return false;
-        }
-        next = err.source();
+                    || reason == Some(h2::Reason::REFUSED_STREAM)),
+        );
     }
-    false
+    if err.is::<std::io::Error>() {
+        return Some(false);
+    }
+    None
 }
 
 fn classify_link(err: &(dyn StdError + 'static)) -> Option<FailureKind> {
@@ -211,8 +236,12 @@ fn classify_link(err: &(dyn StdError + 'static)) -> Option<FailureKind> {
         return Some(FailureKind::Unprocessed);
     }
     if let Some(status) = err.downcast_ref::<Status>() {
-        // A status nested in a status: judge the inner one.
-        return Some(classify_failure(status));
+        // A status nested in a status: judged by its own message when it
+        // has no source; otherwise the walk goes on into its causes.
+        return status
+            .source()
+            .is_none()
+            .then(|| classify_sourceless(status));
     }
     if let Some(h) = err.downcast_ref::<hyper::Error>() {
         if h.is_timeout() {
@@ -253,6 +282,24 @@ fn classify_link(err: &(dyn StdError + 'static)) -> Option<FailureKind> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_walk_goes_through_nested_statuses() {
+        let io = std::io::Error::other("refused");
+        let mut inner = Status::unavailable("inner");
+        inner.set_source(std::sync::Arc::new(io));
+        let mut outer = Status::unknown("outer");
+        outer.set_source(std::sync::Arc::new(inner));
+        let texts: Vec<String> = sources(&outer).map(ToString::to_string).collect();
+        assert_eq!(texts.len(), 2, "{texts:?}");
+        assert_eq!(texts[1], "refused");
+        // Judged by the nested status's cause: an I/O error on the link.
+        assert_eq!(classify_failure(&outer), FailureKind::MaybeProcessed);
+        // A nested status without a source is judged by its message.
+        let mut cut = Status::unknown("outer");
+        cut.set_source(std::sync::Arc::new(Status::internal(TRUNCATED_MESSAGE)));
+        assert_eq!(classify_failure(&cut), FailureKind::Ambiguous);
+    }
 
     #[test]
     fn a_stream_ended_inside_a_message_is_ambiguous() {

@@ -67,7 +67,7 @@ mod failure;
 mod state;
 
 pub(crate) use failure::Pushback;
-pub use failure::{Failure, FailureKind};
+pub use failure::{Failure, FailureKind, sources};
 
 /// The 365-day maximum of a policy duration, in milliseconds.
 const MAX_POLICY_MS: f64 = 365.0 * 24.0 * 60.0 * 60.0 * 1000.0;

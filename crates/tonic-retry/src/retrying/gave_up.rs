@@ -27,7 +27,6 @@
 //! # }
 //! ```
 
-use std::error::Error as StdError;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -70,14 +69,7 @@ impl GaveUp {
     /// The history of a status a retry loop gave up on, if it is one:
     /// the first [`GaveUp`] in its `source()` chain.
     pub fn of(status: &Status) -> Option<&GaveUp> {
-        let mut next: Option<&(dyn StdError + 'static)> = status.source();
-        while let Some(err) = next {
-            if let Some(g) = err.downcast_ref::<GaveUp>() {
-                return Some(g);
-            }
-            next = err.source();
-        }
-        None
+        crate::policy::sources(status).find_map(|err| err.downcast_ref::<GaveUp>())
     }
 
     /// Attempts made, the first included.

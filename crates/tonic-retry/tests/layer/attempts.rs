@@ -177,7 +177,7 @@ async fn budget_exhausted_returns_last_status() {
     assert_eq!(err.code(), Code::Unavailable);
     assert_eq!(err.message(), "restarting");
     assert_eq!(server.say_calls(), 3);
-    assert_eq!(stats.exhausted(), 1);
+    assert_eq!(stats.snapshot().exhausted, 1);
 }
 
 #[tokio::test]

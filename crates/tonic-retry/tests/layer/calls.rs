@@ -21,7 +21,7 @@ async fn unary_retried_until_it_succeeds() {
     let reply = client(addr, layer).say(hello(0)).await.unwrap();
     assert_eq!(reply.into_inner().message, "hello");
     assert_eq!(server.calls(), 3);
-    assert_eq!(stats.retries(), 2);
+    assert_eq!(stats.snapshot().retries, 2);
     // A6: 100 ms then 200 ms, each times a jitter sample of [0.8, 1.2).
     let waits = sleeper.sleeps_ms();
     assert_eq!(waits.len(), 2);
@@ -84,7 +84,10 @@ async fn a_hedge_answers_when_the_first_attempt_hangs() {
     let reply = client(addr, layer).say(hello(0)).await.unwrap();
     assert_eq!(reply.into_inner().message, "hello");
     assert_eq!(server.calls(), 2);
-    assert_eq!((stats.hedges_sent(), stats.hedges_won()), (1, 1));
+    assert_eq!(
+        (stats.snapshot().hedges_sent, stats.snapshot().hedges_won),
+        (1, 1)
+    );
     assert_eq!(sleeper.sleeps_ms(), [50], "one hedging delay");
 }
 
@@ -106,10 +109,10 @@ async fn throttling_stops_retries_while_the_server_keeps_failing() {
     // 2 (not above half: throttled), although 5 attempts were allowed.
     let err = client.say(hello(0)).await.unwrap_err();
     assert_eq!(err.code(), Code::Unavailable);
-    assert_eq!((server.calls(), stats.throttled()), (2, 1));
+    assert_eq!((server.calls(), stats.snapshot().throttled), (2, 1));
     // The bucket is shared: the next call is not retried at all.
     client.say(hello(0)).await.unwrap_err();
-    assert_eq!((server.calls(), stats.throttled()), (3, 2));
+    assert_eq!((server.calls(), stats.snapshot().throttled), (3, 2));
 }
 
 fn with_pushback(value: &'static str) -> Status {

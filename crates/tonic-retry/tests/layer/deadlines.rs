@@ -86,7 +86,7 @@ async fn overall_deadline_stops_the_loop() {
     assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
     assert!(err.message().contains("deadline of 350 ms"), "{err:?}");
     assert!(started.elapsed() >= Duration::from_millis(350));
-    assert_eq!(stats.attempts(), 1 + 4);
+    assert_eq!(stats.snapshot().attempts, 1 + 4);
     assert_eq!(server.say_calls(), 1 + 4);
     assert_eq!(sleeper.sleeps().len(), 3, "a 1 ms wait before each retry");
 }
@@ -145,7 +145,7 @@ async fn throttling_under_a_burst() {
         for h in calls {
             assert_eq!(h.await.unwrap().unwrap_err().code(), Code::Unavailable);
         }
-        (server.say_calls(), stats.throttled())
+        (server.say_calls(), stats.snapshot().throttled)
     }
     let (unthrottled_calls, none) = burst(false).await;
     assert_eq!((unthrottled_calls, none), (160, 0));
@@ -172,8 +172,8 @@ async fn body_over_the_cap_passes_through() {
     // The next one succeeds, byte for byte.
     let res = c.say(say(&big)).await.unwrap().into_inner();
     assert_eq!(res.message, big);
-    assert_eq!(stats.passthrough_too_large(), 2);
-    assert_eq!(stats.retries(), 0);
+    assert_eq!(stats.snapshot().passthrough_too_large, 2);
+    assert_eq!(stats.snapshot().retries, 0);
     // A small one is still retried.
     c.say(say("small")).await.unwrap();
 }

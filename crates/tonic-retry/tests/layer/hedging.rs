@@ -380,7 +380,7 @@ async fn throttling_under_a_burst() {
     });
     let control = async {
         for _ in 0..20_000 {
-            if stats.throttled() == 5 {
+            if stats.snapshot().throttled == 5 {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(1)).await;

@@ -81,7 +81,7 @@ async fn unimplemented_is_not_retried_and_tracing_runs() {
     let err = c.say(say("s")).await.unwrap_err();
     assert_eq!(err.code(), Code::Unimplemented);
     c.say(say("s")).await.unwrap();
-    assert_eq!(stats.retries(), 1);
+    assert_eq!(stats.snapshot().retries, 1);
     assert_eq!(sleeper.sleeps_ms(), vec![100]);
 }
 

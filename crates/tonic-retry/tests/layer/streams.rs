@@ -93,7 +93,7 @@ async fn a_stream_failing_before_its_first_message_is_retried() {
         };
         let got = tokio::time::timeout(HANG, run).await.expect(how);
         assert_eq!(got, ["a", "b", "c"], "{how}");
-        assert_eq!((server.calls(), stats.retries()), (2, 1), "{how}");
+        assert_eq!((server.calls(), stats.snapshot().retries), (2, 1), "{how}");
     }
     assert_eq!(sleeper.sleeps().len(), 2, "one wait per layer");
 }
