@@ -71,7 +71,8 @@ async fn lz4_results_are_exact() {
     };
     // Spark 4.3's lz4 is very slow on the server (PySpark: 200k rows in
     // 78.6 s on an idle machine; on a loaded 2-core machine 2 000 rows took
-    // 1.4 s and 20 000 did not finish in 5 min): 10 000 rows of two columns.
+    // 1.4 s and 20 000 did not finish in 5 min; 200 000 did not finish in
+    // 4 min, the client idle, at load 4-6): 10 000 rows of two columns.
     let spark = builder(&url)
         .result_compression(ResultCompression::Lz4)
         .build()
