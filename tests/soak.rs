@@ -7,6 +7,11 @@
 //! A flight recorder keeps the debug events of the current schedule (this
 //! crate's, and h2's frames) in memory; when a schedule fails or hangs, the
 //! panic message carries them, with the client's and the server's state.
+//!
+//! To chase one schedule: `SOAK_SEEDS=77` (or `70..80`, or `3,77,274`) runs
+//! only those seeds, and `SOAK_TRACE=1` adds the transport's own events
+//! (tower's buffer, tonic's transport, hyper, hyper-util, h2 at TRACE) to
+//! the recording.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -25,6 +30,29 @@ use tonic::Code;
 use tonic_retry::retrying::RecordingSleeper;
 
 const SCHEDULES: u64 = 500;
+
+/// The seeds to run: all of them, or those `SOAK_SEEDS` names (`77`,
+/// `70..80`, `3,77,274`).
+fn seeds() -> Vec<u64> {
+    let Ok(spec) = std::env::var("SOAK_SEEDS") else {
+        return (0..SCHEDULES).collect();
+    };
+    let mut seeds = vec![];
+    for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let bad = || panic!("SOAK_SEEDS: {part:?} is neither a seed nor a range a..b");
+        match part.split_once("..") {
+            Some((a, b)) => {
+                let (a, b) = (
+                    a.parse().unwrap_or_else(|_| bad()),
+                    b.parse().unwrap_or_else(|_| bad()),
+                );
+                seeds.extend(a..b);
+            }
+            None => seeds.push(part.parse().unwrap_or_else(|_| bad())),
+        }
+    }
+    seeds
+}
 
 fn request(end: i64) -> ExecutePlanRequest {
     plans::execute_request(
@@ -94,10 +122,14 @@ impl Recorder {
     fn install() -> Recorder {
         let rec = Recorder::default();
         let writer = rec.clone();
+        let mut filter = String::from("spark_connect_retry=debug,tonic_retry=debug,h2=debug");
+        if std::env::var_os("SOAK_TRACE").is_some() {
+            filter.push_str(
+                ",tower::buffer=trace,tonic::transport=trace,hyper=trace,hyper_util=trace,h2=trace",
+            );
+        }
         tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::new(
-                "spark_connect_retry=debug,tonic_retry=debug,h2=debug",
-            ))
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
             .with_thread_ids(true)
             .with_ansi(false)
             .with_writer(move || writer.clone())
@@ -131,7 +163,8 @@ impl std::io::Write for Recorder {
 async fn five_hundred_seeded_fault_schedules_deliver_exactly_once() {
     let recorder = Recorder::install();
     let mut total_faults = 0;
-    for seed in 0..SCHEDULES {
+    let seeds = seeds();
+    for &seed in &seeds {
         recorder.clear();
         let mut rng = StdRng::seed_from_u64(seed);
         let rows: i64 = rng.random_range(500..3000);
@@ -222,7 +255,7 @@ async fn five_hundred_seeded_fault_schedules_deliver_exactly_once() {
         server.shutdown().await;
     }
     assert!(
-        total_faults > SCHEDULES as usize,
+        total_faults > seeds.len() || seeds.len() < SCHEDULES as usize,
         "the soak injected {total_faults} faults"
     );
 }
