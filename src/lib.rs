@@ -53,13 +53,13 @@
 //!
 //! [Spark Connect]: https://spark.apache.org/docs/latest/spark-connect-overview.html
 //! [tonic]: https://docs.rs/tonic
-#![warn(missing_docs)]
+#![warn(missing_docs, unreachable_pub)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod proto {
     //! The Spark Connect protocol (package `spark.connect`), generated from
     //! `proto/` at build time.
-    #![allow(missing_docs, clippy::all, clippy::pedantic)]
+    #![allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]
 
     // The generated package `spark.connect`, private so that each message has
     // one public path: `proto::X`.

@@ -16,6 +16,20 @@ use prost::Message;
 use tonic::Status;
 use tonic_types::pb;
 
+/// The delay a `google.rpc.RetryInfo` in `status`'s details asks for, if
+/// any (malformed details count as none): `Failure::retry_info`, for a
+/// program that reads Spark's details here.
+///
+/// ```
+/// use spark_connect_retry::status::retry_info;
+///
+/// let garbage = tonic::Status::with_details(tonic::Code::Unavailable, "x", vec![0xff; 7].into());
+/// assert_eq!(retry_info(&garbage), None);
+/// ```
+pub fn retry_info(status: &Status) -> Option<std::time::Duration> {
+    tonic_retry::policy::Failure::new(status).retry_info()
+}
+
 const ERROR_INFO_URL: &str = "type.googleapis.com/google.rpc.ErrorInfo";
 
 fn details(status: &Status) -> Option<pb::Status> {

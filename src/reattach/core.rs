@@ -44,7 +44,7 @@ use super::stats::StreamStats;
 /// What the driver observed.
 #[derive(Debug)]
 #[non_exhaustive]
-pub enum Event {
+pub(crate) enum Event {
     /// A message arrived on the current stream.
     Response(Box<ExecutePlanResponse>),
     /// The current stream ended with an OK status.
@@ -66,7 +66,7 @@ pub enum Event {
 // time: boxing it would cost an allocation per stream for nothing.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
-pub enum Open {
+pub(crate) enum Open {
     /// Send ExecutePlan with the byte-identical initial request.
     Execute(ExecutePlanRequest),
     /// Send ReattachExecute.
@@ -75,7 +75,7 @@ pub enum Open {
 
 /// A ReleaseExecute to send in the background.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Release {
+pub(crate) enum Release {
     /// Free the buffered responses up to and including this id.
     Until(String),
     /// Free everything; ends the execution on the server.
@@ -85,7 +85,7 @@ pub enum Release {
 /// What the driver must do next.
 #[derive(Debug)]
 #[non_exhaustive]
-pub enum Action {
+pub(crate) enum Action {
     /// Open a stream, then read from it.
     Open(Open),
     /// Sleep, then open a stream.
@@ -105,7 +105,7 @@ pub enum Action {
 
 /// The reattach state machine for one execution.
 #[derive(Debug)]
-pub struct ReattachCore {
+pub(crate) struct ReattachCore {
     initial: ExecutePlanRequest,
     operation_id: String,
     last_returned: Option<String>,
@@ -145,7 +145,7 @@ pub struct ReattachCore {
 impl ReattachCore {
     /// Prepare `request`: validate or generate the operation id and append the
     /// reattach option. Fails if a caller-provided operation id is not a UUID.
-    pub fn new(mut request: ExecutePlanRequest) -> Result<Self, ReattachError> {
+    pub(crate) fn new(mut request: ExecutePlanRequest) -> Result<Self, ReattachError> {
         let operation_id = match request.operation_id.as_deref() {
             Some(id) if !id.is_empty() => {
                 if !is_canonical_uuid(id) {
@@ -194,7 +194,7 @@ impl ReattachCore {
     /// ReattachExecute; "not found" ends the stream with the server's status,
     /// since the plan is not known here. Fails if the operation id is not a
     /// UUID.
-    pub fn resume(
+    pub(crate) fn resume(
         request: ExecutePlanRequest,
         last_response_id: Option<String>,
     ) -> Result<Self, ReattachError> {
@@ -210,43 +210,43 @@ impl ReattachCore {
     }
 
     /// The operation id on every request of this execution.
-    pub fn operation_id(&self) -> &str {
+    pub(crate) fn operation_id(&self) -> &str {
         &self.operation_id
     }
     /// The request sent (and re-sent) as ExecutePlan.
-    pub fn initial_request(&self) -> &ExecutePlanRequest {
+    pub(crate) fn initial_request(&self) -> &ExecutePlanRequest {
         &self.initial
     }
     /// The server-side session id observed on this execution.
-    pub fn server_side_session_id(&self) -> Option<&str> {
+    pub(crate) fn server_side_session_id(&self) -> Option<&str> {
         self.server_side_session_id.as_deref()
     }
     /// Counters so far.
-    pub fn stats(&self) -> StreamStats {
+    pub(crate) fn stats(&self) -> StreamStats {
         self.counters
     }
     /// Refresh the token of `provider` when the server refuses it: once,
     /// then again only after a delivered response
     /// ([`crate::token`]).
-    pub fn refresh_tokens(&mut self, provider: &str) {
+    pub(crate) fn refresh_tokens(&mut self, provider: &str) {
         self.token = Some((provider.to_owned(), RefreshBudget::default()));
     }
     /// The RPC of the segment opened last (`ExecutePlan` or
     /// `ReattachExecute`): the one a failure of the stream names.
-    pub fn last_rpc(&self) -> &'static str {
+    pub(crate) fn last_rpc(&self) -> &'static str {
         self.last_rpc
     }
     /// Whether the stream being opened replaces one given up as silent. Its
     /// connection may be a black hole (silent both ways, no FIN, no RST), so
     /// the driver sends it over a fresh connection
     /// ([`crate::reconnect::FreshConnection`]).
-    pub fn opening_after_stall(&self) -> bool {
+    pub(crate) fn opening_after_stall(&self) -> bool {
         self.after_stall
     }
 
     /// The consumer asks for the next response. Starts a fresh retry budget
     /// (PySpark builds a new `Retrying` per `next()`: progress resets it).
-    pub fn poll_next(&mut self, retrying: &Retrying) -> Action {
+    pub(crate) fn poll_next(&mut self, retrying: &Retrying) -> Action {
         if self.result_complete {
             return Action::Finish;
         }
@@ -339,7 +339,7 @@ impl ReattachCore {
     }
 
     /// Feed what the driver observed; get the next action.
-    pub fn on_event(&mut self, event: Event, retrying: &Retrying) -> Action {
+    pub(crate) fn on_event(&mut self, event: Event, retrying: &Retrying) -> Action {
         let after_stall = std::mem::take(&mut self.after_stall);
         match event {
             Event::Opened => {
@@ -400,7 +400,7 @@ impl ReattachCore {
     }
 
     /// The consumer dropped the stream: the release to send, if any.
-    pub fn on_drop(&mut self) -> Option<Release> {
+    pub(crate) fn on_drop(&mut self) -> Option<Release> {
         self.release_all()
     }
 
@@ -545,7 +545,7 @@ impl ReattachCore {
     }
 
     /// The ReattachExecute request for the current position.
-    pub fn reattach_request(&self) -> ReattachExecuteRequest {
+    pub(crate) fn reattach_request(&self) -> ReattachExecuteRequest {
         ReattachExecuteRequest {
             session_id: self.initial.session_id.clone(),
             // Copied from the initial request only, as PySpark 4.3 does.
@@ -562,7 +562,7 @@ impl ReattachCore {
     }
 
     /// The ReleaseExecute request for `release` (never carries the observed session id).
-    pub fn release_request(&self, release: &Release) -> ReleaseExecuteRequest {
+    pub(crate) fn release_request(&self, release: &Release) -> ReleaseExecuteRequest {
         ReleaseExecuteRequest {
             session_id: self.initial.session_id.clone(),
             client_observed_server_side_session_id: None,

@@ -108,14 +108,14 @@ pub enum IntegrityError {
 
 /// The response ids seen in one execution (invariant 2).
 #[derive(Debug, Default, Clone)]
-pub struct ResponseIds {
+pub(crate) struct ResponseIds {
     seen: HashSet<String>,
 }
 
 impl ResponseIds {
     /// Record `id`; an error if it was seen before. Empty ids are not
     /// recorded (invariant 3 covers them).
-    pub fn insert(&mut self, id: &str) -> Result<(), IntegrityError> {
+    pub(crate) fn insert(&mut self, id: &str) -> Result<(), IntegrityError> {
         if id.is_empty() || self.seen.insert(id.to_owned()) {
             Ok(())
         } else {
@@ -126,7 +126,7 @@ impl ResponseIds {
 
 /// One ArrowBatch response's framing fields.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ChunkHeader {
+pub(crate) struct ChunkHeader {
     /// `row_count`.
     pub row_count: i64,
     /// `start_offset`.
@@ -139,7 +139,7 @@ pub struct ChunkHeader {
 
 /// A batch whose chunks have all arrived: its IPC bytes and declared rows.
 #[derive(Debug)]
-pub struct WholeBatch {
+pub(crate) struct WholeBatch {
     /// The joined Arrow IPC stream.
     pub data: Vec<u8>,
     /// The declared `row_count`.
@@ -148,7 +148,7 @@ pub struct WholeBatch {
 
 /// Joins the chunks of Arrow batches (invariants 4 to 6), without decoding.
 #[derive(Debug, Default)]
-pub struct BatchAssembler {
+pub(crate) struct BatchAssembler {
     /// The first chunk's header of the batch in progress.
     first: Option<ChunkHeader>,
     received: i64,
@@ -158,7 +158,7 @@ pub struct BatchAssembler {
 impl BatchAssembler {
     /// Add one ArrowBatch response; `rows` is the count delivered before it.
     /// `Some` when its batch is whole.
-    pub fn push(
+    pub(crate) fn push(
         &mut self,
         h: ChunkHeader,
         data: Vec<u8>,
@@ -223,7 +223,7 @@ impl BatchAssembler {
 
     /// The stream ended (or `ResultComplete` arrived): an error if a batch
     /// is incomplete (invariant 5).
-    pub fn finish(&self) -> Result<(), IntegrityError> {
+    pub(crate) fn finish(&self) -> Result<(), IntegrityError> {
         match self.first {
             Some(first) => Err(IntegrityError::TornBatch {
                 received: self.received,
@@ -235,7 +235,7 @@ impl BatchAssembler {
 }
 
 /// Invariant 4's last half: the rows decoded equal the declared count.
-pub fn check_row_count(declared: i64, decoded: i64) -> Result<(), IntegrityError> {
+pub(crate) fn check_row_count(declared: i64, decoded: i64) -> Result<(), IntegrityError> {
     if declared == decoded {
         Ok(())
     } else {

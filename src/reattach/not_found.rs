@@ -39,7 +39,7 @@ use crate::error_classes::{OPERATION_NOT_FOUND, SESSION_NOT_FOUND};
 /// The server a recognised "not found" wording belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum Server {
+pub(crate) enum Server {
     /// Apache Spark: an error class, in the message, the rich message or
     /// the ErrorInfo.
     Spark,
@@ -50,7 +50,7 @@ pub enum Server {
 
 /// One way a server says it does not know an operation (or its session).
 #[derive(Debug)]
-pub struct Wording {
+pub(crate) struct Wording {
     /// The server that answers this way (what the table's tests check).
     #[cfg_attr(not(test), allow(dead_code))]
     pub server: Server,
@@ -67,14 +67,14 @@ pub struct Wording {
 impl Wording {
     /// Whether `status`, the answer to a request for `operation_id`, is
     /// this wording (regardless of [`Wording::before_any_response`]).
-    pub fn matches(&self, status: &Status, operation_id: &str) -> bool {
+    pub(crate) fn matches(&self, status: &Status, operation_id: &str) -> bool {
         (self.matches)(status, operation_id)
     }
 }
 
 /// Every "not found" wording the client recognises, one row per server and
 /// case.
-pub const WORDINGS: &[Wording] = &[
+pub(crate) const WORDINGS: &[Wording] = &[
     Wording {
         server: Server::Spark,
         marker: OPERATION_NOT_FOUND,
@@ -98,7 +98,11 @@ pub const WORDINGS: &[Wording] = &[
 /// The row of [`WORDINGS`] that `status` (the answer to a request for
 /// `operation_id`) is, if any. `answered`: some segment of the execution
 /// was already answered, which rules out the rows trusted only before.
-pub fn recognise(status: &Status, operation_id: &str, answered: bool) -> Option<&'static Wording> {
+pub(crate) fn recognise(
+    status: &Status,
+    operation_id: &str,
+    answered: bool,
+) -> Option<&'static Wording> {
     WORDINGS
         .iter()
         .filter(|w| !(answered && w.before_any_response))

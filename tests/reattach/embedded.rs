@@ -1,6 +1,7 @@
 //! The reattachable execution over real loopback sockets against the
 //! embedded Spark Connect server, through injected faults.
 
+use crate::support::held_clock::HeldClock;
 use crate::support::policies;
 use spark_connect_retry::policy::PySparkPolicy;
 use spark_connect_retry::retrying::PySparkRetrying;
@@ -13,7 +14,7 @@ use spark_connect_retry::policy::RetryPolicy;
 use spark_connect_retry::proto::ExecutePlanRequest;
 use spark_connect_retry::proto::execute_plan_response::ResponseType;
 use spark_connect_retry::reattach::{
-    ReattachError, ReattachOptions, ReattachableExecution, ReleaseTracker,
+    ReattachError, ReattachOptions, ReattachableExecution, ReleaseTracker, StreamStats,
 };
 use spark_connect_retry::retrying::Retrying;
 use spark_connect_retry::transport::{SparkClient, spark_client};
@@ -45,7 +46,7 @@ struct Outcome {
     responses: usize,
     complete: bool,
     error: Option<ReattachError>,
-    stats: spark_connect_retry::reattach::StreamStats,
+    stats: StreamStats,
 }
 
 async fn drain(mut exec: ReattachableExecution) -> Outcome {
@@ -103,14 +104,44 @@ async fn run(
     sleeper: &RecordingSleeper,
     options: ReattachOptions,
 ) -> Outcome {
-    let exec = ReattachableExecution::new(
+    drain(execution(server, end, sleeper, options)).await
+}
+
+/// An execution of `range(end)` on `server`.
+fn execution(
+    server: &TestServer,
+    end: i64,
+    sleeper: &RecordingSleeper,
+    options: ReattachOptions,
+) -> ReattachableExecution {
+    ReattachableExecution::new(
         client(server),
         range_request(end),
         retrying(sleeper),
         options,
     )
-    .unwrap();
-    drain(exec).await
+    .unwrap()
+}
+
+/// Drains `exec` whose server goes silent after `responses` responses,
+/// moving the held `clock` by `bound` once the client has read them, until
+/// the stats say `noticed`; the outcome and the number of advances.
+async fn silent_after(
+    clock: &HeldClock,
+    exec: ReattachableExecution,
+    responses: u64,
+    bound: Duration,
+    noticed: impl Fn(&StreamStats) -> bool,
+) -> (Outcome, u32) {
+    let stats = exec.stats_handle();
+    tokio::join!(
+        drain(exec),
+        clock.fire(
+            bound,
+            || stats.snapshot().responses == responses,
+            || noticed(&stats.snapshot())
+        )
+    )
 }
 
 async fn server(rows_per_batch: u64) -> TestServer {
@@ -261,8 +292,12 @@ async fn operation_not_found_after_responses_fails_clearly() {
     );
 }
 
-#[tokio::test]
+/// The server stops sending after 3 responses: on a clock that moves only
+/// once the client has read them, the idle timeout fires exactly once and
+/// the execution reattaches at once.
+#[tokio::test(start_paused = true)]
 async fn stall_is_detected_by_the_idle_timeout() {
+    let clock = HeldClock::hold();
     let s = server(500).await;
     s.faults().push(
         Fault::stall_forever()
@@ -270,20 +305,29 @@ async fn stall_is_detected_by_the_idle_timeout() {
             .after_responses(3),
     );
     let sleeper = RecordingSleeper::new();
+    let idle = Duration::from_millis(300);
     let options = ReattachOptions {
-        idle_timeout: Some(Duration::from_millis(300)),
+        idle_timeout: Some(idle),
         ..Default::default()
     };
-    let out = run(&s, 10_000, &sleeper, options).await;
+    let exec = execution(&s, 10_000, &sleeper, options);
+    let (out, advances) = silent_after(&clock, exec, 3, idle, |st| st.stalls > 0).await;
+    clock.release().await;
+    assert_eq!(advances, 1, "the client waited when the clock moved");
     assert!(out.error.is_none(), "{:?}", out.error);
     assert_exact(&out.ids, 10_000);
     assert_eq!(s.calls().reattach, 1);
     assert_eq!(out.stats.stalls, 1, "{:?}", out.stats);
+    assert_eq!(out.stats.immediate_retries, 1, "{:?}", out.stats);
     assert!(sleeper.sleeps().is_empty(), "a stall reattaches at once");
 }
 
-#[tokio::test]
+/// The server stops sending after 2 responses, with no idle timeout: the
+/// segment's deadline, reached by one move of a held clock, ends it, and the
+/// execution reattaches at once.
+#[tokio::test(start_paused = true)]
 async fn segment_deadline_reattaches_at_once() {
+    let clock = HeldClock::hold();
     let s = server(500).await;
     s.faults().push(
         Fault::stall_forever()
@@ -291,22 +335,29 @@ async fn segment_deadline_reattaches_at_once() {
             .after_responses(2),
     );
     let sleeper = RecordingSleeper::new();
+    let deadline = Duration::from_millis(400);
     let options = ReattachOptions {
         deadlines: RpcDeadlines {
-            reattachable_execute_plan: Some(Duration::from_millis(400)),
+            reattachable_execute_plan: Some(deadline),
             ..RpcDeadlines::default()
         },
         idle_timeout: None,
     };
-    let out = run(&s, 5_000, &sleeper, options).await;
+    let exec = execution(&s, 5_000, &sleeper, options);
+    let (out, advances) =
+        silent_after(&clock, exec, 2, deadline, |st| st.immediate_retries > 0).await;
+    clock.release().await;
+    assert_eq!(advances, 1, "the client waited when the clock moved");
     assert!(out.error.is_none(), "{:?}", out.error);
     assert_exact(&out.ids, 5_000);
     assert_eq!(s.calls().reattach, 1);
+    assert_eq!(out.stats.immediate_retries, 1, "{:?}", out.stats);
     assert_eq!(
         out.stats.stalls, 0,
         "a deadline is not a stall: {:?}",
         out.stats
     );
+    assert!(sleeper.sleeps().is_empty(), "a deadline reattaches at once");
 }
 
 #[tokio::test]

@@ -4,6 +4,7 @@
 //! backoff (recorded sleeps against a clock that never moves, never wall
 //! time).
 
+use crate::support::held_clock::HeldClock;
 use crate::support::policies;
 use spark_connect_retry::retrying::PySparkRetrying;
 
@@ -582,9 +583,12 @@ async fn the_test_servers_longest_stream_duration_saturates() {
 
 /// With an idle timeout shorter than the server's answer to a release, the
 /// release still succeeds at its first attempt (the attempt bound has a
-/// floor), so a session's close has nothing left to wait for.
-#[tokio::test]
+/// floor), so a session's close has nothing left to wait for. On a held
+/// clock: once the release is at the server, the clock moves by the
+/// server's delay, and only the server's wait can end.
+#[tokio::test(start_paused = true)]
 async fn a_tiny_idle_timeout_does_not_give_up_releases() {
+    let clock = HeldClock::hold();
     let (addr, calls) = serve(|_| ok(vec![done("z")])).await;
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
@@ -607,9 +611,21 @@ async fn a_tiny_idle_timeout_does_not_give_up_releases() {
     .unwrap();
     let (ids, err) = drain(exec).await;
     assert!(err.is_none() && ids == ["z"], "{ids:?} {err:?}");
-    assert!(tracker.wait_idle(Duration::from_secs(10)).await);
+    clock
+        .wait_for("the release at the server", || {
+            calls.releases.load(Ordering::SeqCst) == 1
+        })
+        .await;
+    tokio::time::advance(RELEASE_DELAY).await;
+    let attempts = || calls.releases.load(Ordering::SeqCst);
+    clock
+        .wait_for("the release answered, or sent again", || {
+            tracker.outstanding() == 0 || attempts() > 1
+        })
+        .await;
+    assert_eq!(attempts(), 1, "one attempt");
+    clock.release().await;
     assert_eq!((tracker.sent(), tracker.failed()), (1, 0));
-    assert_eq!(calls.releases.load(Ordering::SeqCst), 1, "one attempt");
     // The release attempt's floor (1 s) is above the server's delay.
     assert!(Duration::from_secs(1) > RELEASE_DELAY);
 }

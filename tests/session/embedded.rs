@@ -13,6 +13,8 @@ use spark_connect_testkit::{Fault, Rpc, TestServer};
 use tokio_stream::StreamExt;
 use tonic_retry::retrying::RecordingSleeper;
 
+use crate::support::held_clock::HeldClock;
+
 fn fast_retrying(sleeper: &RecordingSleeper) -> Retrying {
     Retrying::pyspark_with(vec![
         RetryPolicy::pyspark_builder()
@@ -292,9 +294,11 @@ async fn close_waits_for_releases_but_bounded() {
 
 /// A connection that goes silent both ways mid-stream (no FIN, no RST), with
 /// HTTP/2 keepalive off: stall detection gives the segment up and reattaches
-/// over a fresh connection, and the result is exact.
-#[tokio::test]
+/// over a fresh connection, and the result is exact. The clock moves only
+/// once the connection is silent, so there is exactly one stall.
+#[tokio::test(start_paused = true)]
 async fn black_hole_mid_stream_recovers_over_a_fresh_connection() {
+    let clock = HeldClock::hold();
     let s = TestServer::builder()
         .rows_per_batch(1000)
         .start()
@@ -306,34 +310,57 @@ async fn black_hole_mid_stream_recovers_over_a_fresh_connection() {
         .start()
         .await
         .unwrap();
+    // Under half the 1 s bound of a release attempt: even if the clock has
+    // to move twice (bytes read after the cut), a release stuck in the black
+    // hole keeps waiting, and no third connection is dialled before the
+    // counts below.
+    let idle = Duration::from_millis(400);
     let spark = SparkSession::builder()
         .remote(format!("{}/;grpc_keepalive_enabled=false", proxy.remote()))
         .retrying(fast_retrying(&RecordingSleeper::new()))
-        .idle_timeout(Some(Duration::from_millis(500)))
+        .idle_timeout(Some(idle))
         .build()
         .unwrap();
     let mut stream = spark
         .sql("SELECT id, id*2 AS x FROM range(100000)")
         .await
         .unwrap();
+    let stats = stream.stats_handle();
     let mut ids = vec![];
-    tokio::time::timeout(Duration::from_secs(60), async {
+    let drain = tokio::time::timeout(Duration::from_secs(60), async {
         while let Some(b) = stream.next_batch().await {
             ids.extend(column(&[b.unwrap()], "id"));
         }
-    })
-    .await
-    .expect("a black hole must not hang the stream");
+    });
+    let (drained, _advances) = tokio::join!(
+        drain,
+        clock.fire(
+            idle,
+            || proxy.stats().cuts == 1,
+            || stats.snapshot().stalls > 0
+        )
+    );
+    drained.expect("a black hole must not hang the stream");
     assert!(ids.iter().copied().eq(0..100_000));
     let stats = stream.stats();
-    assert!(stats.stalls >= 1, "{stats:?}");
+    assert_eq!(stats.stalls, 1, "{stats:?}");
     assert_eq!(stats.re_executes, 0, "{stats:?}");
     let p = proxy.stats();
     assert_eq!(p.cuts, 1);
-    assert!(
-        p.connections >= 2,
+    assert_eq!(
+        p.connections, 2,
         "the reattach must use a new connection: {p:?}"
     );
+    // A release sent into the black hole gives up after its own bound (the
+    // idle timeout, 1 s at least) and goes over a fresh connection: nothing
+    // is left for close to wait for.
+    tokio::time::advance(Duration::from_secs(1)).await;
+    clock
+        .wait_for("no release outstanding", || {
+            spark.releases().outstanding() == 0
+        })
+        .await;
+    clock.release().await;
     spark.close().await.expect("close");
     proxy.shutdown().await;
 }

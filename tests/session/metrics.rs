@@ -17,6 +17,7 @@ use tonic_retry::retrying::RecordingSleeper;
 use tonic_retry_echo::metrics::{Pipeline, Recorded};
 
 use crate::support::arrow_data::{self, schema};
+use crate::support::held_clock::HeldClock;
 
 const ANALYZE: (&str, &str) = (
     "grpc.method",
@@ -148,16 +149,22 @@ async fn unary_retries_graceful_ends_a_fault_rows_and_releases() {
     }
 }
 
-#[tokio::test]
+/// A stall on a clock that moves only once the client has read the 3
+/// responses before it (exactly one stall, one reattach for it), then a
+/// lost ExecutePlan, still on that clock: no idle timeout can fire
+/// while its bytes are on their way.
+#[tokio::test(start_paused = true)]
 async fn a_stall_and_a_lost_execution() {
+    let clock = HeldClock::hold();
     let s = TestServer::builder()
         .rows_per_batch(500)
         .start()
         .await
         .unwrap();
     let (pipeline, sleeper) = (Pipeline::new(), RecordingSleeper::new());
+    let idle = Duration::from_millis(300);
     let spark = builder(&s, &pipeline, &sleeper)
-        .idle_timeout(Some(Duration::from_millis(300)))
+        .idle_timeout(Some(idle))
         .build()
         .unwrap();
     s.faults().push(
@@ -166,19 +173,33 @@ async fn a_stall_and_a_lost_execution() {
             .after_responses(3),
     );
     let mut stalled = spark.sql("SELECT id FROM range(5000)").await.unwrap();
-    assert_eq!(drain(&mut stalled).await, 5000);
+    let stats = stalled.stats_handle();
+    let (rows, advances) = tokio::join!(
+        drain(&mut stalled),
+        clock.fire(
+            idle,
+            || stats.snapshot().responses == 3,
+            || stats.snapshot().stalls > 0
+        )
+    );
+    assert_eq!(advances, 1, "the client waited when the clock moved");
+    assert_eq!(rows, 5000);
     let m = pipeline.read();
     assert_eq!(reattaches(&m, "stall"), 1, "{:?}", stalled.stats());
+    assert_eq!(counter(&m, REATTACHES), 1, "{:?}", stalled.stats());
+    assert_eq!(s.calls().reattach, 1);
     assert_eq!(stalled.stats().stalls, 1);
 
     // An ExecutePlan the server never ran: re-executed after NOT_FOUND.
     s.faults().push(Fault::lose_request().on(Rpc::ExecutePlan));
     let mut lost = spark.sql("SELECT id FROM range(2000)").await.unwrap();
     assert_eq!(drain(&mut lost).await, 2000);
+    clock.release().await;
     let m = pipeline.read();
     let re_executes = counter(&m, "spark_connect.client.result.re_executes");
     assert_eq!(re_executes, lost.stats().re_executes);
     assert_eq!(re_executes, 1);
+    assert_eq!(lost.stats().stalls, 0, "{:?}", lost.stats());
     assert_eq!(counter(&m, "spark_connect.client.result.rows"), 7000);
 }
 

@@ -1,10 +1,11 @@
 //! What the root's test binaries share: the tracing capture (the
 //! workspace's one, from `tonic_retry_echo::capture`), retry settings,
 //! drains of result streams, Arrow data, a server behind a fault proxy,
-//! and a bounded wait.
+//! a bounded wait, and a paused clock that moves only when a test moves it.
 #![allow(dead_code)] // each test binary uses part of this module
 
 pub mod arrow_data;
+pub mod held_clock;
 pub mod policies;
 pub mod proxied;
 pub mod streams;

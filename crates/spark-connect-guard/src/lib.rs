@@ -63,7 +63,7 @@
 //! # }
 //! ```
 
-#![warn(missing_docs)]
+#![warn(missing_docs, unreachable_pub)]
 
 mod guard;
 

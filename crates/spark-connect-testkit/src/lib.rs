@@ -162,6 +162,8 @@
 //! # }
 //! ```
 
+#![warn(missing_docs, unreachable_pub)]
+
 mod conn;
 mod edit;
 mod error;

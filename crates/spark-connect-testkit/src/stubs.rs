@@ -4,7 +4,7 @@
 //! speaks the client crate's own types, and the client crate compiles no
 //! server code.
 
-#[allow(missing_docs, clippy::all, clippy::pedantic)]
+#[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]
 mod generated {
     tonic::include_proto!("spark.connect");
 }

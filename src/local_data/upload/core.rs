@@ -26,10 +26,10 @@ use crate::proto::add_artifacts_response::ArtifactSummary;
 use crate::proto::artifact_statuses_response::ArtifactStatus;
 
 /// PySpark's `ArtifactManager.CHUNK_SIZE`: the piece size of an `AddArtifacts` stream.
-pub const ARTIFACT_CHUNK_SIZE: usize = 32 * 1024;
+pub(crate) const ARTIFACT_CHUNK_SIZE: usize = 32 * 1024;
 
 /// The name prefix of cached artifacts (PySpark's `CACHE_PREFIX`).
-pub const CACHE_PREFIX: &str = "cache";
+pub(crate) const CACHE_PREFIX: &str = "cache";
 
 /// One artifact: its name on the server and its bytes.
 #[derive(Clone, PartialEq, Eq)]

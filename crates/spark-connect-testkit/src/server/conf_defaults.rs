@@ -18,7 +18,10 @@
 /// `(key, value)` for each server conf a session reads without setting it.
 const DEFAULTS: &[(&str, &str)] = &[
     // Spark's `intConf` default, 10 MiB.
-    ("spark.connect.session.planCompression.threshold", "10485760"),
+    (
+        "spark.connect.session.planCompression.threshold",
+        "10485760",
+    ),
     (
         "spark.connect.session.planCompression.defaultAlgorithm",
         "ZSTD",

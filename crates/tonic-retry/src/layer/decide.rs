@@ -49,7 +49,7 @@ use crate::policy::Pushback;
 
 /// What came back from one attempt, as far as the decision is concerned.
 #[derive(Debug, Clone, Copy)]
-pub enum Outcome<'a> {
+pub(super) enum Outcome<'a> {
     /// OK, or a response committed to the caller (a stream past its first
     /// message, a response over the buffer cap, a body without trailers).
     Done,
@@ -67,7 +67,7 @@ pub enum Outcome<'a> {
 
 /// What the driver does next.
 #[derive(Debug)]
-pub enum Next {
+pub(super) enum Next {
     /// Hand the attempt's own result (response or error) to the caller.
     Deliver,
     /// Fail the call with this status instead (a timeout).
@@ -79,7 +79,7 @@ pub enum Next {
 /// Why the layer did what it did; the `reason` field of its events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum Reason {
+pub(crate) enum Reason {
     /// The attempt's response ends the call.
     Done,
     /// Retried after the policy's backoff.
@@ -107,7 +107,7 @@ pub enum Reason {
 
 impl Reason {
     /// The name used in events.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Reason::Done => "done",
             Reason::Policy => "policy",
@@ -126,7 +126,7 @@ impl Reason {
 
 /// The result of [`decide`].
 #[derive(Debug)]
-pub struct Decision {
+pub(super) struct Decision {
     /// What to do.
     pub next: Next,
     /// Why.
@@ -135,7 +135,7 @@ pub struct Decision {
 
 /// The configuration a decision reads: the policies and the token bucket.
 #[derive(Debug, Clone, Copy)]
-pub struct Rules<'a> {
+pub(super) struct Rules<'a> {
     /// The policies (and the jitter source) for this method.
     pub retrying: &'a Retrying,
     /// The shared token bucket, if throttling is on.
@@ -153,7 +153,7 @@ struct AttemptLimit {
 
 /// What the layer knows of one call across its attempts.
 #[derive(Debug)]
-pub struct CallState {
+pub(super) struct CallState {
     path: PathAndQuery,
     idempotent: bool,
     /// Attempts started so far.
@@ -174,7 +174,7 @@ pub struct CallState {
 
 impl CallState {
     /// A call to `path` (`/package.Service/Method`), with no time limits.
-    pub fn new(path: PathAndQuery, idempotent: bool) -> Self {
+    pub(super) fn new(path: PathAndQuery, idempotent: bool) -> Self {
         CallState {
             path,
             idempotent,
@@ -190,27 +190,27 @@ impl CallState {
     }
 
     /// At most `n` attempts, whatever the policy allows.
-    pub fn with_max_attempts(mut self, n: Option<u32>) -> Self {
+    pub(super) fn with_max_attempts(mut self, n: Option<u32>) -> Self {
         self.max_attempts = n;
         self
     }
 
     /// The server the call goes to (`host:port`), named by the give-up event.
-    pub fn with_target(mut self, target: Option<String>) -> Self {
+    pub(super) fn with_target(mut self, target: Option<String>) -> Self {
         self.target = target;
         self
     }
 
     /// An overall deadline `timeout` after `now`. A deadline beyond the
     /// clock's range is no deadline (it can never expire).
-    pub fn with_deadline(mut self, now: Duration, timeout: Duration) -> Self {
+    pub(super) fn with_deadline(mut self, now: Duration, timeout: Duration) -> Self {
         self.start = now;
         self.deadline = now.checked_add(timeout);
         self
     }
 
     /// A timeout for each attempt.
-    pub fn with_attempt_timeout(mut self, timeout: Option<Duration>) -> Self {
+    pub(super) fn with_attempt_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.per_attempt = timeout;
         self
     }
@@ -218,7 +218,7 @@ impl CallState {
     /// Start an attempt at `now`; returns its time limit (its
     /// `grpc-timeout`): the per-attempt timeout or the time left overall,
     /// whichever is shorter.
-    pub fn begin_attempt(&mut self, now: Duration) -> Option<Duration> {
+    pub(super) fn begin_attempt(&mut self, now: Duration) -> Option<Duration> {
         self.attempts += 1;
         let left = self.deadline.map(|d| d.saturating_sub(now));
         let limit = match (left, self.per_attempt) {
@@ -232,12 +232,12 @@ impl CallState {
 
     /// The number of attempts started; the one in flight is `attempts() - 1`
     /// (`grpc-previous-rpc-attempts`).
-    pub fn attempts(&self) -> u32 {
+    pub(super) fn attempts(&self) -> u32 {
         self.attempts
     }
 
     /// The overall deadline, on the [`Retrying`]'s clock.
-    pub fn deadline(&self) -> Option<Duration> {
+    pub(super) fn deadline(&self) -> Option<Duration> {
         self.deadline
     }
 
@@ -286,13 +286,13 @@ impl CallState {
     }
 
     /// The call's path.
-    pub fn path(&self) -> &str {
+    pub(super) fn path(&self) -> &str {
         self.path.path()
     }
 
     /// The policies' state, once a failure created it.
     #[cfg(test)]
-    pub fn retry_state(&self) -> Option<&RetryState> {
+    pub(super) fn retry_state(&self) -> Option<&RetryState> {
         self.retry.as_ref()
     }
 }
@@ -309,7 +309,7 @@ fn work_not_started(failure: &Failure<'_>) -> bool {
 
 /// Decide what follows the attempt started last, which ended with
 /// `outcome` at `now` (see the module docs for the rules).
-pub fn decide(
+pub(super) fn decide(
     state: &mut CallState,
     outcome: Outcome<'_>,
     now: Duration,

@@ -38,7 +38,7 @@ use crate::policy::{DEFAULT_MAX_SERVER_RETRY_DELAY, Failure, Pushback};
 
 /// What the driver does next ([`Hedge::next`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
+pub(super) enum Step {
     /// Start attempt number `attempt` (0 for the first, also its
     /// `grpc-previous-rpc-attempts`) now, with this time limit.
     Start {
@@ -58,7 +58,7 @@ pub enum Step {
 /// The call ends with attempt `attempt` ([`Hedge::on_outcome`]): cancel
 /// every other one.
 #[derive(Debug)]
-pub struct Commit {
+pub(super) struct Commit {
     /// The attempt that won.
     pub attempt: u32,
     /// Deliver its result, or fail with this status instead (a timeout).
@@ -69,7 +69,7 @@ pub struct Commit {
 
 /// The hedging state of one call; see the module docs for the rules.
 #[derive(Debug)]
-pub struct Hedge {
+pub(super) struct Hedge {
     policy: HedgingPolicy,
     call: CallState,
     in_flight: u32,
@@ -82,7 +82,7 @@ pub struct Hedge {
 impl Hedge {
     /// A hedged call: its first attempt starts at `now`. `call` holds the
     /// path and the deadline.
-    pub fn new(policy: HedgingPolicy, call: CallState, now: Duration) -> Self {
+    pub(super) fn new(policy: HedgingPolicy, call: CallState, now: Duration) -> Self {
         Hedge {
             policy,
             call,
@@ -94,17 +94,17 @@ impl Hedge {
 
     /// Attempts started so far.
     #[cfg(test)]
-    pub fn started(&self) -> u32 {
+    pub(super) fn started(&self) -> u32 {
         self.call.attempts()
     }
 
     /// Attempts in flight.
-    pub fn in_flight(&self) -> u32 {
+    pub(super) fn in_flight(&self) -> u32 {
         self.in_flight
     }
 
     /// What to do at `now` (rules 5 to 9).
-    pub fn next(&mut self, now: Duration, throttle: Option<&RetryThrottle>) -> Step {
+    pub(super) fn next(&mut self, now: Duration, throttle: Option<&RetryThrottle>) -> Step {
         if let (Some(at), None) = (self.next_at, self.stopped) {
             let started = self.call.attempts();
             let stop = if started >= self.policy.max_attempts() {
@@ -143,7 +143,7 @@ impl Hedge {
 
     /// Attempt `attempt` ended with `outcome` at `now` (rules 1 to 4):
     /// `Some` commits the call.
-    pub fn on_outcome(
+    pub(super) fn on_outcome(
         &mut self,
         attempt: u32,
         outcome: Outcome<'_>,

@@ -100,7 +100,7 @@ pub(crate) struct CodeClassifier {
 
 impl CodeClassifier {
     /// Retry exactly these codes, as the status reports them.
-    pub fn new(codes: impl IntoIterator<Item = Code>) -> Self {
+    pub(crate) fn new(codes: impl IntoIterator<Item = Code>) -> Self {
         CodeClassifier {
             codes: codes.into_iter().map(|c| c as i32).collect(),
         }

@@ -29,7 +29,7 @@ pub(crate) enum Pushback {
 
 impl Pushback {
     /// The pushback in `headers`, if there is one.
-    pub fn from_headers(headers: &HeaderMap) -> Option<Pushback> {
+    pub(crate) fn from_headers(headers: &HeaderMap) -> Option<Pushback> {
         let v = headers.get(GRPC_RETRY_PUSHBACK_MS)?;
         let ms = v.to_str().ok().and_then(|s| s.trim().parse::<i64>().ok());
         Some(match ms {

@@ -25,19 +25,19 @@ impl fmt::Debug for Jitter {
 
 impl Jitter {
     /// Seeded from the OS.
-    pub fn from_entropy() -> Self {
+    pub(super) fn from_entropy() -> Self {
         Jitter {
             rng: Arc::new(Mutex::new(StdRng::from_os_rng())),
         }
     }
     /// Deterministic.
-    pub fn seeded(seed: u64) -> Self {
+    pub(super) fn seeded(seed: u64) -> Self {
         Jitter {
             rng: Arc::new(Mutex::new(StdRng::seed_from_u64(seed))),
         }
     }
     /// A uniform sample in `[0, 1)`.
-    pub fn sample(&self) -> f64 {
+    pub(super) fn sample(&self) -> f64 {
         self.rng
             .lock()
             .unwrap_or_else(|e| e.into_inner())
