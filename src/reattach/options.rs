@@ -21,7 +21,10 @@ pub struct ReattachOptions {
     /// Stall detection: treat a stream segment that brings no message (or,
     /// while opening, no response headers) for this long as dead, and
     /// reattach over a fresh connection. Default 10 s;
-    /// `None` turns it off. Must not be zero.
+    /// `None` turns it off. Must not be zero. Off, nothing bounds a request
+    /// that tonic's channel strands when it is sent just as its connection
+    /// dies (an upstream race, `docs/hangs.md`): it waits until the next
+    /// request on the same channel.
     pub idle_timeout: Option<Duration>,
 }
 
