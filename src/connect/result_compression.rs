@@ -41,7 +41,7 @@ use super::conn_string::ConnectionStringError;
 pub enum ResultCompression {
     /// Uncompressed batches (Spark's default).
     None,
-    /// Zstandard (level: the conf `spark.sql.execution.arrow.zstd.compression.level`).
+    /// Zstandard (level: the conf `spark.sql.execution.arrow.compression.zstd.level`).
     Zstd,
     /// LZ4 frames: slow on Spark 4.3's server side (see the type's docs).
     Lz4,
