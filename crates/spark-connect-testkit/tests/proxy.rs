@@ -112,6 +112,18 @@ async fn connect(proxy: &FaultProxy) -> TcpStream {
         .unwrap()
 }
 
+/// Reads the first byte through `c` and checks it took at least `min`
+/// (on the test's clock) from `t0`.
+async fn first_byte_after(c: &mut TcpStream, t0: tokio::time::Instant, min: Duration) -> u8 {
+    let mut first = [0u8; 1];
+    timeout(BOUND, c.read_exact(&mut first))
+        .await
+        .expect("read hung")
+        .unwrap();
+    assert!(t0.elapsed() >= min, "{:?}", t0.elapsed());
+    first[0]
+}
+
 async fn echo_roundtrip(s: &mut TcpStream, msg: &[u8]) {
     s.write_all(msg).await.unwrap();
     let mut back = vec![0u8; msg.len()];

@@ -7,7 +7,7 @@ use spark_connect_testkit::{Direction, FaultProxy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::{Instant, timeout};
 
-use crate::{BOUND, connect, pattern, sink, source};
+use crate::{BOUND, connect, first_byte_after, pattern, sink, source};
 
 /// 8 Mbit/s: one byte per microsecond.
 const RATE: u64 = 8_000_000;
@@ -96,12 +96,7 @@ async fn bandwidth_and_one_way_delay_add_up() {
         .unwrap();
     let t0 = Instant::now();
     let mut c = connect(&proxy).await;
-    let mut first = [0u8; 1];
-    timeout(BOUND, c.read_exact(&mut first))
-        .await
-        .expect("read hung")
-        .unwrap();
-    assert!(t0.elapsed() >= delay, "{:?}", t0.elapsed());
+    first_byte_after(&mut c, t0, delay).await;
     let mut rest = Vec::new();
     timeout(BOUND, c.read_to_end(&mut rest))
         .await

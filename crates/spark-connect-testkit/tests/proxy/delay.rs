@@ -8,7 +8,7 @@ use spark_connect_testkit::FaultProxy;
 use tokio::time::Instant;
 use tokio::time::timeout;
 
-use crate::{BOUND, connect, echo, echo_roundtrip, pattern, read_all, source};
+use crate::{BOUND, connect, echo, echo_roundtrip, first_byte_after, pattern, read_all, source};
 
 #[tokio::test(start_paused = true)]
 async fn latency_is_applied_per_chunk_each_way() {
@@ -112,14 +112,9 @@ async fn one_way_delay_holds_the_first_byte_for_the_delay() {
         .unwrap();
     let t0 = Instant::now();
     let mut c = connect(&proxy).await;
-    let mut first = [0u8; 1];
-    timeout(BOUND, c.read_exact(&mut first))
-        .await
-        .expect("read hung")
-        .unwrap();
-    assert!(t0.elapsed() >= Duration::from_secs(1), "{:?}", t0.elapsed());
+    let first = first_byte_after(&mut c, t0, Duration::from_secs(1)).await;
     let (rest, err) = read_all(&mut c).await;
     assert_eq!(err, None);
     assert_eq!(rest.len() + 1, len);
-    assert!(first[..] == pattern(1)[..] && rest[..] == pattern(len)[1..]);
+    assert!([first][..] == pattern(1)[..] && rest[..] == pattern(len)[1..]);
 }
