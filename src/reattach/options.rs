@@ -64,4 +64,19 @@ impl ReattachOptions {
             (d, i) => d.or(i),
         }
     }
+
+    /// Waits for `fut` within [`wait_bound`](Self::wait_bound): its output,
+    /// or the core's event for the bound that passed first. Both drivers
+    /// (the session's stream and the tower layer) wait this way, opening a
+    /// segment and reading it.
+    pub(crate) async fn bounded<F: std::future::Future>(
+        &self,
+        segment_deadline: Option<Instant>,
+        fut: F,
+    ) -> Result<F::Output, Event> {
+        match self.wait_bound(segment_deadline) {
+            Some((at, event)) => tokio::time::timeout_at(at, fut).await.map_err(|_| event),
+            None => Ok(fut.await),
+        }
+    }
 }

@@ -143,17 +143,14 @@ impl Driver {
                 }
             }
         };
-        let result = match self.wait_bound() {
-            Some((at, event)) => match tokio::time::timeout_at(at, call).await {
-                Ok(r) => r,
-                Err(_) => {
-                    tracing::debug!(
-                        "reattachable execution: no response headers before the idle timeout or segment deadline"
-                    );
-                    return self.core.on_event(event, &self.retrying);
-                }
-            },
-            None => call.await,
+        let result = match self.options.bounded(self.segment_deadline, call).await {
+            Ok(r) => r,
+            Err(event) => {
+                tracing::debug!(
+                    "reattachable execution: no response headers before the idle timeout or segment deadline"
+                );
+                return self.core.on_event(event, &self.retrying);
+            }
         };
         match result {
             Ok(resp) => {
@@ -162,11 +159,6 @@ impl Driver {
             }
             Err(status) => self.failed(status, "opening"),
         }
-    }
-
-    /// When to stop waiting on the current segment, and the core's event then.
-    fn wait_bound(&self) -> Option<(Instant, Event)> {
-        self.options.wait_bound(self.segment_deadline)
     }
 
     /// A segment failed, while `during` (opening or reading) it.
@@ -184,23 +176,23 @@ impl Driver {
     }
 
     async fn read(&mut self) -> Action {
-        let bound = self.wait_bound();
         let Some(stream) = self.current.as_mut() else {
             let status = Status::internal("reattachable execution: no open stream to read");
             return self.core.on_event(Event::Error(status), &self.retrying);
         };
-        let result = match bound {
-            Some((at, event)) => match tokio::time::timeout_at(at, stream.message()).await {
-                Ok(r) => r,
-                Err(_) => {
-                    self.current = None;
-                    tracing::debug!(
-                        "reattachable execution: no message before the idle timeout or segment deadline"
-                    );
-                    return self.core.on_event(event, &self.retrying);
-                }
-            },
-            None => stream.message().await,
+        let result = match self
+            .options
+            .bounded(self.segment_deadline, stream.message())
+            .await
+        {
+            Ok(r) => r,
+            Err(event) => {
+                self.current = None;
+                tracing::debug!(
+                    "reattachable execution: no message before the idle timeout or segment deadline"
+                );
+                return self.core.on_event(event, &self.retrying);
+            }
         };
         let event = match result {
             Ok(Some(msg)) => Event::Response(Box::new(msg)),

@@ -231,12 +231,9 @@ impl Driver {
             grpc.server_streaming(request, PathAndQuery::from_static(path), RawCodec)
                 .await
         };
-        let result = match self.wait_bound() {
-            Some((at, event)) => match tokio::time::timeout_at(at, call).await {
-                Ok(r) => r,
-                Err(_) => return self.core.on_event(event, &self.retrying),
-            },
-            None => call.await,
+        let result = match self.options.bounded(self.segment_deadline, call).await {
+            Ok(r) => r,
+            Err(event) => return self.core.on_event(event, &self.retrying),
         };
         match result {
             Ok(resp) => {
@@ -251,11 +248,6 @@ impl Driver {
         }
     }
 
-    /// When to stop waiting on the segment, and the core's event then.
-    fn wait_bound(&self) -> Option<(Instant, Event)> {
-        self.options.wait_bound(self.segment_deadline)
-    }
-
     fn failed(&mut self, status: Status) -> Action {
         self.current = None;
         tracing::debug!(
@@ -266,20 +258,20 @@ impl Driver {
     }
 
     async fn read(&mut self) -> Action {
-        let bound = self.wait_bound();
         let Some(stream) = self.current.as_mut() else {
             let status = Status::internal("reattach layer: no open stream to read");
             return self.core.on_event(Event::Error(status), &self.retrying);
         };
-        let result = match bound {
-            Some((at, event)) => match tokio::time::timeout_at(at, stream.message()).await {
-                Ok(r) => r,
-                Err(_) => {
-                    self.current = None;
-                    return self.core.on_event(event, &self.retrying);
-                }
-            },
-            None => stream.message().await,
+        let result = match self
+            .options
+            .bounded(self.segment_deadline, stream.message())
+            .await
+        {
+            Ok(r) => r,
+            Err(event) => {
+                self.current = None;
+                return self.core.on_event(event, &self.retrying);
+            }
         };
         let event = match result {
             Ok(Some(msg)) => match wire::response_head(&msg) {
