@@ -71,6 +71,25 @@ fn sql_request(session: &str, sql: &str) -> stub::ExecutePlanRequest {
     }
 }
 
+/// Reads the 2M-row result with a stub over the layer through `proxy` and
+/// checks it exact (`what` names the run in a failure): the proxy's cuts,
+/// the ReattachExecute calls the layer made, and when the read started.
+async fn exact_through(proxy: &FaultProxy, what: &str) -> (u64, u64, Instant) {
+    let reattaches = Arc::new(AtomicU64::new(0));
+    let mut client = stub_over_layer(proxy.local_addr(), reattaches.clone());
+    let started = Instant::now();
+    let check = tokio::time::timeout(Duration::from_secs(300), read_rows(&mut client, ROWS))
+        .await
+        .unwrap_or_else(|_| panic!("{what}: hung; proxy {:?}", proxy.stats()))
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_exact(&check, ROWS);
+    (
+        proxy.stats().cuts,
+        reattaches.load(Ordering::SeqCst),
+        started,
+    )
+}
+
 /// `SELECT id, id*2 AS x FROM range(n)` through `client` in a new session
 /// to its end: every Arrow batch decoded into a [`Check`]; the stream must
 /// end with `ResultComplete` and nothing after it. The session is released
@@ -151,16 +170,8 @@ async fn layer_under_a_foreign_stub_through_seeded_cuts() {
             .start()
             .await
             .unwrap();
-        let reattaches = Arc::new(AtomicU64::new(0));
-        let mut client = stub_over_layer(proxy.local_addr(), reattaches.clone());
-        let started = Instant::now();
-        let check = tokio::time::timeout(Duration::from_secs(300), read_rows(&mut client, ROWS))
-            .await
-            .unwrap_or_else(|_| panic!("seed {seed}: hung; proxy {:?}", proxy.stats()))
-            .unwrap_or_else(|e| panic!("seed {seed} {:?}: {e}", schedule.offsets()));
-        assert_exact(&check, ROWS);
-        let cuts = proxy.stats().cuts;
-        let reattached = reattaches.load(Ordering::SeqCst);
+        let (cuts, reattached, started) =
+            exact_through(&proxy, &format!("seed {seed} {:?}", schedule.offsets())).await;
         eprintln!(
             "layer seed {seed} {mode:?} offsets {:?}: 2M rows exact in {:.2?}, {cuts} cuts, \
              {reattached} ReattachExecute, {} connections",
@@ -198,16 +209,8 @@ async fn layer_under_a_foreign_stub_through_graceful_ends_and_cuts() {
         .start()
         .await
         .unwrap();
-    let reattaches = Arc::new(AtomicU64::new(0));
-    let mut client = stub_over_layer(proxy.local_addr(), reattaches.clone());
-    let started = Instant::now();
-    let check = tokio::time::timeout(Duration::from_secs(300), read_rows(&mut client, ROWS))
-        .await
-        .unwrap_or_else(|_| panic!("hung; proxy {:?}", proxy.stats()))
-        .unwrap_or_else(|e| panic!("{:?}: {e}", schedule.offsets()));
-    assert_exact(&check, ROWS);
-    let cuts = proxy.stats().cuts;
-    let reattached = reattaches.load(Ordering::SeqCst);
+    let (cuts, reattached, started) =
+        exact_through(&proxy, &format!("{:?}", schedule.offsets())).await;
     eprintln!(
         "layer, graceful ends + cuts at {:?}: 2M rows exact in {:.2?}, {cuts} cuts, \
          {reattached} ReattachExecute",
