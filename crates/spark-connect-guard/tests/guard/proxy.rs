@@ -25,6 +25,21 @@ async fn guard_for(server: &TestServer, sleeper: &RecordingSleeper) -> Guard {
         .unwrap()
 }
 
+/// A server that ends each stream after 256 KiB with `faults` scripted, and
+/// a guard in front of it whose waits return at once.
+async fn faulty_upstream(faults: impl IntoIterator<Item = Fault>) -> (TestServer, Guard) {
+    let s = TestServer::builder()
+        .max_bytes_per_stream(256 * 1024)
+        .start()
+        .await
+        .unwrap();
+    for fault in faults {
+        s.faults().push(fault);
+    }
+    let guard = guard_for(&s, &RecordingSleeper::new()).await;
+    (s, guard)
+}
+
 /// Our own session: a client that reattaches by itself.
 async fn session_rows(remote: &str, rows: i64) -> Vec<i64> {
     let spark = SparkSession::builder().remote(remote).build().unwrap();
@@ -48,20 +63,13 @@ async fn session_rows(remote: &str, rows: i64) -> Vec<i64> {
 
 #[tokio::test]
 async fn a_stub_through_the_guard_is_exact_and_the_guard_releases_nothing() {
-    let s = TestServer::builder()
-        .max_bytes_per_stream(256 * 1024)
-        .start()
-        .await
-        .unwrap();
-    s.faults().push(
+    let (s, guard) = faulty_upstream([
         Fault::reset_connection()
             .on(Rpc::ExecutePlan)
             .after_responses(5),
-    );
-    s.faults()
-        .push(Fault::lose_request().on(Rpc::ReattachExecute));
-    let sleeper = RecordingSleeper::new();
-    let guard = guard_for(&s, &sleeper).await;
+        Fault::lose_request().on(Rpc::ReattachExecute),
+    ])
+    .await;
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", guard.local_addr()))
         .unwrap()
         .connect_lazy();
@@ -77,20 +85,13 @@ async fn a_stub_through_the_guard_is_exact_and_the_guard_releases_nothing() {
 
 #[tokio::test]
 async fn a_session_through_the_guard_is_exact_through_upstream_faults() {
-    let s = TestServer::builder()
-        .max_bytes_per_stream(256 * 1024)
-        .start()
-        .await
-        .unwrap();
-    s.faults().push(
+    let (s, guard) = faulty_upstream([
         Fault::reset_connection()
             .on(Rpc::ReattachExecute)
             .after_responses(2),
-    );
-    s.faults()
-        .push(Fault::unavailable().on(Rpc::ReattachExecute));
-    let sleeper = RecordingSleeper::new();
-    let guard = guard_for(&s, &sleeper).await;
+        Fault::unavailable().on(Rpc::ReattachExecute),
+    ])
+    .await;
     let ids = session_rows(&guard.remote(), ROWS).await;
     assert!(ids.iter().copied().eq(0..ROWS), "{} rows", ids.len());
     assert_eq!(s.faults().pending(), 0);
