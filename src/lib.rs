@@ -56,23 +56,6 @@
 #![warn(missing_docs, unreachable_pub)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub mod proto {
-    //! The Spark Connect protocol (package `spark.connect`), generated from
-    //! `proto/` at build time.
-    #![allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]
-
-    // The generated package `spark.connect`, private so that each message has
-    // one public path: `proto::X`.
-    mod spark {
-        pub mod connect {
-            tonic::include_proto!("spark.connect");
-        }
-    }
-    pub use spark::connect::*;
-
-    /// The gRPC service's full name, as OpenTelemetry's `rpc.service` spells it.
-    pub const SERVICE_NAME: &str = "spark.connect.SparkConnectService";
-}
 
 mod connect;
 pub mod deadlines;
@@ -82,6 +65,7 @@ pub mod layer;
 mod local_data;
 mod meters;
 pub mod policy;
+pub mod proto;
 pub mod reattach;
 pub mod reconnect;
 mod results;

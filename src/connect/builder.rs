@@ -362,7 +362,7 @@ impl SparkSessionBuilder {
     ///
     /// ```
     /// use spark_connect_retry::session::SparkSession;
-    /// use spark_connect_retry::session::conn_string::Token;
+    /// use spark_connect_retry::token::Token;
     /// use spark_connect_retry::token::{AccessToken, provider_fn};
     ///
     /// # #[tokio::main(flavor = "current_thread")]

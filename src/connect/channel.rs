@@ -270,7 +270,7 @@ impl ChannelBuilder {
 enum Bearer {
     None,
     Value(AsciiMetadataValue),
-    /// Cannot happen for a [`super::conn_string::Token`] (it is validated printable ASCII);
+    /// Cannot happen for a [`Token`](crate::token::Token) (it is validated printable ASCII);
     /// kept so that a bug fails calls instead of silently sending them unauthenticated.
     Invalid,
 }

@@ -155,7 +155,7 @@ impl Credentials {
 }
 
 /// `Bearer <token>`, marked sensitive (HPACK never indexes it, `Debug`
-/// prints `Sensitive`). A [`Token`](crate::session::conn_string::Token) is
+/// prints `Sensitive`). A [`Token`](crate::token::Token) is
 /// printable ASCII, so the value is always valid.
 fn header_value(token: &AccessToken) -> HeaderValue {
     let mut v = HeaderValue::from_str(&format!("Bearer {}", token.token().expose_secret()))
@@ -167,7 +167,7 @@ fn header_value(token: &AccessToken) -> HeaderValue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::connect::conn_string::Token;
+    use crate::token::Token;
     use crate::token::{TokenFuture, provider_fn};
 
     fn counting(lifetime: Option<Duration>) -> (Credentials, Arc<AtomicU64>) {

@@ -58,7 +58,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::connect::conn_string::Token;
+    use crate::token::Token;
     use crate::token::{AccessToken, StaticToken, provider_fn, refusal::token_error};
 
     #[tokio::test]

@@ -48,7 +48,7 @@
 //! use std::sync::atomic::{AtomicU32, Ordering};
 //! use std::time::Duration;
 //! use spark_connect_retry::session::SparkSession;
-//! use spark_connect_retry::session::conn_string::Token;
+//! use spark_connect_retry::token::Token;
 //! use spark_connect_retry::token::{AccessToken, TokenFuture, TokenProvider};
 //!
 //! /// Hands out `t-0`, `t-1`, ... each valid for 10 minutes.
@@ -83,16 +83,17 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use crate::connect::conn_string::Token;
 use crate::transport::BoxError;
 
 pub(crate) mod cache;
 pub(crate) mod call;
 mod error;
 pub(crate) mod refusal;
+mod secret;
 pub(crate) mod service;
 
 pub use error::TokenError;
+pub use secret::{InvalidToken, Token};
 
 /// The future a [`TokenProvider`] returns.
 pub type TokenFuture<'a> = Pin<Box<dyn Future<Output = Result<AccessToken, BoxError>> + Send + 'a>>;
@@ -140,7 +141,7 @@ impl<T: TokenProvider + ?Sized> TokenProvider for std::sync::Arc<T> {
 ///
 /// ```
 /// use std::time::Duration;
-/// use spark_connect_retry::session::conn_string::Token;
+/// use spark_connect_retry::token::Token;
 /// use spark_connect_retry::token::AccessToken;
 ///
 /// let t = AccessToken::new(Token::new("s3cr3t")?).expires_in(Duration::from_secs(3600));
@@ -181,7 +182,7 @@ impl AccessToken {
 /// A [`TokenProvider`] from a name and an async closure.
 ///
 /// ```
-/// use spark_connect_retry::session::conn_string::Token;
+/// use spark_connect_retry::token::Token;
 /// use spark_connect_retry::token::{AccessToken, TokenProvider, provider_fn};
 ///
 /// # #[tokio::main(flavor = "current_thread")]

@@ -236,7 +236,7 @@ async fn a_give_up_names_the_call_attempts_time_and_last_status() {
 /// of the crate carries a token.
 #[tokio::test]
 async fn a_refreshed_token_is_logged_by_provider_never_by_value() {
-    use spark_connect_retry::session::conn_string::Token;
+    use spark_connect_retry::token::Token;
     use spark_connect_retry::token::{AccessToken, provider_fn};
     use spark_connect_testkit::TokenRotation;
 

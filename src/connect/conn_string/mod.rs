@@ -108,67 +108,23 @@ use tonic::metadata::MetadataMap;
 use uuid::Uuid;
 
 use super::flow_control::Http2FlowControl;
+use crate::token::Token;
 
 mod defaults;
 mod error;
 mod values;
 
-use error::invalid_value;
 pub use error::{ConnectionStringError, ParamPart};
 use values::{
     BDP_PROBE_KEY, CONNECTION_WINDOW_KEY, STREAM_WINDOW_KEY, WindowParams, decode, insert_metadata,
-    is_printable_ascii, non_empty, parse_authority, parse_bool, parse_max_size, parse_millis,
-    parse_uuid, parse_window,
+    non_empty, parse_authority, parse_bool, parse_max_size, parse_millis,
+    parse_uuid, parse_window, token,
 };
 
 pub(crate) use defaults::{
     DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_PORT, DEFAULT_USER_AGENT, ENV_REMOTE, ENV_SPARK_USER,
     ENV_TOKEN, ENV_USER, ENV_USER_AGENT, MAX_USER_AGENT_LEN, SPARK_VERSION,
 };
-
-/// A bearer token. `Debug` and `Display` print `<redacted>`; use
-/// [`Token::expose_secret`] to read it.
-///
-/// ```
-/// use spark_connect_retry::session::conn_string::Token;
-/// let t = Token::new("s3cr3t").unwrap();
-/// assert_eq!(format!("{t:?} {t}"), "<redacted> <redacted>");
-/// assert_eq!(t.expose_secret(), "s3cr3t");
-/// ```
-#[derive(Clone)]
-pub struct Token(String);
-
-impl Token {
-    /// Wraps a token. It must be non-empty printable ASCII, so that `Bearer <token>` is a
-    /// valid header value.
-    pub fn new(token: impl Into<String>) -> Result<Self, ConnectionStringError> {
-        let token = token.into();
-        if token.is_empty() {
-            return Err(invalid_value("token", "must not be empty"));
-        }
-        if !token.bytes().all(is_printable_ascii) {
-            return Err(invalid_value("token", "must be printable ASCII"));
-        }
-        Ok(Token(token))
-    }
-
-    /// The secret itself. Do not log it.
-    pub fn expose_secret(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Token {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
-
-impl fmt::Display for Token {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
 
 /// HTTP/2 keepalive settings (the `grpc_keepalive_*` parameters).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -383,7 +339,7 @@ impl ConnectionString {
                     return Err(ConnectionStringError::EmptyKey { index });
                 }
                 match &*key {
-                    "token" => cs.token = Some(Token::new(value)?),
+                    "token" => cs.token = Some(token(value)?),
                     "use_ssl" => cs.use_ssl = parse_bool("use_ssl", &value)?,
                     "user_id" => cs.user_id = Some(non_empty("user_id", value)?),
                     "user_agent" => user_agent = Some(non_empty("user_agent", value)?),
@@ -429,7 +385,7 @@ impl ConnectionString {
         if cs.token.is_none()
             && let Some(t) = env(ENV_TOKEN)
         {
-            cs.token = Some(Token::new(t)?);
+            cs.token = Some(token(t)?);
         }
         if cs.user_id.is_none() {
             cs.user_id = env(ENV_SPARK_USER).or_else(|| env(ENV_USER));

@@ -42,6 +42,11 @@ pub(super) fn decode(
         .map_err(|_| ConnectionStringError::PercentDecoding { index, part })
 }
 
+/// The `token` parameter (or `SPARK_CONNECT_AUTHENTICATE_TOKEN`), checked.
+pub(super) fn token(value: impl Into<String>) -> Result<crate::token::Token, ConnectionStringError> {
+    crate::token::Token::new(value).map_err(|e| invalid_value("token", e.reason()))
+}
+
 pub(super) fn is_printable_ascii(b: u8) -> bool {
     (0x20..=0x7e).contains(&b)
 }
