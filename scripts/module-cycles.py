@@ -52,6 +52,9 @@ USE = re.compile(r"^\s*(pub(?:\([^)]*\))?\s+)?use\s+([^;]+);", re.M | re.S)
 PATH = re.compile(r"(?<![A-Za-z0-9_:])((?:crate|super|self)(?:::[A-Za-z_][A-Za-z0-9_]*)+)")
 INHERENT_IMPL = re.compile(r"^\s*impl\s*(?:<[^{]*?>)?\s+([A-Za-z_][A-Za-z0-9_]*)\s*(?:<[^{]*?>)?\s*\{", re.M)
 CFG_TEST = re.compile(r"#\[cfg\(test\)\]\s*(?:#\[[^\]]*\]\s*)*(?:pub(?:\([^)]*\))?\s+)?mod\s+\w+\s*\{")
+# `#[cfg(test)] mod name;` or `#[cfg(all(test, ..))] mod name;`: a file of tests.
+CFG_MOD_FILE = re.compile(
+    r"#\[cfg\(([^\]]*)\)\]\s*(?:#\[[^\]]*\]\s*)*(?:pub(?:\([^)]*\))?\s+)?mod\s+([A-Za-z_][A-Za-z0-9_]*)\s*;")
 
 
 FN_NAME = re.compile(r"\bfn\s+([A-Za-z_][A-Za-z0-9_]*)")
@@ -122,8 +125,17 @@ def module_of(src, f):
 
 
 class Crate:
-    def __init__(self, src):
+    """The files of one crate and what each names.
+
+    facade_edges=True (scripts/floors.py): a path that names an item through a
+    `pub use` / `pub(crate) use` re-export is also an edge to the re-exporting
+    file (besides the edge to the file that defines the item), since such a
+    path leans on the facade. The default (False) only looks through.
+    """
+
+    def __init__(self, src, facade_edges=False):
         self.src = src
+        self.facade_edges = facade_edges
         self.files = sorted(glob.glob(os.path.join(src, "**", "*.rs"), recursive=True))
         self.text = {}
         for f in self.files:
@@ -137,6 +149,7 @@ class Crate:
         # Names each file brings in with `use`: name -> crate path segments, or
         # None for another crate's item (a dead end for this crate's graph).
         self.imports = {f: {} for f in self.files}
+        self.reexports = {f: set() for f in self.files}  # names a file re-exports
         self.uses = {f: [] for f in self.files}  # (is_pub, absolute segments)
         self.globs = []
         for f, t in self.text.items():
@@ -154,6 +167,8 @@ class Crate:
                         continue
                     self.uses[f].append((bool(vis), segs))
                     self.imports[f][segs[-1]] = segs
+                    if vis:
+                        self.reexports[f].add(segs[-1])
 
     def absolute(self, f, segs):
         """The crate-relative path of `segs` as written in file f, or None for other crates."""
@@ -199,18 +214,31 @@ class Crate:
                 # Another crate's item, named through this file: the file
                 # chose it (a re-export such as `pub use tower::BoxError`),
                 # so a user of the path depends on this file.
-                return {home} if target is None else self.resolve(target, seen)
+                if target is None:
+                    return {home}
+                found = self.resolve(target, seen)
+                if self.facade_edges and name in self.reexports[home]:
+                    found = found | {home}  # named through this file's re-export
+                return found
             # Unknown here (macro-generated, say): the module file itself.
             return {home}
         return set()
 
     def graph(self):
+        """File -> the files it depends on; self.why[(a, b)] says by which paths."""
         g = {f: set() for f in self.files}
+        self.why = {}
+
+        def add(f, targets, label):
+            g[f] |= targets
+            for b in targets:
+                self.why.setdefault((f, b), set()).add(label)
+
         for f, t in self.text.items():
             for is_pub, segs in self.uses[f]:
                 if is_pub:
                     continue  # looked through by whoever uses the re-exported path
-                g[f] |= self.resolve(segs)
+                add(f, self.resolve(segs), "use crate::" + "::".join(segs))
             # The paths of code: `use` items are read above (a re-export
             # written `pub use x::Y;` is looked through, as `pub use x::{Y};`).
             t = USE.sub("", t)
@@ -221,21 +249,30 @@ class Crate:
             for p in PATH.findall(t) + child_paths:
                 segs = self.absolute(f, p.split("::"))
                 if segs is not None:
-                    g[f] |= self.resolve(segs)
+                    add(f, self.resolve(segs), p)
             for m in INHERENT_IMPL.finditer(t):
                 name = m.group(1)
                 if name in self.types[f]:
                     continue
                 methods = FN_NAME.findall(block_at(t, m.end()))
                 for home in self.type_home(f, name):
-                    g[f].add(home)
+                    add(f, {home}, "impl " + name)
                     calls = self.text[home]
                     if any(re.search(r"(?:\.|\bSelf::|\b%s::)%s\s*(?:::<[^>]*>)?\(" % (name, fn), calls)
                            for fn in methods):
-                        g[home].add(f)
+                        add(home, {f}, "calls methods of impl %s" % name)
         for f in g:
             g[f].discard(f)
         return g
+
+    def test_files(self):
+        """Files of tests: modules declared under a `#[cfg(..test..)]`, and theirs."""
+        roots = set()
+        for f, t in self.text.items():
+            for cfg, name in CFG_MOD_FILE.findall(t):
+                if re.search(r"\btest\b", cfg) and not re.search(r"\bnot\s*\(\s*test\b", cfg):
+                    roots.add(self.module[f] + (name,))
+        return {f for f, m in self.module.items() if any(m[:len(r)] == r for r in roots)}
 
     def type_home(self, f, name):
         """Where the type `name`, implemented in f, is defined (through f's imports)."""
