@@ -25,7 +25,8 @@ File A depends on file B when A names an item that B defines:
 Also fails on a glob import (`use path::*;`, not a `pub use` re-export)
 outside `#[cfg(test)]` code, since a glob hides which file a name comes from.
 
-Comments and `#[cfg(test)]` modules are ignored. Prints every strongly
+Comments and `#[cfg(test)]` (or `#[cfg(all(test, ..))]`) module blocks are
+ignored. Prints every strongly
 connected component of more than one file, per crate, and exits 1 if there is
 any circle or glob.
 
@@ -51,10 +52,31 @@ CHILD_MOD = re.compile(r"^\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+([A-Za-z_][A-Za-z0-9
 USE = re.compile(r"^\s*(pub(?:\([^)]*\))?\s+)?use\s+([^;]+);", re.M | re.S)
 PATH = re.compile(r"(?<![A-Za-z0-9_:])((?:crate|super|self)(?:::[A-Za-z_][A-Za-z0-9_]*)+)")
 INHERENT_IMPL = re.compile(r"^\s*impl\s*(?:<[^{]*?>)?\s+([A-Za-z_][A-Za-z0-9_]*)\s*(?:<[^{]*?>)?\s*\{", re.M)
-CFG_TEST = re.compile(r"#\[cfg\(test\)\]\s*(?:#\[[^\]]*\]\s*)*(?:pub(?:\([^)]*\))?\s+)?mod\s+\w+\s*\{")
-# `#[cfg(test)] mod name;` or `#[cfg(all(test, ..))] mod name;`: a file of tests.
+# `#[cfg(..)] mod name {` (a block) and `#[cfg(..)] mod name;` (a file).
+CFG_MOD = re.compile(r"#\[cfg\(([^\]]*)\)\]\s*(?:#\[[^\]]*\]\s*)*(?:pub(?:\([^)]*\))?\s+)?mod\s+\w+\s*\{")
 CFG_MOD_FILE = re.compile(
     r"#\[cfg\(([^\]]*)\)\]\s*(?:#\[[^\]]*\]\s*)*(?:pub(?:\([^)]*\))?\s+)?mod\s+([A-Za-z_][A-Za-z0-9_]*)\s*;")
+
+
+def test_only(cfg):
+    """Whether code under `#[cfg(<cfg>)]` is built for tests only: `test`,
+    `all(test, ..)`; not `any(test, feature = "..")`."""
+    cfg = cfg.strip()
+    if cfg == "test":
+        return True
+    m = re.fullmatch(r"all\s*\((.*)\)", cfg, re.S)
+    if not m:
+        return False
+    depth, cur, args = 0, "", []
+    for ch in m.group(1):
+        if ch == "," and depth == 0:
+            args.append(cur)
+            cur = ""
+            continue
+        depth += ch == "("
+        depth -= ch == ")"
+        cur += ch
+    return any(test_only(a) for a in args + [cur])
 
 
 FN_NAME = re.compile(r"\bfn\s+([A-Za-z_][A-Za-z0-9_]*)")
@@ -75,11 +97,16 @@ def strip_comments(text):
 
 
 def strip_test_modules(text):
-    """Removes every `#[cfg(test)] mod name { ... }` block (braces matched)."""
+    """Removes every `#[cfg(test)] mod name { ... }` block (braces matched),
+    and every block under `#[cfg(all(test, ..))]`."""
+    pos = 0
     while True:
-        m = CFG_TEST.search(text)
+        m = CFG_MOD.search(text, pos)
         if not m:
             return text
+        if not test_only(m.group(1)):
+            pos = m.end()
+            continue
         depth, i = 1, m.end()
         while i < len(text) and depth:
             depth += {"{": 1, "}": -1}.get(text[i], 0)
@@ -270,7 +297,7 @@ class Crate:
         roots = set()
         for f, t in self.text.items():
             for cfg, name in CFG_MOD_FILE.findall(t):
-                if re.search(r"\btest\b", cfg) and not re.search(r"\bnot\s*\(\s*test\b", cfg):
+                if test_only(cfg):
                     roots.add(self.module[f] + (name,))
         return {f for f, m in self.module.items() if any(m[:len(r)] == r for r in roots)}
 

@@ -121,6 +121,23 @@ class ModuleCycles(unittest.TestCase):
         })
         self.assertEqual(rc, 0, out)
 
+    def test_a_test_module_under_cfg_all_test_is_ignored_and_cfg_any_test_is_not(self):
+        # `#[cfg(all(test, feature = ".."))]` is test code like `#[cfg(test)]`;
+        # `#[cfg(any(test, feature = ".."))]` is built without tests too.
+        rc, out = self.check({
+            "lib.rs": "mod a;\n",
+            "a.rs": "pub struct A;\n#[cfg(all(test, feature = \"x\"))]\nmod tests {\n    use super::*;\n"
+                    "    #[test]\n    fn t() { let _ = A; }\n}\n",
+        })
+        self.assertEqual(rc, 0, out)
+        rc, out = self.check({
+            "lib.rs": "mod a;\n",
+            "a.rs": "pub struct A;\n#[cfg(any(test, feature = \"x\"))]\npub mod util {\n    use super::*;\n"
+                    "    pub fn f(_: A) {}\n}\n",
+        })
+        self.assertEqual(rc, 1, out)
+        self.assertIn("glob import outside tests: a.rs", out)
+
     def test_another_crates_item_is_an_edge_to_the_file_that_re_exports_it(self):
         # lib.rs re-exports another crate's `policy`: a.rs, naming it through
         # lib.rs, depends on lib.rs (the checker once dropped this edge). A
