@@ -8,6 +8,8 @@ drivers over pure cores) holds only while the file graph has no circle.
 File A depends on file B when A names an item that B defines:
 - through a `crate::`, `super::` or `self::` path, or a path that starts with
   a child module A declares (`mod x;` then `x::Item`), in a `use` or in code;
+- a path inside an inline `mod name { .. }` block is read from that module
+  (`super::X` there is the file's own X), and the block's items are the file's;
 - items defined in `mod.rs` and `lib.rs` count like any other (a child that
   uses its parent's item depends on the parent);
 - a `pub use` / `pub(crate) use` re-export of this crate's item is looked
@@ -79,6 +81,7 @@ def test_only(cfg):
     return any(test_only(a) for a in args + [cur])
 
 
+INLINE_MOD = re.compile(r"^\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+([A-Za-z_][A-Za-z0-9_]*)\s*\{", re.M)
 FN_NAME = re.compile(r"\bfn\s+([A-Za-z_][A-Za-z0-9_]*)")
 
 
@@ -144,6 +147,11 @@ def expand_use(tree):
     return [p for p in out if p]
 
 
+def crate_path(segs):
+    """`crate::a::b` for the segments ["a", "b"] (or ["a", "b", "self"])."""
+    return "::".join(["crate"] + list(segs[:-1] if segs and segs[-1] == "self" else segs))
+
+
 def module_of(src, f):
     rel = os.path.relpath(f, src)[:-3].split(os.sep)
     if rel[-1] in ("mod", "lib", "main"):
@@ -169,6 +177,7 @@ class Crate:
             with open(f, encoding="utf-8") as fh:
                 self.text[f] = strip_test_modules(strip_comments(fh.read()))
         self.mods = {module_of(src, f): f for f in self.files}
+        self.blocks = {}  # file -> [(start, end, name)] of its inline module blocks
         self.module = {f: module_of(src, f) for f in self.files}
         self.defs = {f: set(DEF.findall(t)) for f, t in self.text.items()}
         self.types = {f: set(TYPE_DEF.findall(t)) for f, t in self.text.items()}
@@ -180,9 +189,10 @@ class Crate:
         self.uses = {f: [] for f in self.files}  # (is_pub, absolute segments)
         self.globs = []
         for f, t in self.text.items():
-            for vis, tree in USE.findall(t):
+            for u in USE.finditer(t):
+                vis, tree = u.groups()
                 for p in expand_use(tree):
-                    segs = self.absolute(f, p.split("::"))
+                    segs = self.absolute(f, p.split("::"), u.start())
                     if segs is None:
                         self.imports[f][p.split("::")[-1]] = None
                         continue
@@ -197,12 +207,22 @@ class Crate:
                     if vis:
                         self.reexports[f].add(segs[-1])
 
-    def absolute(self, f, segs):
-        """The crate-relative path of `segs` as written in file f, or None for other crates."""
+    def scope(self, f, pos):
+        """The module at offset `pos` of file f: the file's, and the inline
+        `mod name { .. }` blocks around `pos`."""
+        if f not in self.blocks:
+            t = self.text[f]
+            self.blocks[f] = [(m.end(), m.end() + len(block_at(t, m.end())), m.group(1))
+                              for m in INLINE_MOD.finditer(t)]
+        return list(self.module[f]) + [name for start, end, name in self.blocks[f] if start <= pos < end]
+
+    def absolute(self, f, segs, pos=-1):
+        """The crate-relative path of `segs` as written in file f (at offset
+        pos, inside whatever inline modules are there), or None for other crates."""
         segs = [s for s in segs if s]
         if not segs:
             return None
-        here = list(self.module[f])
+        here = self.scope(f, pos)
         if segs[0] == "crate":
             return segs[1:]
         if segs[0] == "self":
@@ -265,16 +285,18 @@ class Crate:
             for is_pub, segs in self.uses[f]:
                 if is_pub:
                     continue  # looked through by whoever uses the re-exported path
-                add(f, self.resolve(segs), "use crate::" + "::".join(segs))
+                add(f, self.resolve(segs), "use " + crate_path(segs))
             # The paths of code: `use` items are read above (a re-export
             # written `pub use x::Y;` is looked through, as `pub use x::{Y};`).
-            t = USE.sub("", t)
-            child_paths = []
+            # (Blanked, not cut, so that offsets still tell the inline module.)
+            t = USE.sub(lambda u: " " * len(u.group(0)), t)
+            found = list(PATH.finditer(t))
             for child in self.children[f]:
-                child_paths += re.findall(
+                found += re.finditer(
                     r"(?<![A-Za-z0-9_:])(%s(?:::[A-Za-z_][A-Za-z0-9_]*)+)" % child, t)
-            for p in PATH.findall(t) + child_paths:
-                segs = self.absolute(f, p.split("::"))
+            for m in found:
+                p = m.group(1)
+                segs = self.absolute(f, p.split("::"), m.start())
                 if segs is not None:
                     add(f, self.resolve(segs), p)
             for m in INHERENT_IMPL.finditer(t):

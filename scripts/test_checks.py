@@ -138,6 +138,17 @@ class ModuleCycles(unittest.TestCase):
         self.assertEqual(rc, 1, out)
         self.assertIn("glob import outside tests: a.rs", out)
 
+    def test_super_inside_an_inline_module_is_the_file_itself(self):
+        # `super::X` in a.rs's `mod inner { .. }` names a.rs's X, not lib.rs's
+        # (the checker once read it as a.rs -> lib.rs: a circle with lib.rs).
+        rc, out = self.check({
+            "lib.rs": "mod a;\npub fn root() { a::f(); }\n",
+            "a.rs": "pub struct X;\npub fn f() {}\nmod inner {\n    use super::X;\n"
+                    "    pub fn g(_: X) { super::f() }\n}\n",
+        })
+        self.assertEqual(rc, 0, out)
+        self.assertIn("0 cycle(s)", out)
+
     def test_another_crates_item_is_an_edge_to_the_file_that_re_exports_it(self):
         # lib.rs re-exports another crate's `policy`: a.rs, naming it through
         # lib.rs, depends on lib.rs (the checker once dropped this edge). A
