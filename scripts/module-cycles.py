@@ -8,6 +8,8 @@ drivers over pure cores) holds only while the file graph has no circle.
 File A depends on file B when A names an item that B defines:
 - through a `crate::`, `super::` or `self::` path, or a path that starts with
   a child module A declares (`mod x;` then `x::Item`), in a `use` or in code;
+- a path inside an inline `mod name { .. }` block is read from that module
+  (`super::X` there is the file's own X), and the block's items are the file's;
 - items defined in `mod.rs` and `lib.rs` count like any other (a child that
   uses its parent's item depends on the parent);
 - a `pub use` / `pub(crate) use` re-export of this crate's item is looked
@@ -25,7 +27,8 @@ File A depends on file B when A names an item that B defines:
 Also fails on a glob import (`use path::*;`, not a `pub use` re-export)
 outside `#[cfg(test)]` code, since a glob hides which file a name comes from.
 
-Comments and `#[cfg(test)]` modules are ignored. Prints every strongly
+Comments and `#[cfg(test)]` (or `#[cfg(all(test, ..))]`) module blocks are
+ignored. Prints every strongly
 connected component of more than one file, per crate, and exits 1 if there is
 any circle or glob.
 
@@ -51,9 +54,34 @@ CHILD_MOD = re.compile(r"^\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+([A-Za-z_][A-Za-z0-9
 USE = re.compile(r"^\s*(pub(?:\([^)]*\))?\s+)?use\s+([^;]+);", re.M | re.S)
 PATH = re.compile(r"(?<![A-Za-z0-9_:])((?:crate|super|self)(?:::[A-Za-z_][A-Za-z0-9_]*)+)")
 INHERENT_IMPL = re.compile(r"^\s*impl\s*(?:<[^{]*?>)?\s+([A-Za-z_][A-Za-z0-9_]*)\s*(?:<[^{]*?>)?\s*\{", re.M)
-CFG_TEST = re.compile(r"#\[cfg\(test\)\]\s*(?:#\[[^\]]*\]\s*)*(?:pub(?:\([^)]*\))?\s+)?mod\s+\w+\s*\{")
+# `#[cfg(..)] mod name {` (a block) and `#[cfg(..)] mod name;` (a file).
+CFG_MOD = re.compile(r"#\[cfg\(([^\]]*)\)\]\s*(?:#\[[^\]]*\]\s*)*(?:pub(?:\([^)]*\))?\s+)?mod\s+\w+\s*\{")
+CFG_MOD_FILE = re.compile(
+    r"#\[cfg\(([^\]]*)\)\]\s*(?:#\[[^\]]*\]\s*)*(?:pub(?:\([^)]*\))?\s+)?mod\s+([A-Za-z_][A-Za-z0-9_]*)\s*;")
 
 
+def test_only(cfg):
+    """Whether code under `#[cfg(<cfg>)]` is built for tests only: `test`,
+    `all(test, ..)`; not `any(test, feature = "..")`."""
+    cfg = cfg.strip()
+    if cfg == "test":
+        return True
+    m = re.fullmatch(r"all\s*\((.*)\)", cfg, re.S)
+    if not m:
+        return False
+    depth, cur, args = 0, "", []
+    for ch in m.group(1):
+        if ch == "," and depth == 0:
+            args.append(cur)
+            cur = ""
+            continue
+        depth += ch == "("
+        depth -= ch == ")"
+        cur += ch
+    return any(test_only(a) for a in args + [cur])
+
+
+INLINE_MOD = re.compile(r"^\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+([A-Za-z_][A-Za-z0-9_]*)\s*\{", re.M)
 FN_NAME = re.compile(r"\bfn\s+([A-Za-z_][A-Za-z0-9_]*)")
 
 
@@ -72,11 +100,16 @@ def strip_comments(text):
 
 
 def strip_test_modules(text):
-    """Removes every `#[cfg(test)] mod name { ... }` block (braces matched)."""
+    """Removes every `#[cfg(test)] mod name { ... }` block (braces matched),
+    and every block under `#[cfg(all(test, ..))]`."""
+    pos = 0
     while True:
-        m = CFG_TEST.search(text)
+        m = CFG_MOD.search(text, pos)
         if not m:
             return text
+        if not test_only(m.group(1)):
+            pos = m.end()
+            continue
         depth, i = 1, m.end()
         while i < len(text) and depth:
             depth += {"{": 1, "}": -1}.get(text[i], 0)
@@ -114,6 +147,11 @@ def expand_use(tree):
     return [p for p in out if p]
 
 
+def crate_path(segs):
+    """`crate::a::b` for the segments ["a", "b"] (or ["a", "b", "self"])."""
+    return "::".join(["crate"] + list(segs[:-1] if segs and segs[-1] == "self" else segs))
+
+
 def module_of(src, f):
     rel = os.path.relpath(f, src)[:-3].split(os.sep)
     if rel[-1] in ("mod", "lib", "main"):
@@ -122,14 +160,24 @@ def module_of(src, f):
 
 
 class Crate:
-    def __init__(self, src):
+    """The files of one crate and what each names.
+
+    facade_edges=True (scripts/floors.py): a path that names an item through a
+    `pub use` / `pub(crate) use` re-export is also an edge to the re-exporting
+    file (besides the edge to the file that defines the item), since such a
+    path leans on the facade. The default (False) only looks through.
+    """
+
+    def __init__(self, src, facade_edges=False):
         self.src = src
+        self.facade_edges = facade_edges
         self.files = sorted(glob.glob(os.path.join(src, "**", "*.rs"), recursive=True))
         self.text = {}
         for f in self.files:
             with open(f, encoding="utf-8") as fh:
                 self.text[f] = strip_test_modules(strip_comments(fh.read()))
         self.mods = {module_of(src, f): f for f in self.files}
+        self.blocks = {}  # file -> [(start, end, name)] of its inline module blocks
         self.module = {f: module_of(src, f) for f in self.files}
         self.defs = {f: set(DEF.findall(t)) for f, t in self.text.items()}
         self.types = {f: set(TYPE_DEF.findall(t)) for f, t in self.text.items()}
@@ -137,12 +185,14 @@ class Crate:
         # Names each file brings in with `use`: name -> crate path segments, or
         # None for another crate's item (a dead end for this crate's graph).
         self.imports = {f: {} for f in self.files}
+        self.reexports = {f: set() for f in self.files}  # names a file re-exports
         self.uses = {f: [] for f in self.files}  # (is_pub, absolute segments)
         self.globs = []
         for f, t in self.text.items():
-            for vis, tree in USE.findall(t):
+            for u in USE.finditer(t):
+                vis, tree = u.groups()
                 for p in expand_use(tree):
-                    segs = self.absolute(f, p.split("::"))
+                    segs = self.absolute(f, p.split("::"), u.start())
                     if segs is None:
                         self.imports[f][p.split("::")[-1]] = None
                         continue
@@ -154,13 +204,25 @@ class Crate:
                         continue
                     self.uses[f].append((bool(vis), segs))
                     self.imports[f][segs[-1]] = segs
+                    if vis:
+                        self.reexports[f].add(segs[-1])
 
-    def absolute(self, f, segs):
-        """The crate-relative path of `segs` as written in file f, or None for other crates."""
+    def scope(self, f, pos):
+        """The module at offset `pos` of file f: the file's, and the inline
+        `mod name { .. }` blocks around `pos`."""
+        if f not in self.blocks:
+            t = self.text[f]
+            self.blocks[f] = [(m.end(), m.end() + len(block_at(t, m.end())), m.group(1))
+                              for m in INLINE_MOD.finditer(t)]
+        return list(self.module[f]) + [name for start, end, name in self.blocks[f] if start <= pos < end]
+
+    def absolute(self, f, segs, pos=-1):
+        """The crate-relative path of `segs` as written in file f (at offset
+        pos, inside whatever inline modules are there), or None for other crates."""
         segs = [s for s in segs if s]
         if not segs:
             return None
-        here = list(self.module[f])
+        here = self.scope(f, pos)
         if segs[0] == "crate":
             return segs[1:]
         if segs[0] == "self":
@@ -199,43 +261,67 @@ class Crate:
                 # Another crate's item, named through this file: the file
                 # chose it (a re-export such as `pub use tower::BoxError`),
                 # so a user of the path depends on this file.
-                return {home} if target is None else self.resolve(target, seen)
+                if target is None:
+                    return {home}
+                found = self.resolve(target, seen)
+                if self.facade_edges and name in self.reexports[home]:
+                    found = found | {home}  # named through this file's re-export
+                return found
             # Unknown here (macro-generated, say): the module file itself.
             return {home}
         return set()
 
     def graph(self):
+        """File -> the files it depends on; self.why[(a, b)] says by which paths."""
         g = {f: set() for f in self.files}
+        self.why = {}
+
+        def add(f, targets, label):
+            g[f] |= targets
+            for b in targets:
+                self.why.setdefault((f, b), set()).add(label)
+
         for f, t in self.text.items():
             for is_pub, segs in self.uses[f]:
                 if is_pub:
                     continue  # looked through by whoever uses the re-exported path
-                g[f] |= self.resolve(segs)
+                add(f, self.resolve(segs), "use " + crate_path(segs))
             # The paths of code: `use` items are read above (a re-export
             # written `pub use x::Y;` is looked through, as `pub use x::{Y};`).
-            t = USE.sub("", t)
-            child_paths = []
+            # (Blanked, not cut, so that offsets still tell the inline module.)
+            t = USE.sub(lambda u: " " * len(u.group(0)), t)
+            found = list(PATH.finditer(t))
             for child in self.children[f]:
-                child_paths += re.findall(
+                found += re.finditer(
                     r"(?<![A-Za-z0-9_:])(%s(?:::[A-Za-z_][A-Za-z0-9_]*)+)" % child, t)
-            for p in PATH.findall(t) + child_paths:
-                segs = self.absolute(f, p.split("::"))
+            for m in found:
+                p = m.group(1)
+                segs = self.absolute(f, p.split("::"), m.start())
                 if segs is not None:
-                    g[f] |= self.resolve(segs)
+                    add(f, self.resolve(segs), p)
             for m in INHERENT_IMPL.finditer(t):
                 name = m.group(1)
                 if name in self.types[f]:
                     continue
                 methods = FN_NAME.findall(block_at(t, m.end()))
                 for home in self.type_home(f, name):
-                    g[f].add(home)
+                    add(f, {home}, "impl " + name)
                     calls = self.text[home]
                     if any(re.search(r"(?:\.|\bSelf::|\b%s::)%s\s*(?:::<[^>]*>)?\(" % (name, fn), calls)
                            for fn in methods):
-                        g[home].add(f)
+                        add(home, {f}, "calls methods of impl %s" % name)
         for f in g:
             g[f].discard(f)
         return g
+
+    def test_files(self):
+        """Files of tests: modules declared under a `#[cfg(..test..)]`, and theirs."""
+        roots = set()
+        for f, t in self.text.items():
+            for cfg, name in CFG_MOD_FILE.findall(t):
+                if test_only(cfg):
+                    roots.add(self.module[f] + (name,))
+        return {f for f, m in self.module.items() if any(m[:len(r)] == r for r in roots)}
 
     def type_home(self, f, name):
         """Where the type `name`, implemented in f, is defined (through f's imports)."""

@@ -121,6 +121,34 @@ class ModuleCycles(unittest.TestCase):
         })
         self.assertEqual(rc, 0, out)
 
+    def test_a_test_module_under_cfg_all_test_is_ignored_and_cfg_any_test_is_not(self):
+        # `#[cfg(all(test, feature = ".."))]` is test code like `#[cfg(test)]`;
+        # `#[cfg(any(test, feature = ".."))]` is built without tests too.
+        rc, out = self.check({
+            "lib.rs": "mod a;\n",
+            "a.rs": "pub struct A;\n#[cfg(all(test, feature = \"x\"))]\nmod tests {\n    use super::*;\n"
+                    "    #[test]\n    fn t() { let _ = A; }\n}\n",
+        })
+        self.assertEqual(rc, 0, out)
+        rc, out = self.check({
+            "lib.rs": "mod a;\n",
+            "a.rs": "pub struct A;\n#[cfg(any(test, feature = \"x\"))]\npub mod util {\n    use super::*;\n"
+                    "    pub fn f(_: A) {}\n}\n",
+        })
+        self.assertEqual(rc, 1, out)
+        self.assertIn("glob import outside tests: a.rs", out)
+
+    def test_super_inside_an_inline_module_is_the_file_itself(self):
+        # `super::X` in a.rs's `mod inner { .. }` names a.rs's X, not lib.rs's
+        # (the checker once read it as a.rs -> lib.rs: a circle with lib.rs).
+        rc, out = self.check({
+            "lib.rs": "mod a;\npub fn root() { a::f(); }\n",
+            "a.rs": "pub struct X;\npub fn f() {}\nmod inner {\n    use super::X;\n"
+                    "    pub fn g(_: X) { super::f() }\n}\n",
+        })
+        self.assertEqual(rc, 0, out)
+        self.assertIn("0 cycle(s)", out)
+
     def test_another_crates_item_is_an_edge_to_the_file_that_re_exports_it(self):
         # lib.rs re-exports another crate's `policy`: a.rs, naming it through
         # lib.rs, depends on lib.rs (the checker once dropped this edge). A
@@ -176,6 +204,98 @@ class ModuleCycles(unittest.TestCase):
         })
         self.assertEqual(rc, 0, out)
         self.assertIn("0 cycle(s)", out)
+
+
+class Floors(unittest.TestCase):
+    ORDER = "# bottom first\na\nb c  # siblings\nd\n"
+
+    def check(self, files, order=ORDER, script="floors.py"):
+        with tempfile.TemporaryDirectory() as tmp:
+            src = os.path.join(tmp, "src")
+            write_tree(src, files)
+            write_tree(tmp, {"floors.txt": order})
+            if script == "module-cycles.py":
+                return run([sys.executable, os.path.join(HERE, script), src])
+            return run([sys.executable, os.path.join(HERE, script), "--order", os.path.join(tmp, "floors.txt"), src])
+
+    # a at the bottom, b and c above it, d (a folder) on top, lib.rs the roof.
+    STACK = {
+        "lib.rs": "mod a;\nmod b;\nmod c;\npub mod d;\npub use d::X;\npub fn root() -> a::A { a::A }\n",
+        "a.rs": "pub struct A;\n#[cfg(test)]\nmod tests;\n#[cfg(test)]\nmod more {\n    use crate::d::X;\n}\n",
+        "a/tests.rs": "use crate::d::X;\n",
+        "b.rs": "use crate::a::A;\npub struct B(pub A);\n",
+        "c.rs": "pub struct C(pub crate::a::A);\n",
+        "d/mod.rs": "mod x;\npub use x::X;\n",
+        "d/x.rs": "use crate::b::B;\nuse crate::c::C;\npub struct X(pub B, pub C);\n",
+    }
+
+    def test_a_clean_stacked_tree_passes(self):
+        # Test files and #[cfg(test)] modules may import any room.
+        rc, out = self.check(self.STACK)
+        self.assertEqual(rc, 0, out)
+        self.assertIn("src: 4 rooms on 3 floors, 7 room-to-room imports, 0 upward, 0 sideways, "
+                      "0 file cycles counting facade paths", out)
+
+    def test_an_upward_import_fails_and_names_both_files(self):
+        rc, out = self.check({**self.STACK, "a.rs": "pub struct A;\npub fn f(_: crate::d::x::X) {}\n"})
+        self.assertEqual(rc, 1, out)
+        self.assertIn("upward: a.rs (floor 1: a) -> d/x.rs (floor 3: d) via crate::d::x::X", out)
+
+    def test_an_import_between_siblings_fails(self):
+        rc, out = self.check({**self.STACK, "b.rs": "use crate::a::A;\nuse crate::c::C;\npub struct B(pub A, pub C);\n"})
+        self.assertEqual(rc, 1, out)
+        self.assertIn("sideways: b.rs (floor 2: b) -> c.rs (floor 2: c) via use crate::c::C", out)
+
+    def test_an_unlisted_room_and_a_missing_room_fail(self):
+        rc, out = self.check({**self.STACK, "e.rs": "pub struct E;\n"}, order=self.ORDER + "z\n")
+        self.assertEqual(rc, 1, out)
+        self.assertIn("unlisted room: e (e.rs)", out)
+        self.assertIn("missing room: z (floor 4)", out)
+
+    def test_a_path_through_a_higher_rooms_re_export_fails(self):
+        # conn defines ResultCompression; session re-exports it; conn's builder
+        # names it through session: an import of session/mod.rs, upward.
+        # module-cycles looks through the re-export and sees no fault.
+        files = {
+            "lib.rs": "mod conn;\npub mod session;\n",
+            "conn/mod.rs": "pub(crate) mod rc;\nmod builder;\n",
+            "conn/rc.rs": "pub struct ResultCompression;\n",
+            "conn/builder.rs": "pub fn f() -> crate::session::ResultCompression { todo!() }\n",
+            "session/mod.rs": "pub use crate::conn::rc::ResultCompression;\n",
+        }
+        rc, out = self.check(files, order="conn\nsession\n")
+        self.assertEqual(rc, 1, out)
+        self.assertIn("upward: conn/builder.rs (floor 1: conn) -> session/mod.rs (floor 2: session) "
+                      "via crate::session::ResultCompression", out)
+        rc, out = self.check(files, script="module-cycles.py")
+        self.assertEqual(rc, 0, out)
+
+    def test_a_path_through_lib_rs_fails(self):
+        rc, out = self.check({**self.STACK, "c.rs": "pub struct C(pub crate::a::A);\npub fn f(_: crate::X) {}\n"})
+        self.assertEqual(rc, 1, out)
+        self.assertIn("upward: c.rs (floor 2: c) -> lib.rs (roof) via crate::X", out)
+
+    def test_a_lower_room_re_exporting_a_higher_rooms_item_fails(self):
+        rc, out = self.check({**self.STACK, "a.rs": "pub struct A;\npub use crate::b::B;\n"})
+        self.assertEqual(rc, 1, out)
+        self.assertIn("upward: a.rs (floor 1: a) -> b.rs (floor 2: b) via pub use crate::b::B", out)
+
+    def test_a_cycle_through_a_re_export_in_mod_rs_fails(self):
+        # literal.rs names Value through mod.rs, which calls literal.rs: a
+        # circle once facade paths count (module-cycles looks through it).
+        files = {
+            "lib.rs": "pub mod params;\n",
+            "params/mod.rs": "mod literal;\nmod value;\npub use value::Value;\n"
+                             "pub fn f() -> Value { literal::g() }\n",
+            "params/value.rs": "pub struct Value;\n",
+            "params/literal.rs": "use super::Value;\npub fn g() -> Value { Value }\n",
+        }
+        rc, out = self.check(files, order="params\n")
+        self.assertEqual(rc, 1, out)
+        self.assertIn("cycle (facade paths count): params/literal.rs <-> params/mod.rs", out)
+        self.assertIn("1 file cycles counting facade paths", out)
+        rc, out = self.check(files, script="module-cycles.py")
+        self.assertEqual(rc, 0, out)
 
 
 class OnePath(unittest.TestCase):
