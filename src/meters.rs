@@ -12,6 +12,7 @@
 //! nothing, so the session's code reads the same either way.
 
 use crate::reattach::StreamStats;
+use crate::reattach::stats::Observers;
 
 #[cfg(feature = "otel")]
 use opentelemetry::KeyValue;
@@ -112,6 +113,17 @@ impl SessionMeters {
         };
         SessionMeters {
             inner: Some(std::sync::Arc::new(inner)),
+        }
+    }
+
+    /// What one execution reports to: its counters after each step, and
+    /// its releases' outcomes.
+    pub(crate) fn observers(&self) -> Observers {
+        let mut stream = self.stream();
+        let meters = self.clone();
+        Observers {
+            stats: Box::new(move |now| stream.update(now)),
+            released: std::sync::Arc::new(move |ok| meters.released(ok)),
         }
     }
 

@@ -98,16 +98,17 @@
 //! [`layer::ReattachLayer`] on raw bytes under any generated stub.
 
 pub(crate) mod core;
+pub(crate) mod driver;
 mod error;
 pub(crate) mod ids;
 pub(crate) mod integrity;
-pub mod layer;
 pub(crate) mod not_found;
 mod options;
 pub(crate) mod progress;
-mod release;
-mod stats;
+pub(crate) mod release;
+pub(crate) mod stats;
 mod stream;
+pub(crate) mod transport;
 
 pub use error::ReattachError;
 pub use integrity::IntegrityError;

@@ -30,13 +30,11 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::meters::SessionMeters;
+use super::transport::{Call, Transport};
 use crate::proto::ReleaseExecuteRequest;
-use crate::reconnect::FreshConnection;
 use crate::retrying::{AttemptError, Retrying};
 use crate::token::cache::Credentials;
 use crate::token::call::CallToken;
-use crate::transport::SparkClient;
 
 /// Counts outstanding background releases, so a session can wait for them on close.
 #[derive(Debug, Clone, Default)]
@@ -101,7 +99,7 @@ impl Drop for TaskGuard {
 
 /// The shortest bound on one ReleaseExecute attempt under stall detection
 /// (the idle timeout, when longer).
-pub(crate) const MIN_RELEASE_ATTEMPT: Duration = Duration::from_secs(1);
+const MIN_RELEASE_ATTEMPT: Duration = Duration::from_secs(1);
 
 /// The shortest time between two `release_until` calls of one execution.
 pub(crate) const RELEASE_UNTIL_INTERVAL: Duration = Duration::from_millis(50);
@@ -136,12 +134,11 @@ impl<T> UntilSlot<T> {
     }
 }
 
-/// The pacing of one execution's `release_until`s, for every driver (the
-/// session's [`Releaser`] and the reattach layer's): the newest wins, at
+/// The pacing of one execution's `release_until`s: the newest wins, at
 /// most one in flight, [`RELEASE_UNTIL_INTERVAL`] apart; a `release_all`
 /// discards what is pending.
 #[derive(Debug)]
-pub(crate) struct UntilPacer<T>(Arc<Mutex<UntilSlot<T>>>);
+struct UntilPacer<T>(Arc<Mutex<UntilSlot<T>>>);
 
 impl<T> Clone for UntilPacer<T> {
     fn clone(&self) -> Self {
@@ -162,20 +159,20 @@ impl<T> UntilPacer<T> {
 
     /// Queue `release`; true when no sender runs, so the caller must
     /// start one that drains [`next`](Self::next).
-    pub(crate) fn offer(&self, release: T) -> bool {
+    fn offer(&self, release: T) -> bool {
         let mut slot = self.slot();
         slot.pending = Some(release);
         !std::mem::replace(&mut slot.in_flight, true)
     }
 
     /// Forget any pending release (a `release_all` supersedes it).
-    pub(crate) fn clear(&self) {
+    fn clear(&self) {
         self.slot().pending = None;
     }
 
     /// The sender's next release once it is due, or `None` (and the
     /// sender stops) when nothing is pending.
-    pub(crate) async fn next(&self) -> Option<T> {
+    async fn next(&self) -> Option<T> {
         let due = self.slot().next_due();
         if let Some(at) = due.filter(|at| *at > Instant::now()) {
             tokio::time::sleep_until(at).await;
@@ -197,10 +194,9 @@ impl<T> UntilPacer<T> {
 /// The gRPC path of ReleaseExecute, the method its metrics are recorded under.
 const RELEASE_EXECUTE: &str = "/spark.connect.SparkConnectService/ReleaseExecute";
 
-/// Sends one execution's releases.
-#[derive(Debug, Clone)]
-pub(crate) struct Releaser {
-    client: SparkClient,
+/// Sends one execution's releases, over its driver's transport.
+pub(crate) struct Releaser<T> {
+    transport: T,
     retrying: Retrying,
     tracker: ReleaseTracker,
     runtime: Option<tokio::runtime::Handle>,
@@ -209,32 +205,54 @@ pub(crate) struct Releaser {
     attempt_timeout: Option<Duration>,
     /// The session's credentials, when its tokens are refreshed.
     credentials: Option<Credentials>,
-    /// The session's metrics: each release's outcome.
-    pub(crate) meters: SessionMeters,
+    /// Hears each release's outcome (the session's metrics).
+    released: Option<Arc<dyn Fn(bool) + Send + Sync>>,
 }
 
-impl Releaser {
+impl<T: Clone> Clone for Releaser<T> {
+    fn clone(&self) -> Self {
+        Releaser {
+            transport: self.transport.clone(),
+            retrying: self.retrying.clone(),
+            tracker: self.tracker.clone(),
+            runtime: self.runtime.clone(),
+            until: self.until.clone(),
+            attempt_timeout: self.attempt_timeout,
+            credentials: self.credentials.clone(),
+            released: self.released.clone(),
+        }
+    }
+}
+
+impl<T: Transport> Releaser<T> {
+    /// Releases over `transport`, counted in `tracker`, each attempt
+    /// bounded by `idle_timeout` (at least [`MIN_RELEASE_ATTEMPT`]).
     pub(crate) fn new(
-        client: SparkClient,
+        transport: T,
         retrying: Retrying,
         tracker: ReleaseTracker,
-        attempt_timeout: Option<Duration>,
+        idle_timeout: Option<Duration>,
     ) -> Self {
         Releaser {
-            client,
+            transport,
             retrying,
             tracker,
             runtime: tokio::runtime::Handle::try_current().ok(),
             until: UntilPacer::default(),
-            attempt_timeout: attempt_timeout.map(|d| d.max(MIN_RELEASE_ATTEMPT)),
+            attempt_timeout: idle_timeout.map(|d| d.max(MIN_RELEASE_ATTEMPT)),
             credentials: None,
-            meters: SessionMeters::default(),
+            released: None,
         }
     }
 
     /// Refresh the session's token when the server refuses it.
     pub(crate) fn set_credentials(&mut self, credentials: Credentials) {
         self.credentials = Some(credentials);
+    }
+
+    /// Tell `released` each release's outcome.
+    pub(crate) fn observe(&mut self, released: Arc<dyn Fn(bool) + Send + Sync>) {
+        self.released = Some(released);
     }
 
     /// Queue a release_until; coalesced with any not yet sent, and sent no
@@ -278,19 +296,18 @@ impl Releaser {
             .clone()
             .with_method(RELEASE_EXECUTE)
             .run::<_, std::convert::Infallible, _, _>(|| {
-                let mut client = self.client.clone();
-                let mut request = tonic::Request::new(req.clone());
-                if unanswered.load(Ordering::SeqCst) {
-                    request.extensions_mut().insert(FreshConnection);
-                }
-                let used = token.slot();
-                request.extensions_mut().insert(used.clone());
+                let call = Call {
+                    timeout: None,
+                    fresh: unanswered.load(Ordering::SeqCst),
+                    token: token.slot(),
+                };
+                let used = call.token.clone();
+                let attempt = self.transport.release(req.clone(), call);
                 let (limit, unanswered) = (self.attempt_timeout, unanswered.clone());
                 async move {
-                    let call = client.release_execute(request);
                     let result = match limit {
-                        None => call.await,
-                        Some(limit) => match tokio::time::timeout(limit, call).await {
+                        None => attempt.await,
+                        Some(limit) => match tokio::time::timeout(limit, attempt).await {
                             Ok(result) => result,
                             Err(_) => {
                                 unanswered.store(true, Ordering::SeqCst);
@@ -306,9 +323,11 @@ impl Releaser {
             .await
             .0
             .map_err(AttemptError::into_status);
-        self.meters.released(result.is_ok());
+        if let Some(released) = &self.released {
+            released(result.is_ok());
+        }
         match result {
-            Ok(_) => {
+            Ok(()) => {
                 self.tracker.inner.sent.fetch_add(1, Ordering::SeqCst);
             }
             Err(status) => {

@@ -63,3 +63,16 @@ impl StreamStatsHandle {
         *self.inner.lock().unwrap_or_else(|e| e.into_inner()) = stats;
     }
 }
+
+/// Hears a stream's counters after each step.
+pub(crate) type StatsObserver = Box<dyn FnMut(&StreamStats) + Send>;
+
+/// Who hears what an execution does as it does it: its counters after
+/// each step, and each background release's outcome. The session's
+/// metrics sit above this module, so they are handed in, not named.
+pub(crate) struct Observers {
+    /// The stream's counters after each step.
+    pub(crate) stats: StatsObserver,
+    /// A background release ended (`true`: the server answered).
+    pub(crate) released: std::sync::Arc<dyn Fn(bool) + Send + Sync>,
+}

@@ -1,4 +1,5 @@
-//! [`ReattachableExecution`]: the thin async driver over [`ReattachCore`].
+//! [`ReattachableExecution`]: the session's stream, the one driver over
+//! [`ReattachCore`] on the typed client.
 //!
 //! The driver's step is an `async fn`; [`Stream::poll_next`] moves the driver
 //! into a freshly boxed future for each response and takes it back when the
@@ -18,219 +19,56 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use tokio::time::Instant;
 use tokio_stream::Stream;
 use tonic::Status;
 use tonic::codec::Streaming;
 use tracing::Instrument;
 
-use super::core::{Action, Event, Open, ReattachCore, Release};
+use super::core::{Open, ReattachCore};
+use super::driver::Driver;
 use super::release::{ReleaseTracker, Releaser};
-use super::stats::{StreamStats, StreamStatsHandle};
+use super::stats::{Observers, StreamStats, StreamStatsHandle};
+use super::transport::{Call, Transport};
 use super::{ReattachError, ReattachOptions};
-use crate::meters::{SessionMeters, StreamMeter};
-use crate::proto::{ExecutePlanRequest, ExecutePlanResponse};
-use crate::reconnect::FreshConnection;
+use crate::proto::{ExecutePlanRequest, ExecutePlanResponse, ReleaseExecuteRequest};
 use crate::retrying::Retrying;
 use crate::token::cache::Credentials;
-use crate::token::service::TokenUsed;
 use crate::transport::SparkClient;
 
-struct Driver {
-    core: ReattachCore,
-    client: SparkClient,
-    retrying: Retrying,
-    releaser: Releaser,
-    options: ReattachOptions,
-    current: Option<Streaming<ExecutePlanResponse>>,
-    segment_deadline: Option<Instant>,
-    stats: StreamStatsHandle,
-    /// The session's credentials, when its tokens are refreshed.
-    credentials: Option<Credentials>,
-    /// Which token the current segment's request carried.
-    token_used: TokenUsed,
-    meter: StreamMeter,
-}
+/// The session's transport: the typed client, whole responses.
+#[derive(Clone)]
+struct Typed(SparkClient);
 
-impl Driver {
-    async fn next(&mut self) -> Option<Result<ExecutePlanResponse, ReattachError>> {
-        let mut action = self.core.poll_next(&self.retrying);
-        let item = loop {
-            action = match action {
-                Action::Finish => break None,
-                Action::Emit(resp, release) => {
-                    self.release(release);
-                    break Some(Ok(*resp));
-                }
-                Action::Fail(err, release) => {
-                    self.current = None;
-                    if let Some(r) = release {
-                        self.release(r);
-                    }
-                    break Some(Err(err));
-                }
-                Action::SleepThenOpen(delay, open) => {
-                    self.current = None;
-                    tracing::debug!(
-                        wait_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
-                        "reattachable execution: backing off before the next segment"
-                    );
-                    self.retrying.sleeper().sleep(delay).await;
-                    self.open(open).await
-                }
-                Action::Open(open) => self.open(open).await,
-                Action::RefreshThenOpen(open) => {
-                    self.current = None;
-                    if let Some(c) = &self.credentials {
-                        c.invalidate(self.token_used.serial());
-                    }
-                    tracing::debug!(
-                        "reattachable execution: token refused, reopening with a fresh one"
-                    );
-                    self.open(open).await
-                }
-                Action::Read => self.read().await,
-            };
+impl Transport for Typed {
+    type Segment = Streaming<ExecutePlanResponse>;
+    type Message = ExecutePlanResponse;
+    type Kept = ();
+
+    async fn open(&mut self, open: Open, call: Call) -> Result<Self::Segment, Status> {
+        let mut client = self.0.clone();
+        let response = match open {
+            Open::Execute(req) => client.execute_plan(call.request(req)).await,
+            Open::Reattach(req) => client.reattach_execute(call.request(req)).await,
         };
-        let stats = self.core.stats();
-        self.meter.update(&stats);
-        self.stats.set(stats);
-        item
+        response.map(tonic::Response::into_inner)
     }
 
-    fn release(&self, release: Release) {
-        let req = self.core.release_request(&release);
-        match release {
-            Release::Until(_) => self.releaser.release_until(req),
-            Release::All => self.releaser.release_all(req),
-        }
+    async fn read(
+        segment: &mut Self::Segment,
+    ) -> Result<Option<(ExecutePlanResponse, ())>, Status> {
+        Ok(segment.message().await?.map(|m| (m, ())))
     }
 
-    async fn open(&mut self, open: Open) -> Action {
-        self.current = None;
-        match &open {
-            Open::Execute(_) => tracing::debug!("reattachable execution: sending ExecutePlan"),
-            Open::Reattach(r) => tracing::debug!(
-                last_response_id = r.last_response_id.as_deref().unwrap_or(""),
-                "reattachable execution: sending ReattachExecute"
-            ),
-        }
-        let deadline = match &open {
-            Open::Execute(_) => self.options.deadlines.reattachable_execute_plan,
-            Open::Reattach(_) => self.options.deadlines.reattach_execute,
-        };
-        self.segment_deadline = deadline.and_then(|d| Instant::now().checked_add(d));
-        let fresh = self.core.opening_after_stall();
-        if fresh {
-            tracing::debug!(
-                "reattachable execution: reattaching over a fresh connection after a stall"
-            );
-        }
-        let mut client = self.client.clone();
-        self.token_used = TokenUsed::default();
-        let used = self.token_used.clone();
-        let call = async move {
-            match open {
-                Open::Execute(req) => {
-                    client
-                        .execute_plan(request(req, deadline, fresh, used))
-                        .await
-                }
-                Open::Reattach(req) => {
-                    client
-                        .reattach_execute(request(req, deadline, fresh, used))
-                        .await
-                }
-            }
-        };
-        let result = match self.options.bounded(self.segment_deadline, call).await {
-            Ok(r) => r,
-            Err(event) => {
-                tracing::debug!(
-                    "reattachable execution: no response headers before the idle timeout or segment deadline"
-                );
-                return self.core.on_event(event, &self.retrying);
-            }
-        };
-        match result {
-            Ok(resp) => {
-                self.current = Some(resp.into_inner());
-                self.core.on_event(Event::Opened, &self.retrying)
-            }
-            Err(status) => self.failed(status, "opening"),
-        }
+    fn message(response: ExecutePlanResponse, (): ()) -> ExecutePlanResponse {
+        response
     }
 
-    /// A segment failed, while `during` (opening or reading) it.
-    fn failed(&mut self, status: Status, during: &'static str) -> Action {
-        self.current = None;
-        tracing::debug!(
-            during,
-            rpc.grpc.status_code = status.code() as i32,
-            rpc.grpc.status_message = status.message(),
-            failure.kind = ?crate::policy::Failure::new(&status).kind(),
-            failure.source = ?std::error::Error::source(&status),
-            "reattachable execution: segment failed"
-        );
-        self.core.on_event(Event::Error(status), &self.retrying)
-    }
-
-    async fn read(&mut self) -> Action {
-        let Some(stream) = self.current.as_mut() else {
-            let status = Status::internal("reattachable execution: no open stream to read");
-            return self.core.on_event(Event::Error(status), &self.retrying);
-        };
-        let result = match self
-            .options
-            .bounded(self.segment_deadline, stream.message())
+    async fn release(&self, request: ReleaseExecuteRequest, call: Call) -> Result<(), Status> {
+        self.0
+            .clone()
+            .release_execute(call.request(request))
             .await
-        {
-            Ok(r) => r,
-            Err(event) => {
-                self.current = None;
-                tracing::debug!(
-                    "reattachable execution: no message before the idle timeout or segment deadline"
-                );
-                return self.core.on_event(event, &self.retrying);
-            }
-        };
-        let event = match result {
-            Ok(Some(msg)) => Event::Response(Box::new(msg)),
-            Ok(None) => {
-                self.current = None;
-                tracing::debug!("reattachable execution: segment ended cleanly");
-                Event::EndOfStream
-            }
-            Err(status) => return self.failed(status, "reading"),
-        };
-        self.core.on_event(event, &self.retrying)
-    }
-}
-
-/// A request with the segment's timeout, marked for a fresh connection
-/// when it follows a stall, noting which token it carries in `used`.
-fn request<T>(
-    message: T,
-    timeout: Option<std::time::Duration>,
-    fresh: bool,
-    used: TokenUsed,
-) -> tonic::Request<T> {
-    let mut req = tonic::Request::new(message);
-    req.extensions_mut().insert(used);
-    if let Some(d) = timeout {
-        req.set_timeout(d);
-    }
-    if fresh {
-        req.extensions_mut().insert(FreshConnection);
-    }
-    req
-}
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        if let Some(release) = self.core.on_drop() {
-            self.release(release);
-        }
+            .map(drop)
     }
 }
 
@@ -238,7 +76,7 @@ type NextFuture = Pin<
     Box<
         dyn Future<
                 Output = (
-                    Box<Driver>,
+                    Box<Driver<Typed>>,
                     Option<Result<ExecutePlanResponse, ReattachError>>,
                 ),
             > + Send,
@@ -253,7 +91,7 @@ type NextFuture = Pin<
 /// stall. See [`crate::reattach`] for the semantics. Dropping it before the
 /// end sends `ReleaseExecute(all)` in the background.
 pub struct ReattachableExecution {
-    driver: Option<Box<Driver>>,
+    driver: Option<Box<Driver<Typed>>>,
     pending: Option<NextFuture>,
     operation_id: String,
     stats: StreamStatsHandle,
@@ -306,27 +144,17 @@ impl ReattachableExecution {
             operation_id = operation_id.as_str(),
             session_id = core.initial_request().session_id.as_str(),
         );
+        let transport = Typed(client);
         let releaser = Releaser::new(
-            client.clone(),
+            transport.clone(),
             retrying.clone(),
             tracker,
             options.idle_timeout,
         );
-        let stats = StreamStatsHandle::default();
+        let driver = Driver::new(core, transport, retrying, options, Some(releaser));
+        let stats = driver.stats().clone();
         Ok(ReattachableExecution {
-            driver: Some(Box::new(Driver {
-                core,
-                client,
-                retrying,
-                releaser,
-                options,
-                current: None,
-                segment_deadline: None,
-                stats: stats.clone(),
-                credentials: None,
-                token_used: TokenUsed::default(),
-                meter: StreamMeter::default(),
-            })),
+            driver: Some(Box::new(driver)),
             pending: None,
             operation_id,
             stats,
@@ -339,21 +167,16 @@ impl ReattachableExecution {
     /// releases use it too.
     pub(crate) fn with_credentials(mut self, credentials: Option<Credentials>) -> Self {
         if let (Some(d), Some(c)) = (self.driver.as_mut(), credentials) {
-            if c.refreshes() {
-                d.core.refresh_tokens(c.name());
-            }
-            d.releaser.set_credentials(c.clone());
-            d.credentials = Some(c);
+            d.set_credentials(c);
         }
         self
     }
 
-    /// Record what the stream does (reattaches, re-executes, releases) in
-    /// the session's `meters`.
-    pub(crate) fn metered(mut self, meters: &SessionMeters) -> Self {
+    /// Report what the stream does (reattaches, re-executes, releases) to
+    /// `observers` (the session's metrics).
+    pub(crate) fn observed(mut self, observers: Observers) -> Self {
         if let Some(d) = &mut self.driver {
-            d.meter = meters.stream();
-            d.releaser.meters = meters.clone();
+            d.observe(observers);
         }
         self
     }
@@ -379,7 +202,7 @@ impl ReattachableExecution {
     pub fn server_side_session_id(&self) -> Option<String> {
         self.driver
             .as_ref()
-            .and_then(|d| d.core.server_side_session_id().map(str::to_owned))
+            .and_then(|d| d.core().server_side_session_id().map(str::to_owned))
     }
 
     /// The RPC this execution opened last (`ExecutePlan` or
@@ -387,7 +210,7 @@ impl ReattachableExecution {
     pub(crate) fn last_rpc(&self) -> &'static str {
         self.driver
             .as_ref()
-            .map_or("ExecutePlan", |d| d.core.last_rpc())
+            .map_or("ExecutePlan", |d| d.core().last_rpc())
     }
 
     /// The next response, or `None` at the end.

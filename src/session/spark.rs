@@ -426,7 +426,7 @@ impl SparkSession {
             self.inner.releases.clone(),
         )?
         .with_credentials(self.inner.options.credentials.clone())
-        .metered(&self.inner.options.meters))
+        .observed(self.inner.options.meters.observers()))
     }
 
     /// Checks one item of an execution of generation `g`: session ids on a

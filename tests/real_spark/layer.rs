@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use spark_connect_retry::reattach::layer::{ReattachLayer, ReattachService};
+use spark_connect_retry::layer::{ReattachLayer, ReattachService};
 use spark_connect_stub::spark::connect as stub;
 use stub::spark_connect_service_client::SparkConnectServiceClient;
 use tower::Layer;

@@ -2,7 +2,7 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 
-use spark_connect_retry::reattach::layer::{ReattachLayer, Releases};
+use spark_connect_retry::layer::{ReattachLayer, Releases};
 use spark_connect_retry::session::{Http2FlowControl, SparkError, SparkSessionBuilder};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;

@@ -13,7 +13,7 @@
 //! What it does:
 //!
 //! * Every `ExecutePlan` and `ReattachExecute` goes through
-//!   [`ReattachLayer`](spark_connect_retry::reattach::layer::ReattachLayer):
+//!   [`ReattachLayer`](spark_connect_retry::layer::ReattachLayer):
 //!   one stream to the client, carried across upstream faults and clean
 //!   ends without `ResultComplete`.
 //! * Every other RPC, and every header, passes through as bytes, error

@@ -117,8 +117,8 @@ mod values;
 pub use error::{ConnectionStringError, ParamPart};
 use values::{
     BDP_PROBE_KEY, CONNECTION_WINDOW_KEY, STREAM_WINDOW_KEY, WindowParams, decode, insert_metadata,
-    non_empty, parse_authority, parse_bool, parse_max_size, parse_millis,
-    parse_uuid, parse_window, token,
+    non_empty, parse_authority, parse_bool, parse_max_size, parse_millis, parse_uuid, parse_window,
+    token,
 };
 
 pub(crate) use defaults::{

@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use clap::Parser;
 use spark_connect_guard::Guard;
+use spark_connect_retry::layer::ReattachLayer;
 use spark_connect_retry::reattach::ReattachOptions;
-use spark_connect_retry::reattach::layer::ReattachLayer;
 
 /// A local Spark Connect proxy: every ExecutePlan through it becomes a
 /// reattachable execution, exact through upstream faults.

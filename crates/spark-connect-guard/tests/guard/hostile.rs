@@ -3,7 +3,7 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 use prost::Message;
-use spark_connect_retry::reattach::layer::ReattachLayer;
+use spark_connect_retry::layer::ReattachLayer;
 use spark_connect_stub::spark::connect as stub;
 use stub::spark_connect_service_client::SparkConnectServiceClient;
 use tonic_retry::retrying::RecordingSleeper;

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
+use spark_connect_retry::layer::{ReattachLayer, ReattachService};
 use spark_connect_retry::reattach::ReattachOptions;
-use spark_connect_retry::reattach::layer::{ReattachLayer, ReattachService};
 use spark_connect_stub::spark::connect as stub;
 use spark_connect_testkit::{Fault, Rpc, TestServer};
 use stub::spark_connect_service_client::SparkConnectServiceClient;

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use arrow_array::{Array, Int64Array};
 use spark_connect_guard::Guard;
+use spark_connect_retry::layer::ReattachLayer;
 use spark_connect_retry::reattach::ReattachOptions;
-use spark_connect_retry::reattach::layer::ReattachLayer;
 use spark_connect_retry::session::SparkSession;
 use spark_connect_stub::spark::connect::spark_connect_service_client::SparkConnectServiceClient;
 use spark_connect_testkit::{Direction, Fault, FaultProxy, Rpc, TestServer};

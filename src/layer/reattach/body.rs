@@ -14,14 +14,14 @@ use http::HeaderMap;
 use http_body::Frame;
 use tonic::Status;
 
-use super::driver::{Driver, Item};
 use super::frame::framed;
+use super::raw::{Item, RawDriver, next};
 
-type Next = Pin<Box<dyn Future<Output = (Box<Driver>, Item)> + Send>>;
+type Next = Pin<Box<dyn Future<Output = (Box<RawDriver>, Item)> + Send>>;
 
 /// The caller's view of one execution.
 pub(crate) struct ExecBody {
-    driver: Option<Box<Driver>>,
+    driver: Option<Box<RawDriver>>,
     first: Option<Item>,
     pending: Option<Next>,
     done: bool,
@@ -29,7 +29,7 @@ pub(crate) struct ExecBody {
 
 impl ExecBody {
     /// The body after `first`, which the driver already produced.
-    pub(crate) fn new(driver: Box<Driver>, first: Item) -> Self {
+    pub(crate) fn new(driver: Box<RawDriver>, first: Item) -> Self {
         ExecBody {
             driver: Some(driver),
             first: Some(first),
@@ -70,7 +70,7 @@ impl http_body::Body for ExecBody {
                         return Poll::Ready(None);
                     };
                     self.pending = Some(Box::pin(async move {
-                        let item = driver.next().await;
+                        let item = next(&mut driver).await;
                         (driver, item)
                     }));
                 }

@@ -14,8 +14,8 @@ use tonic::metadata::MetadataMap;
 use tower::{Layer, Service, ServiceExt};
 
 use super::body::ExecBody;
-use super::driver::{Driver, Item, Parts, to_status};
 use super::frame::{self, RequestBody};
+use super::raw::{self, Item, Parts, to_status};
 use super::wire;
 use super::{EXECUTE_PLAN, REATTACH_EXECUTE, Releases};
 use crate::connect::conn_string::DEFAULT_MAX_MESSAGE_SIZE;
@@ -24,7 +24,7 @@ use crate::retrying::{PySparkRetrying, Retrying};
 use crate::transport::{BoxError, GrpcChannel, grpc_channel};
 
 /// A tower layer that makes every `ExecutePlan` through it a reattachable
-/// execution (see [`crate::reattach::layer`]).
+/// execution (see [`crate::layer`]).
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct ReattachLayer {
@@ -208,16 +208,16 @@ impl ReattachService {
             releases: self.config.releases,
         };
         let driver = match kind {
-            Kind::Execute => Driver::execute(&msg, head, driver_parts),
-            Kind::Reattach => Driver::resume(msg, head, driver_parts),
+            Kind::Execute => raw::execute(&msg, head, driver_parts),
+            Kind::Reattach => raw::resume(msg, head, driver_parts),
         }
         .map_err(to_status)?;
         let mut driver = Box::new(driver);
-        let first = driver.next().await;
+        let first = raw::next(&mut driver).await;
         if let Item::Error(status) = first {
             return Err(status);
         }
-        let headers = response_headers(driver.first_headers.take());
+        let headers = response_headers(driver.transport_mut().take_first_headers());
         let mut response =
             http::Response::new(tonic::body::Body::new(ExecBody::new(driver, first)));
         *response.headers_mut() = headers;

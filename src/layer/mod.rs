@@ -1,0 +1,121 @@
+//! Tower layers for any Spark Connect tonic client: the [`RetryLayer`] (from
+//! [`tonic_retry::layer`]) set up for Spark Connect, and the
+//! [`ReattachLayer`], which makes every `ExecutePlan` under a generated
+//! stub a reattachable execution.
+//!
+//! *Why a room of their own:* a program with its own stub (the guard, a
+//! gateway) builds on these, not on the session. Both drive the crate's
+//! cores: the retry policy, and the reattach core with its one driver
+//! ([`crate::reattach`]).
+//!
+//! # The retry layer
+//!
+//! The layer itself knows nothing of Spark: it retries what its policy and
+//! method table allow. Spark Connect needs one table, written here once:
+//! every RPC is safe to replay except `ExecutePlan`, whose command may
+//! write (the reattachable execution, keyed by its operation id, replays it
+//! instead).
+//!
+//! | RPC | idempotent | kind | why |
+//! |---|---|---|---|
+//! | `ExecutePlan` | **no** | server-streaming | a command may write; the reattachable execution replays it instead |
+//! | `ReattachExecute` | yes | server-streaming | resumes from a response id |
+//! | `AnalyzePlan`, `Config`, `ArtifactStatus`, `FetchErrorDetails`, `GetStatus` | yes | unary | reads, or sets to a fixed value |
+//! | `AddArtifacts` | yes | unary | re-adding the same artifact (same name, same CRC) is a no-op |
+//! | `Interrupt`, `ReleaseExecute`, `ReleaseSession` | yes | unary | repeating a release or interrupt is harmless |
+//! | `CloneSession` | yes | unary | the client names the new session |
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use tower::ServiceBuilder;
+//! use spark_connect_retry::layer::{RetryLayer, RetryThrottle, SparkConnectLayer};
+//! use spark_connect_retry::proto::spark_connect_service_client::SparkConnectServiceClient;
+//! use spark_connect_retry::retrying::{PySparkRetrying, Retrying};
+//!
+//! let channel = tonic::transport::Endpoint::from_static("http://127.0.0.1:15002")
+//!     .connect_lazy();
+//! let layer = RetryLayer::spark_connect(Retrying::pyspark())
+//!     .per_attempt_timeout(Duration::from_secs(30))
+//!     .throttle(RetryThrottle::new(10, 0.1)?);
+//! let mut client =
+//!     SparkConnectServiceClient::new(ServiceBuilder::new().layer(layer).service(channel));
+//! # let _ = &mut client;
+//! # Ok(()) }
+//! ```
+//!
+//! # The reattach layer
+//!
+//!  [`ReattachLayer`]: reattachable executions for any Spark Connect tonic
+//!  client, as a tower layer under its generated stub.
+//!
+//!  *Why:* only users of this crate's session got reattachable results. A
+//!  program with its own `SparkConnectServiceClient<T>`, generated from any
+//!  copy of Spark's protos, gets none: a clean stream end without
+//!  `ResultComplete` looks like the end of the result, and a reset loses it.
+//!  Under such a stub this layer makes each `ExecutePlan` a reattachable
+//!  execution driven by the same sans-I/O core as the session
+//!  ([`crate::reattach`]'s rules: resume from the last response after faults
+//!  and clean ends, NOT_FOUND, stalls, backoff, stream integrity), and
+//!  hands the stub one stream that ends with the result's real end or with a
+//!  `tonic::Status`.
+//!
+//!  ```no_run
+//!  # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//!  use spark_connect_retry::layer::ReattachLayer;
+//!  use tower::Layer;
+//!
+//!  let channel = tonic::transport::Endpoint::from_static("http://127.0.0.1:15002").connect_lazy();
+//!  let service = ReattachLayer::new().layer(channel);
+//!  // Any generated stub over it: `SparkConnectServiceClient::new(service)`.
+//!  # let _ = service;
+//!  # Ok(())
+//!  # }
+//!  ```
+//!
+//!  # What it does to the bytes
+//!
+//!  It never decodes and re-encodes a caller's message (our protos are a
+//!  subset of Spark's; see `wire`). For an `ExecutePlan` it reads the ids, and
+//!  appends an `operation_id` (a UUIDv4) and `reattach_options { reattachable:
+//!  true }` when they are absent; everything else, unknown fields included,
+//!  goes out byte for byte. The `ReattachExecute` and `ReleaseExecute`
+//!  requests it makes are built from the caller's session id, user context
+//!  (as sent, extensions included) and client type, and carry the caller's
+//!  request metadata (`authorization`, `x-databricks-cluster-id`, …).
+//!  Responses reach the caller as the server sent them.
+//!
+//!  A `ReattachExecute` the caller sends itself is carried on the same way:
+//!  its bytes are forwarded, and later segments are the same bytes with
+//!  `last_response_id` appended. "Not found" then ends the stream with the
+//!  server's status, since the plan is the caller's.
+//!
+//!  Every other RPC passes through untouched, and so does an `ExecutePlan`
+//!  that asks for `reattachable: false` or comes compressed.
+//!
+//!  # Releases
+//!
+//!  [`Releases::Own`] (the default): the layer frees the server's buffer as
+//!  the session does (`release_until` after progress, `release_all` at the
+//!  end, on error and when the caller drops the stream). [`Releases::CallerOnly`]:
+//!  the layer sends no release at all and leaves them to the caller; for a
+//!  caller that reattaches by itself (PySpark, the JVM client), which may ask
+//!  again for any response after the last one *it* released
+//!  (`spark-connect-guard` uses this).
+//!
+//!  # Bounded buffering
+//!
+//!  The layer reads the next response only when the caller's body is polled
+//!  for it: at most one response is held between the two streams, on top of
+//!  what HTTP/2 flow control lets each connection buffer.
+
+pub use reattach::{ReattachLayer, ReattachService, Releases};
+pub use retry::SparkConnectLayer;
+pub use tonic_retry::layer::{
+    CallOptions, CallStats, CallStatsHandle, ConfigWarning, HedgingPolicy, MethodConfig,
+    ResponseKind, RetryLayer, RetryService, RetryStats, RetryStatsHandle, RetryThrottle,
+    ServiceConfig, ServiceConfigError,
+};
+
+mod reattach;
+mod retry;
