@@ -101,3 +101,9 @@ pub mod deps {
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 mod readme {}
+
+/// The Rust code blocks of docs/guide.md, which came from the README,
+/// compiled as doctests for the same reason.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide.md")]
+mod docs_guide {}
