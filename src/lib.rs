@@ -57,6 +57,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod connect;
+pub mod connector;
 pub mod deadlines;
 mod error_classes;
 pub mod layer;

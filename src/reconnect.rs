@@ -43,6 +43,8 @@ use tonic::transport::{Channel, Endpoint};
 use tower::Service;
 use tower::ServiceExt;
 
+use crate::connector::Connector;
+
 /// Request extension: send this request over a newly dialled connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct FreshConnection;
@@ -53,6 +55,8 @@ pub struct FreshConnection;
 #[derive(Debug, Clone)]
 pub struct ReconnectingChannel {
     endpoint: Endpoint,
+    /// How a connection is dialled, when not TCP to the endpoint's host.
+    connector: Option<Connector>,
     current: Arc<Mutex<Channel>>,
     reconnects: Arc<AtomicU64>,
 }
@@ -61,9 +65,20 @@ impl ReconnectingChannel {
     /// A channel to `endpoint` that connects lazily, on first use. Must be
     /// called inside a tokio runtime.
     pub fn new(endpoint: Endpoint) -> Self {
-        let current = endpoint.connect_lazy();
+        Self::dialled_by(endpoint, None)
+    }
+
+    /// Like [`new`](Self::new), each connection dialled by `connector`
+    /// (TLS, when the endpoint has it, runs over the stream it yields).
+    pub fn with_connector(endpoint: Endpoint, connector: Connector) -> Self {
+        Self::dialled_by(endpoint, Some(connector))
+    }
+
+    fn dialled_by(endpoint: Endpoint, connector: Option<Connector>) -> Self {
+        let current = connect_lazy(&endpoint, connector.as_ref());
         ReconnectingChannel {
             endpoint,
+            connector,
             current: Arc::new(Mutex::new(current)),
             reconnects: Arc::new(AtomicU64::new(0)),
         }
@@ -81,11 +96,19 @@ impl ReconnectingChannel {
     fn channel_for<B>(&self, req: &http::Request<B>) -> Channel {
         let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
         if req.extensions().get::<FreshConnection>().is_some() {
-            *current = self.endpoint.connect_lazy();
+            *current = connect_lazy(&self.endpoint, self.connector.as_ref());
             self.reconnects.fetch_add(1, Ordering::SeqCst);
             tracing::debug!("reconnecting channel: dialling a fresh connection");
         }
         current.clone()
+    }
+}
+
+/// A lazy channel to `endpoint`, over `connector` when there is one.
+fn connect_lazy(endpoint: &Endpoint, connector: Option<&Connector>) -> Channel {
+    match connector {
+        Some(c) => endpoint.connect_with_connector_lazy(c.clone()),
+        None => endpoint.connect_lazy(),
     }
 }
 

@@ -87,3 +87,51 @@ async fn fresh_connection_on_request_while_old_streams_finish() {
     assert_eq!(proxy.stats().connections, 2);
     proxy.shutdown().await;
 }
+
+/// With a connector, every connection (the first and each fresh one) is
+/// dialled by it, and nothing else dials: the endpoint's host is a name
+/// no resolver knows.
+#[tokio::test]
+async fn a_connector_dials_every_connection() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use spark_connect_retry::connector::Connector;
+
+    let server = spark_connect_testkit::TestServer::start().await.unwrap();
+    let addr = server.addr();
+    let dials = Arc::new(AtomicU64::new(0));
+    let seen = dials.clone();
+    let connector = Connector::new(tower::service_fn(move |uri: http::Uri| {
+        seen.fetch_add(1, Ordering::SeqCst);
+        async move {
+            assert_eq!(uri.host(), Some("spark.invalid"), "the endpoint's URI");
+            tokio::net::TcpStream::connect(addr)
+                .await
+                .map(hyper_util::rt::TokioIo::new)
+        }
+    }));
+    let endpoint = tonic::transport::Endpoint::from_static("http://spark.invalid:15002");
+    let channel = ReconnectingChannel::with_connector(endpoint, connector);
+    let mut client = spark_client(channel.clone());
+
+    let op = "5b0e4c3d-2a1f-4e6d-9c8b-7a6f5e4d3c2b";
+    timeout(BOUND, client.release_execute(release_all(op)))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(dials.load(Ordering::SeqCst), 1);
+    let mut marked = tonic::Request::new(release_all(op));
+    marked.extensions_mut().insert(FreshConnection);
+    timeout(BOUND, client.release_execute(marked))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        dials.load(Ordering::SeqCst),
+        2,
+        "a fresh connection is dialled by the connector"
+    );
+    assert_eq!(channel.reconnects(), 1);
+    server.shutdown().await;
+}
