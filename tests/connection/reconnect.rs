@@ -115,13 +115,18 @@ async fn a_connector_dials_every_connection() {
     let channel = ReconnectingChannel::with_connector(endpoint, connector);
     let mut client = spark_client(channel.clone());
 
-    let op = "5b0e4c3d-2a1f-4e6d-9c8b-7a6f5e4d3c2b";
-    timeout(BOUND, client.release_execute(release_all(op)))
+    // A query answered over the first connection (the server creates the
+    // session), then a release over a fresh one.
+    let request = plans::execute_request(SESSION, plans::range(Some(0), 10, 1));
+    let mut stream = timeout(BOUND, client.execute_plan(request))
         .await
         .unwrap()
-        .unwrap();
+        .unwrap()
+        .into_inner();
+    let first = timeout(BOUND, stream.message()).await.unwrap().unwrap();
+    let op = first.expect("a first response").operation_id;
     assert_eq!(dials.load(Ordering::SeqCst), 1);
-    let mut marked = tonic::Request::new(release_all(op));
+    let mut marked = tonic::Request::new(release_all(&op));
     marked.extensions_mut().insert(FreshConnection);
     timeout(BOUND, client.release_execute(marked))
         .await
