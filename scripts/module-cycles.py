@@ -69,16 +69,21 @@ def test_only(cfg):
     m = re.fullmatch(r"all\s*\((.*)\)", cfg, re.S)
     if not m:
         return False
-    depth, cur, args = 0, "", []
-    for ch in m.group(1):
+    return any(test_only(a) for a in split_top(m.group(1), "(", ")"))
+
+
+def split_top(text, open_ch, close_ch):
+    """`text` cut at the commas outside any `open_ch`..`close_ch` pair."""
+    depth, cur, parts = 0, "", []
+    for ch in text:
         if ch == "," and depth == 0:
-            args.append(cur)
+            parts.append(cur)
             cur = ""
             continue
-        depth += ch == "("
-        depth -= ch == ")"
+        depth += ch == open_ch
+        depth -= ch == close_ch
         cur += ch
-    return any(test_only(a) for a in args + [cur])
+    return parts + [cur]
 
 
 INLINE_MOD = re.compile(r"^\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+([A-Za-z_][A-Za-z0-9_]*)\s*\{", re.M)
@@ -110,11 +115,7 @@ def strip_test_modules(text):
         if not test_only(m.group(1)):
             pos = m.end()
             continue
-        depth, i = 1, m.end()
-        while i < len(text) and depth:
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
-            i += 1
-        text = text[: m.start()] + text[i:]
+        text = text[: m.start()] + text[m.end() + len(block_at(text, m.end())):]
 
 
 def expand_use(tree):
@@ -127,17 +128,7 @@ def expand_use(tree):
         if "{" in t:
             head, rest = t.split("{", 1)
             body = rest[: rest.rfind("}")]
-            depth, cur, parts = 0, "", []
-            for ch in body:
-                if ch == "," and depth == 0:
-                    parts.append(cur)
-                    cur = ""
-                    continue
-                depth += ch == "{"
-                depth -= ch == "}"
-                cur += ch
-            if cur:
-                parts.append(cur)
+            parts = [p for p in split_top(body, "{", "}") if p]
             for p in parts:
                 walk(prefix + head, p)
         else:
