@@ -5,6 +5,7 @@
 //! generated stub, not only under this workspace's session; their tests use
 //! this one, which shares no type with `spark-connect-retry`.
 
+#![warn(unreachable_pub)]
 #![allow(missing_docs, clippy::all, clippy::pedantic)]
 
 /// The generated `spark.connect` package: messages and the client stub.

@@ -9,6 +9,7 @@
 //! not implement it), for tests of replayed request streams. [`capture`] is
 //! the tracing capture every test binary of the workspace that asserts on
 //! events uses. It is not published.
+#![warn(missing_docs, unreachable_pub)]
 
 pub mod capture;
 #[cfg(feature = "otel")]
@@ -26,7 +27,7 @@ use tonic::{Request, Response, Status};
 
 // The code generated from `proto/echo.proto`, private so that each item has
 // one public path (re-exported below).
-#[allow(missing_docs, clippy::all)]
+#[allow(missing_docs, unreachable_pub, clippy::all)]
 mod pb {
     tonic::include_proto!("echo");
 }
