@@ -56,7 +56,6 @@
 #![warn(missing_docs, unreachable_pub)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-
 mod connect;
 pub mod deadlines;
 mod error_classes;

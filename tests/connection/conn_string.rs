@@ -8,10 +8,10 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use spark_connect_retry::session::Http2FlowControl;
-use spark_connect_retry::token::Token;
 use spark_connect_retry::session::conn_string::{
     ConnectionString, ConnectionStringError as E, Keepalive, ParamPart,
 };
+use spark_connect_retry::token::Token;
 
 mod env;
 mod fuzz;

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use arrow_array::{Array, Int64Array};
-use spark_connect_retry::token::Token;
 use spark_connect_retry::session::{SparkError, SparkSession};
+use spark_connect_retry::token::Token;
 use spark_connect_retry::token::{AccessToken, TokenError, TokenFuture, TokenProvider};
 use spark_connect_testkit::{Rpc, TestServer, TokenRotation};
 use tonic_retry::retrying::RecordingSleeper;

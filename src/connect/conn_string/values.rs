@@ -43,7 +43,9 @@ pub(super) fn decode(
 }
 
 /// The `token` parameter (or `SPARK_CONNECT_AUTHENTICATE_TOKEN`), checked.
-pub(super) fn token(value: impl Into<String>) -> Result<crate::token::Token, ConnectionStringError> {
+pub(super) fn token(
+    value: impl Into<String>,
+) -> Result<crate::token::Token, ConnectionStringError> {
     crate::token::Token::new(value).map_err(|e| invalid_value("token", e.reason()))
 }
 
