@@ -30,6 +30,7 @@
 //! # }
 //! ```
 
+mod builder;
 mod builder_configs;
 mod config;
 #[cfg(feature = "arrow")]
@@ -49,7 +50,6 @@ mod tags;
 #[cfg(feature = "arrow")]
 mod view;
 
-pub use crate::connect::builder::SparkSessionBuilder;
 pub use crate::connect::channel;
 pub use crate::connect::conn_string;
 pub use crate::connect::flow_control::Http2FlowControl;
@@ -61,6 +61,7 @@ pub use crate::local_data::upload::{UploadError, UploadStats};
 pub use crate::results::arrow_stream::ArrowStream;
 #[cfg(feature = "arrow")]
 pub use crate::results::decode_error::ResultDecodeError;
+pub use builder::SparkSessionBuilder;
 #[cfg(feature = "arrow")]
 pub use dataframe::DataFrame;
 pub use error::{ErrorDetails, ResultChange, ServerError, SparkError};
