@@ -48,6 +48,8 @@ pub(crate) mod spark;
 mod stale;
 mod tags;
 #[cfg(feature = "arrow")]
+mod upload;
+#[cfg(feature = "arrow")]
 mod view;
 
 pub use crate::connect::channel;
