@@ -30,6 +30,7 @@
 //! # }
 //! ```
 
+mod arrow_stream;
 mod builder;
 mod builder_configs;
 mod config;
@@ -37,6 +38,8 @@ mod config;
 mod dataframe;
 mod error;
 pub(crate) mod generation;
+#[cfg(feature = "arrow")]
+mod lost;
 pub(crate) mod options;
 pub mod params;
 mod plan_codec;
@@ -60,11 +63,12 @@ pub use crate::connect::result_compression::ResultCompression;
 pub use crate::connect::tls;
 #[cfg(feature = "arrow")]
 pub use crate::local_data::upload::{UploadError, UploadStats};
-pub use crate::results::arrow_stream::ArrowStream;
+pub use crate::results::change::ResultChange;
 #[cfg(feature = "arrow")]
 pub use crate::results::decode_error::ResultDecodeError;
+pub use arrow_stream::ArrowStream;
 pub use builder::SparkSessionBuilder;
 #[cfg(feature = "arrow")]
 pub use dataframe::DataFrame;
-pub use error::{ErrorDetails, ResultChange, ServerError, SparkError};
+pub use error::{ErrorDetails, ServerError, SparkError};
 pub use spark::SparkSession;
