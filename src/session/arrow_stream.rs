@@ -6,6 +6,12 @@
 //! with [`next_batch`](ArrowStream::next_batch) or as a `Stream`: both run
 //! one poll loop. The stream can also be cancelled (interrupt, then
 //! release), and knows its schema before its first batch.
+//!
+//! It lives with the session because it holds one: it starts the
+//! execution, sends it again on a renewed session and resumes a lost query
+//! through it. The rules for the bytes (decoding, the digest, the
+//! resumption check) have no session in them and are in
+//! [`results`](crate::results).
 
 use std::collections::VecDeque;
 use std::future::Future;
