@@ -3,12 +3,13 @@
 //!
 //! Everything that must be right before the first RPC lives here, apart
 //! from the session that uses it: the connection string ([`conn_string`]),
-//! TLS ([`tls`]), the channel ([`channel`]), HTTP/2 flow control, and
-//! [`SparkSessionBuilder`](builder::SparkSessionBuilder), which checks every
-//! option once and builds a session. The module is private; users name
-//! these items under [`session`](crate::session), one public path each.
+//! TLS ([`tls`]), the channel ([`channel`]), HTTP/2 flow control and the
+//! result compression setting. The session's
+//! [`SparkSessionBuilder`](crate::session::SparkSessionBuilder) checks every
+//! option once and builds a session from them; it lives with the session
+//! it builds, above this module. The module is private; users name these
+//! items under [`session`](crate::session), one public path each.
 
-pub(crate) mod builder;
 pub mod channel;
 pub mod conn_string;
 pub(crate) mod flow_control;

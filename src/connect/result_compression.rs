@@ -13,7 +13,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use super::conn_string::ConnectionStringError;
+use super::conn_string::error::ConnectionStringError;
 
 /// The codec Spark compresses result batches with (the session conf
 /// [`CONF`](Self::CONF)).

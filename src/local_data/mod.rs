@@ -3,8 +3,8 @@
 //! once under the retry policy (`upload`).
 //!
 //! Kept apart from the session because these are rules about data, with
-//! no session in them but the upload's thin driver: how big a chunk gets,
-//! what is held in memory, what is sent again after a cut. The module is
+//! no session in them: how big a chunk gets, what is held in memory, what
+//! is sent again after a cut (the session drives the upload's RPCs). The module is
 //! private; `SparkSession::create_dataframe` is the way in, and users name
 //! [`UploadError`](upload::UploadError) and
 //! [`UploadStats`](upload::UploadStats) under [`session`](crate::session).

@@ -15,7 +15,8 @@
 //! `Buffer::slice_with_length` asserts they are in bounds: a header with a
 //! buffer offset past the body panics (`docs/arrow-ipc-panic.md`). No
 //! validating option of the decoder covers that, so the decode call is run
-//! under `catch_unwind` and a panic becomes [`SparkError::Arrow`]; the
+//! under `catch_unwind` and a panic becomes an Arrow error
+//! ([`SparkError::Arrow`](crate::session::SparkError::Arrow)); the
 //! decoder and its half-decoded state are dropped with it.
 //!
 //! Compressed batches (Spark 4.1+, `spark.sql.execution.arrow.compression.codec`
@@ -30,15 +31,15 @@ use std::panic::AssertUnwindSafe;
 use arrow_array::RecordBatch;
 use arrow_schema::{ArrowError, SchemaRef};
 
+use super::error::ResultError;
 use super::ipc_scan;
 use crate::proto::ExecutePlanResponse;
 use crate::proto::execute_plan_response::{ArrowBatch, ExecutionProgress, ResponseType};
 use crate::reattach::integrity::{BatchAssembler, ChunkHeader, IntegrityError, check_row_count};
-use crate::session::SparkError;
 
 /// What one response added.
 #[derive(Debug)]
-pub(super) enum Absorbed {
+pub(crate) enum Absorbed {
     /// A complete batch of this many rows was decoded and queued.
     Rows(u64),
     /// Progress to report.
@@ -49,7 +50,7 @@ pub(super) enum Absorbed {
 
 /// Decoded batches waiting for the consumer, chunks being joined, the schema.
 #[derive(Debug, Default)]
-pub(super) struct ArrowState {
+pub(crate) struct ArrowState {
     schema: Option<SchemaRef>,
     /// The schema came from a decoded batch (exact; never replaced again).
     schema_from_batches: bool,
@@ -58,35 +59,35 @@ pub(super) struct ArrowState {
 }
 
 impl ArrowState {
-    pub(super) fn schema(&self) -> Option<SchemaRef> {
+    pub(crate) fn schema(&self) -> Option<SchemaRef> {
         self.schema.clone()
     }
 
-    pub(super) fn pop(&mut self) -> Option<RecordBatch> {
+    pub(crate) fn pop(&mut self) -> Option<RecordBatch> {
         self.queue.pop_front()
     }
 
     /// The stream failed: forget every batch not yet handed out (nothing is
     /// delivered after an error).
-    pub(super) fn discard(&mut self) {
+    pub(crate) fn discard(&mut self) {
         self.queue.clear();
         self.chunks = BatchAssembler::default();
     }
 
     /// The result ended: an error if a chunked batch is incomplete.
-    pub(super) fn finish(&self) -> Result<(), SparkError> {
+    pub(crate) fn finish(&self) -> Result<(), ResultError> {
         self.chunks.finish().map_err(integrity)
     }
 
     /// Drop a batch whose chunks were arriving when the execution was lost
     /// (a resumed query starts over from chunk 0).
-    pub(super) fn discard_partial(&mut self) {
+    pub(crate) fn discard_partial(&mut self) {
         self.chunks = BatchAssembler::default();
     }
 
     /// Take the schema from Spark's type description, if the response has
     /// one and no batch has given the exact schema yet.
-    pub(super) fn note_schema(&mut self, resp: &ExecutePlanResponse) -> Result<(), SparkError> {
+    pub(crate) fn note_schema(&mut self, resp: &ExecutePlanResponse) -> Result<(), ResultError> {
         if !self.schema_from_batches
             && let Some(dt) = &resp.schema
         {
@@ -96,11 +97,11 @@ impl ArrowState {
     }
 
     /// Handle one response; `rows` is the count delivered so far.
-    pub(super) fn absorb(
+    pub(crate) fn absorb(
         &mut self,
         resp: ExecutePlanResponse,
         rows: u64,
-    ) -> Result<Absorbed, SparkError> {
+    ) -> Result<Absorbed, ResultError> {
         self.note_schema(&resp)?;
         match resp.response_type {
             Some(ResponseType::ArrowBatch(b)) => self.batch(b, rows),
@@ -113,7 +114,7 @@ impl ArrowState {
         }
     }
 
-    fn batch(&mut self, b: ArrowBatch, rows: u64) -> Result<Absorbed, SparkError> {
+    fn batch(&mut self, b: ArrowBatch, rows: u64) -> Result<Absorbed, ResultError> {
         let header = ChunkHeader {
             row_count: b.row_count,
             start_offset: b.start_offset,
@@ -136,12 +137,12 @@ impl ArrowState {
     }
 }
 
-/// The session's error for a broken integrity rule; a start offset keeps
-/// its own variant.
-fn integrity(e: IntegrityError) -> SparkError {
+/// The error for a broken integrity rule; a start offset keeps its own
+/// variant.
+fn integrity(e: IntegrityError) -> ResultError {
     match e {
-        IntegrityError::BatchOffset { expected, got } => SparkError::BatchOffset { expected, got },
-        other => SparkError::Execution(other.into()),
+        IntegrityError::BatchOffset { expected, got } => ResultError::BatchOffset { expected, got },
+        other => ResultError::Integrity(other),
     }
 }
 
@@ -154,11 +155,11 @@ fn integrity(e: IntegrityError) -> SparkError {
 pub(super) fn decode(
     data: Vec<u8>,
     first_row: u64,
-) -> Result<(Vec<RecordBatch>, Option<SchemaRef>), SparkError> {
-    let run = AssertUnwindSafe(move || -> Result<_, SparkError> {
+) -> Result<(Vec<RecordBatch>, Option<SchemaRef>), ResultError> {
+    let run = AssertUnwindSafe(move || -> Result<_, ResultError> {
         // Codec and stated lengths first: a corrupt length must not reach
         // arrow-ipc's allocation (`ipc_scan`).
-        ipc_scan::check(&data, first_row).map_err(SparkError::ResultDecode)?;
+        ipc_scan::check(&data, first_row).map_err(ResultError::ResultDecode)?;
         let whole = arrow_buffer::Buffer::from_vec(data);
         let mut buf = whole.clone();
         let mut decoder = arrow_ipc::reader::StreamDecoder::new();
@@ -175,8 +176,8 @@ pub(super) fn decode(
             Ok(()) => Ok((batches, decoder.schema())),
             // Name the column, the row, the codec when one column explains it.
             Err(e) => Err(ipc_scan::explain(whole.as_slice(), first_row)
-                .map(SparkError::ResultDecode)
-                .unwrap_or(SparkError::Arrow(e))),
+                .map(ResultError::ResultDecode)
+                .unwrap_or(ResultError::Arrow(e))),
         }
     });
     match std::panic::catch_unwind(run) {
@@ -187,7 +188,7 @@ pub(super) fn decode(
                 .map(String::as_str)
                 .or_else(|| panic.downcast_ref::<&str>().copied())
                 .unwrap_or("a panic");
-            Err(SparkError::Arrow(ArrowError::IpcError(format!(
+            Err(ResultError::Arrow(ArrowError::IpcError(format!(
                 "corrupt Arrow IPC data (the decoder panicked: {what})"
             ))))
         }
@@ -282,7 +283,7 @@ mod tests {
             ..Default::default()
         });
         match s.absorb(b, 0) {
-            Err(SparkError::BatchOffset {
+            Err(ResultError::BatchOffset {
                 expected: 0,
                 got: 5,
             }) => {}

@@ -11,8 +11,8 @@ use arrow_ipc::writer::{IpcWriteOptions, StreamWriter};
 
 use super::decode::decode;
 use super::decode_error::ResultDecodeError;
+use super::error::ResultError;
 use super::ipc_scan::messages;
-use crate::session::SparkError;
 
 fn batch(rows: i64) -> RecordBatch {
     let id: ArrayRef = Arc::new(Int64Array::from_iter_values(0..rows));
@@ -53,7 +53,7 @@ fn body_of(data: &[u8], n: usize) -> (usize, Vec<(usize, usize)>) {
 
 fn decode_err(data: Vec<u8>, first_row: u64) -> ResultDecodeError {
     match decode(data, first_row) {
-        Err(SparkError::ResultDecode(e)) => e,
+        Err(ResultError::ResultDecode(e)) => e,
         other => panic!("expected a ResultDecodeError, got {other:?}"),
     }
 }

@@ -14,7 +14,7 @@ use arrow_ipc::CompressionType;
 
 use super::decode::decode;
 use super::decode_codec_tests::{ipc_with, not_utf8_ipc};
-use crate::session::SparkError;
+use super::error::ResultError;
 
 /// A few valid payloads with varied layouts (fixed width, offsets, nulls,
 /// nesting, two batches in one stream).
@@ -121,13 +121,13 @@ fn mutated_payloads_decode_or_fail_typed_never_panic() {
                 }
                 ok += 1;
             }
-            Err(SparkError::Arrow(e)) => {
+            Err(ResultError::Arrow(e)) => {
                 if e.to_string().contains("decoder panicked") {
                     contained += 1;
                 }
                 errors += 1;
             }
-            Err(SparkError::ResultDecode(_)) => {
+            Err(ResultError::ResultDecode(_)) => {
                 explained += 1;
                 errors += 1;
             }
@@ -157,7 +157,7 @@ fn seeds_round_trip() {
     for data in bad {
         assert!(matches!(
             decode(data.clone(), 0),
-            Err(SparkError::ResultDecode(_))
+            Err(ResultError::ResultDecode(_))
         ));
     }
     for data in good.iter().cloned() {
@@ -209,7 +209,7 @@ fn the_documented_panic_payload_is_a_typed_error() {
         "arrow-ipc no longer panics: update docs/arrow-ipc-panic.md"
     );
     match decode(data, 0) {
-        Err(SparkError::Arrow(e)) => assert!(e.to_string().contains("corrupt Arrow IPC"), "{e}"),
+        Err(ResultError::Arrow(e)) => assert!(e.to_string().contains("corrupt Arrow IPC"), "{e}"),
         other => panic!("{other:?}"),
     }
 }

@@ -37,7 +37,7 @@ use arrow_row::{RowConverter, SortField};
 use arrow_schema::{DataType, SchemaRef};
 use xxhash_rust::xxh3::Xxh3;
 
-use crate::session::SparkError;
+use super::error::ResultError;
 
 /// A 128-bit digest of rows (see the [module docs](self)).
 pub(super) type Digest = u128;
@@ -83,14 +83,14 @@ fn same_columns(a: &SchemaRef, b: &SchemaRef) -> bool {
             .all(|(x, y)| x.name() == y.name() && x.data_type() == y.data_type())
 }
 
-fn encoding(dt: &DataType) -> Result<Encoding, SparkError> {
+fn encoding(dt: &DataType) -> Result<Encoding, ResultError> {
     if dt.is_primitive()
         && let Some(width) = dt.primitive_width()
     {
         return Ok(Encoding::Fixed(width));
     }
     let converter =
-        RowConverter::new(vec![SortField::new(dt.clone())]).map_err(SparkError::Arrow)?;
+        RowConverter::new(vec![SortField::new(dt.clone())]).map_err(ResultError::Arrow)?;
     Ok(Encoding::Rows(converter))
 }
 
@@ -102,10 +102,10 @@ impl RowDigest {
 
     /// Append a batch's rows. The first batch fixes the schema; a later one
     /// with other columns is a protocol error (one result, one schema).
-    pub(super) fn update(&mut self, batch: &RecordBatch) -> Result<(), SparkError> {
+    pub(super) fn update(&mut self, batch: &RecordBatch) -> Result<(), ResultError> {
         match &self.schema {
             Some(s) if !same_columns(s, &batch.schema()) => {
-                return Err(SparkError::Protocol(
+                return Err(ResultError::Protocol(
                     "a batch of the result has other columns than the batches before it".to_owned(),
                 ));
             }
@@ -122,7 +122,7 @@ impl RowDigest {
                             nulls: Xxh3::new(),
                         })
                     })
-                    .collect::<Result<_, SparkError>>()?;
+                    .collect::<Result<_, ResultError>>()?;
                 self.schema = Some(schema);
             }
         }
@@ -158,19 +158,19 @@ impl Column {
         array: &ArrayRef,
         first_row: u64,
         scratch: &mut Vec<u8>,
-    ) -> Result<(), SparkError> {
+    ) -> Result<(), ResultError> {
         match &self.encoding {
             Encoding::Fixed(width) => {
                 let width = *width;
                 let data = array.to_data();
                 let Some(buffer) = data.buffers().first() else {
-                    return Err(SparkError::Protocol(
+                    return Err(ResultError::Protocol(
                         "a fixed-width Arrow column without a values buffer".to_owned(),
                     ));
                 };
                 let (start, end) = (data.offset() * width, (data.offset() + data.len()) * width);
                 let Some(bytes) = buffer.as_slice().get(start..end) else {
-                    return Err(SparkError::Protocol(
+                    return Err(ResultError::Protocol(
                         "an Arrow column shorter than its length".to_owned(),
                     ));
                 };
@@ -190,7 +190,7 @@ impl Column {
             Encoding::Rows(converter) => {
                 let rows = converter
                     .convert_columns(&[Arc::clone(array)])
-                    .map_err(SparkError::Arrow)?;
+                    .map_err(ResultError::Arrow)?;
                 for row in rows.iter() {
                     let bytes = row.as_ref();
                     self.values.update(&(bytes.len() as u64).to_le_bytes());
@@ -328,6 +328,6 @@ mod tests {
         assert_ne!(digest_in_cuts(&a, &[]).0, digest_in_cuts(&b, &[]).0);
         let mut d = RowDigest::default();
         d.update(&a).unwrap();
-        assert!(matches!(d.update(&b), Err(SparkError::Protocol(_))));
+        assert!(matches!(d.update(&b), Err(ResultError::Protocol(_))));
     }
 }

@@ -1,17 +1,21 @@
 //! Results: an execution's responses turned into Arrow record batches,
 //! whole and exactly once, or a typed error.
 //!
-//! Kept apart from the session because a result outlives the call that
-//! started it: [`ArrowStream`](arrow_stream::ArrowStream) reads a
-//! reattachable execution, decodes Spark's Arrow batches (`decode`,
-//! [`schema`]), keeps a digest of the rows (`digest`) and, when the server
-//! lost the execution, re-runs the query and checks the digest
-//! ([`resume`]). The module is private; users name these items under
-//! [`session`](crate::session), one public path each.
+//! Kept apart from the session because these are rules about a result,
+//! with no session and no I/O in them, each tested on bytes alone: Spark's
+//! Arrow batches decoded and checked (`decode`, [`schema`]), a digest of
+//! the rows delivered (`digest`) and, when the server lost the execution
+//! and the query ran again, the check that the new result starts with the
+//! same rows ([`resume`]). The session's
+//! [`ArrowStream`](crate::session::ArrowStream) drives them; their errors
+//! are their own ([`ResultError`](error::ResultError)), which the session
+//! turns into its [`SparkError`](crate::session::SparkError). The module is
+//! private; users name its public items under [`session`](crate::session),
+//! one public path each.
 
-pub(crate) mod arrow_stream;
+pub(crate) mod change;
 #[cfg(feature = "arrow")]
-mod decode;
+pub(crate) mod decode;
 #[cfg(all(test, feature = "arrow"))]
 mod decode_codec_tests;
 #[cfg(feature = "arrow")]
@@ -20,6 +24,8 @@ pub(crate) mod decode_error;
 mod decode_fuzz;
 #[cfg(feature = "arrow")]
 mod digest;
+#[cfg(feature = "arrow")]
+pub(crate) mod error;
 #[cfg(feature = "arrow")]
 mod ipc_scan;
 #[cfg(feature = "arrow")]

@@ -21,7 +21,8 @@
 //! same plan under a new operation id, and digests the new result's first N
 //! rows (N = rows delivered, cut mid-batch if need be). Equal: it delivers
 //! from row N on, each row once. Different, or fewer than N rows: it fails
-//! with [`SparkError::ResultChanged`] naming N, and delivers nothing more.
+//! with [`SparkError::ResultChanged`](crate::session::SparkError::ResultChanged)
+//! naming N, and delivers nothing more.
 //!
 //! Only queries are resumed: a plan whose root is a relation, and for SQL
 //! text, a statement that starts with `SELECT`, `VALUES` or `TABLE`
@@ -29,16 +30,19 @@
 //! again would repeat its side effects). A command is never re-run.
 //! At most the retry policy's budget of resumptions per query
 //! ([`budget`]); each is logged once at `warn` with both operation ids.
+//!
+//! Which errors mean the server lost the execution is the session's call
+//! (they are its errors, a floor above this module); what is here is the
+//! digest, the comparison and the budget, with no session in them.
 
 use arrow_array::RecordBatch;
 
+use super::change::ResultChange;
 use super::digest::{Digest, RowDigest};
-use crate::error_classes::{OPERATION_NOT_FOUND, SESSION_NOT_FOUND};
+use super::error::ResultError;
 use crate::proto::{Plan, plan, relation};
-use crate::reattach::{ReattachError, StreamStats};
+use crate::reattach::StreamStats;
 use crate::retrying::Retrying;
-use crate::session::ResultChange;
-use crate::session::SparkError;
 
 /// Resumptions allowed per query when a retry policy sets no limit
 /// (`max_retries: None`), and PySpark's default policy's limit.
@@ -58,7 +62,7 @@ pub(crate) fn budget(retrying: &Retrying) -> u32 {
 
 /// Why a plan cannot be resumed, or `None` when it can (see the [module
 /// docs](self)).
-pub(super) fn not_resumable(plan: &Plan) -> Option<&'static str> {
+pub(crate) fn not_resumable(plan: &Plan) -> Option<&'static str> {
     let Some(plan::OpType::Root(rel)) = &plan.op_type else {
         return Some("a command is never re-run (it may have side effects)");
     };
@@ -99,25 +103,6 @@ fn is_query(sql: &str) -> bool {
         .any(|k| word.eq_ignore_ascii_case(k))
 }
 
-/// Whether an execution's error means the server lost it (restart, or the
-/// operation or session gone) rather than that the query failed.
-fn execution_lost(err: &SparkError) -> bool {
-    match err {
-        SparkError::ResponseAlreadyReceived(_)
-        | SparkError::Execution(ReattachError::ServerSideSessionChanged { .. }) => true,
-        SparkError::Server(_) => matches!(
-            err.error_class(),
-            Some(
-                OPERATION_NOT_FOUND
-                    | SESSION_NOT_FOUND
-                    | crate::error_classes::SESSION_CHANGED
-                    | crate::error_classes::SESSION_CLOSED
-            )
-        ),
-        _ => false,
-    }
-}
-
 /// The rows of a re-execution being checked against those delivered.
 #[derive(Debug)]
 struct Replay {
@@ -134,7 +119,7 @@ struct Replay {
 /// A resumable stream's state: the plan, the digest of delivered rows, the
 /// re-execution being verified.
 #[derive(Debug)]
-pub(super) struct Resume {
+pub(crate) struct Resume {
     budget: u32,
     used: u32,
     delivered: RowDigest,
@@ -146,7 +131,7 @@ pub(super) struct Resume {
 }
 
 impl Resume {
-    pub(super) fn new(budget: u32, operation_id: &str) -> Box<Self> {
+    pub(crate) fn new(budget: u32, operation_id: &str) -> Box<Self> {
         Box::new(Resume {
             budget,
             used: 0,
@@ -159,12 +144,12 @@ impl Resume {
 
     /// The row offset the next batch must start at: the stream's own count,
     /// or during a replay the new result's.
-    pub(super) fn offset(&self, rows: u64) -> u64 {
+    pub(crate) fn offset(&self, rows: u64) -> u64 {
         self.replay.as_ref().map_or(rows, |r| r.absorbed)
     }
 
     /// The stream's row count after a batch of `n` rows was decoded.
-    pub(super) fn absorbed(&mut self, rows: u64, n: u64) -> u64 {
+    pub(crate) fn absorbed(&mut self, rows: u64, n: u64) -> u64 {
         match self.replay.as_mut() {
             Some(r) => {
                 r.absorbed += n;
@@ -177,10 +162,10 @@ impl Resume {
     /// A decoded batch on its way to the caller: digested and passed on;
     /// during a replay, digested against the rows delivered and passed on
     /// only from row N (`None`: nothing of it is new).
-    pub(super) fn deliver(
+    pub(crate) fn deliver(
         &mut self,
         batch: RecordBatch,
-    ) -> Result<Option<RecordBatch>, SparkError> {
+    ) -> Result<Option<RecordBatch>, ResultError> {
         let Some(mut replay) = self.replay.take() else {
             self.delivered.update(&batch)?;
             return Ok(Some(batch));
@@ -216,7 +201,7 @@ impl Resume {
 
     /// The execution ended: an error if a re-execution ended before
     /// reaching the rows delivered.
-    pub(super) fn at_end(&mut self) -> Result<(), SparkError> {
+    pub(crate) fn at_end(&mut self) -> Result<(), ResultError> {
         match self.replay.take() {
             Some(r) => Err(self.changed(
                 ResultChange::Shorter {
@@ -228,34 +213,31 @@ impl Resume {
         }
     }
 
-    fn changed(&self, change: ResultChange, delivered: u64) -> SparkError {
-        SparkError::ResultChanged {
+    fn changed(&self, change: ResultChange, delivered: u64) -> ResultError {
+        ResultError::ResultChanged {
             delivered,
             operation_id: self.operation_id.clone(),
             change,
         }
     }
 
-    /// The execution failed with `err`, having counted `current`: the
-    /// operation id to run the plan again under, if it was lost and a
-    /// resumption is allowed (`renewal`: the session may move to a fresh
-    /// server-side session), else `err`.
-    pub(super) fn begin(
+    /// The server lost the execution (the session judged its error, which
+    /// it alone can read), having counted `current`: the operation id to
+    /// run the plan again under, or `None` when the budget is spent (the
+    /// caller keeps its error). `error_class` is the lost execution's, for
+    /// the log.
+    pub(crate) fn begin(
         &mut self,
-        err: SparkError,
-        renewal: bool,
+        error_class: Option<&str>,
         current: StreamStats,
-    ) -> Result<String, SparkError> {
-        if !renewal || !execution_lost(&err) {
-            return Err(err);
-        }
+    ) -> Option<String> {
         if self.used >= self.budget {
             tracing::debug!(
                 operation_id = self.operation_id,
                 resumptions = self.used,
                 "execution lost again; the resumption budget is spent"
             );
-            return Err(err);
+            return None;
         }
         self.used += 1;
         self.prior = add(self.prior, current);
@@ -267,7 +249,7 @@ impl Resume {
             rows_delivered = target,
             resumption = self.used,
             budget = self.budget,
-            error_class = err.error_class(),
+            error_class,
             "the server lost the query's execution; re-executing it to resume after the rows \
              already delivered, verified by digest"
         );
@@ -277,12 +259,12 @@ impl Resume {
             digest: RowDigest::default(),
             absorbed: 0,
         });
-        Ok(self.operation_id.clone())
+        Some(self.operation_id.clone())
     }
 
     /// The stream's counters: the earlier executions' and the current one's,
     /// with the resumptions.
-    pub(super) fn stats(&self, current: StreamStats) -> StreamStats {
+    pub(crate) fn stats(&self, current: StreamStats) -> StreamStats {
         let mut c = add(self.prior, current);
         c.resumptions = u64::from(self.used);
         c
@@ -329,11 +311,8 @@ mod tests {
             .to_vec()
     }
 
-    fn lost() -> SparkError {
-        SparkError::ResponseAlreadyReceived(Box::new(crate::session::ServerError::from_status(
-            tonic::Status::internal("[INVALID_HANDLE.OPERATION_NOT_FOUND] gone"),
-        )))
-    }
+    /// The error class of an execution the server lost.
+    const LOST: Option<&str> = Some("INVALID_HANDLE.OPERATION_NOT_FOUND");
 
     fn sql(q: &str) -> Plan {
         Plan {
@@ -376,7 +355,7 @@ mod tests {
     }
 
     /// Delivered in cuts of 4, lost at `n`, replayed in cuts of 3.
-    fn resume_at(n: i64, replay: &[RecordBatch]) -> Result<Vec<i64>, SparkError> {
+    fn resume_at(n: i64, replay: &[RecordBatch]) -> Result<Vec<i64>, ResultError> {
         let mut r = Resume::new(2, "op");
         let mut seen = Vec::new();
         let mut at = 0;
@@ -385,7 +364,8 @@ mod tests {
             at += b.num_rows() as i64;
             seen.extend(values(&r.deliver(b)?.unwrap()));
         }
-        r.begin(lost(), true, StreamStats::default())?;
+        r.begin(LOST, StreamStats::default())
+            .expect("within the budget");
         for b in replay {
             if let Some(out) = r.deliver(b.clone())? {
                 seen.extend(values(&out));
@@ -416,7 +396,7 @@ mod tests {
         let mut changed = in_threes(0..20);
         changed[1] = ids(100..103); // rows 3..6
         match resume_at(8, &changed) {
-            Err(SparkError::ResultChanged {
+            Err(ResultError::ResultChanged {
                 delivered: 8,
                 change: ResultChange::Rows,
                 ..
@@ -426,7 +406,7 @@ mod tests {
         // A change after the rows delivered is new data, not a change.
         assert_eq!(resume_at(3, &changed).unwrap()[..4], [0, 1, 2, 100]);
         match resume_at(8, &in_threes(0..7)) {
-            Err(SparkError::ResultChanged {
+            Err(ResultError::ResultChanged {
                 delivered: 8,
                 change: ResultChange::Shorter { rows: 7 },
                 ..
@@ -436,28 +416,16 @@ mod tests {
     }
 
     #[test]
-    fn the_budget_and_the_kind_of_error_bound_resumptions() {
+    fn the_budget_bounds_resumptions() {
         let mut r = Resume::new(1, "op");
-        let other = SparkError::Protocol("x".into());
-        assert!(matches!(
-            r.begin(other, true, StreamStats::default()),
-            Err(SparkError::Protocol(_))
-        ));
-        assert!(
-            r.begin(lost(), false, StreamStats::default()).is_err(),
-            "no renewal"
-        );
         let first = StreamStats {
             responses: 5,
             reattaches: 1,
             ..Default::default()
         };
-        let op = r.begin(lost(), true, first).unwrap();
+        let op = r.begin(LOST, first).unwrap();
         assert_ne!(op, "op");
-        assert!(matches!(
-            r.begin(lost(), true, StreamStats::default()),
-            Err(SparkError::ResponseAlreadyReceived(_))
-        ));
+        assert_eq!(r.begin(LOST, StreamStats::default()), None, "budget spent");
         let now = r.stats(StreamStats {
             responses: 2,
             ..Default::default()

@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use arrow_schema::{DataType, Field, Fields, IntervalUnit, Schema, SchemaRef, TimeUnit};
 
+use super::error::ResultError;
 use crate::proto::data_type::{Kind, StructField};
-use crate::session::SparkError;
 
 /// The time zone given to `TIMESTAMP` columns (see the module docs).
 pub(crate) const TIMESTAMP_ZONE: &str = "UTC";
@@ -26,7 +26,7 @@ const DEFAULT_DECIMAL: (i32, i32) = (10, 0);
 const MAX_DEPTH: usize = 64;
 
 /// The Arrow schema of a result whose Spark type is `dt` (a struct).
-pub(crate) fn arrow_schema(dt: &crate::proto::DataType) -> Result<SchemaRef, SparkError> {
+pub(crate) fn arrow_schema(dt: &crate::proto::DataType) -> Result<SchemaRef, ResultError> {
     match &dt.kind {
         Some(Kind::Struct(s)) => Ok(Arc::new(Schema::new(fields(&s.fields, 0)?))),
         other => Err(bad(format!(
@@ -36,7 +36,7 @@ pub(crate) fn arrow_schema(dt: &crate::proto::DataType) -> Result<SchemaRef, Spa
     }
 }
 
-fn fields(fields: &[StructField], depth: usize) -> Result<Fields, SparkError> {
+fn fields(fields: &[StructField], depth: usize) -> Result<Fields, ResultError> {
     fields
         .iter()
         .map(|f| {
@@ -49,7 +49,7 @@ fn fields(fields: &[StructField], depth: usize) -> Result<Fields, SparkError> {
         .collect()
 }
 
-fn convert(dt: &crate::proto::DataType, depth: usize) -> Result<DataType, SparkError> {
+fn convert(dt: &crate::proto::DataType, depth: usize) -> Result<DataType, ResultError> {
     if depth > MAX_DEPTH {
         return Err(bad(format!("types nested deeper than {MAX_DEPTH}")));
     }
@@ -125,8 +125,8 @@ fn kind_name(kind: Option<&Kind>) -> &'static str {
     }
 }
 
-fn bad(what: String) -> SparkError {
-    SparkError::Protocol(format!("result schema: {what}"))
+fn bad(what: String) -> ResultError {
+    ResultError::Protocol(format!("result schema: {what}"))
 }
 
 #[cfg(test)]

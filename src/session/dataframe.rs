@@ -28,13 +28,13 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use bytes::Bytes;
 
+use super::arrow_stream::ArrowStream;
 use super::error::SparkError;
 use super::generation::Generation;
 use super::spark::SparkSession;
 use crate::local_data::chunks::{CONF_KEYS, Chunker, LocalRelationConf, ipc_stream, nbytes};
 use crate::local_data::upload::{UploadError, UploadStats};
 use crate::proto::{self, Relation, relation::RelType};
-use crate::results::arrow_stream::ArrowStream;
 
 /// The most serialized bytes sent in one `AddArtifacts` stream, and kept
 /// in memory until the server acknowledges them: the smaller of this and

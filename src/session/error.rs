@@ -22,6 +22,8 @@ use crate::connect::conn_string::ConnectionStringError;
 use crate::error_classes::{SESSION_CHANGED, SESSION_CLOSED};
 use crate::policy::Failure;
 use crate::reattach::ReattachError;
+#[cfg(feature = "arrow")]
+use crate::results::{change::ResultChange, error::ResultError};
 use crate::retrying::GaveUp;
 
 /// An error the server reported, with Spark's details.
@@ -533,25 +535,26 @@ impl From<ReattachError> for SparkError {
     }
 }
 
-/// How a re-executed query's result differed from the rows delivered.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ResultChange {
-    /// The first rows of the new result are not the rows delivered (their
-    /// digests differ: other values, order, columns or types).
-    Rows,
-    /// The new result ended after this many rows, fewer than delivered.
-    Shorter {
-        /// Rows in the new result.
-        rows: u64,
-    },
-}
-
-impl fmt::Display for ResultChange {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ResultChange::Rows => f.write_str("its first rows differ from the rows delivered"),
-            ResultChange::Shorter { rows } => write!(f, "it has only {rows} rows"),
+#[cfg(feature = "arrow")]
+impl From<ResultError> for SparkError {
+    /// Each case of a result's error as the variant of the same name; a
+    /// broken integrity rule as [`Execution`](SparkError::Execution).
+    fn from(e: ResultError) -> Self {
+        match e {
+            ResultError::Arrow(e) => SparkError::Arrow(e),
+            ResultError::ResultDecode(e) => SparkError::ResultDecode(e),
+            ResultError::BatchOffset { expected, got } => SparkError::BatchOffset { expected, got },
+            ResultError::Integrity(e) => SparkError::Execution(e.into()),
+            ResultError::Protocol(what) => SparkError::Protocol(what),
+            ResultError::ResultChanged {
+                delivered,
+                operation_id,
+                change,
+            } => SparkError::ResultChanged {
+                delivered,
+                operation_id,
+                change,
+            },
         }
     }
 }

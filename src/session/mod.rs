@@ -30,12 +30,16 @@
 //! # }
 //! ```
 
+mod arrow_stream;
+mod builder;
 mod builder_configs;
 mod config;
 #[cfg(feature = "arrow")]
 mod dataframe;
 mod error;
 pub(crate) mod generation;
+#[cfg(feature = "arrow")]
+mod lost;
 pub(crate) mod options;
 pub mod params;
 mod plan_codec;
@@ -47,9 +51,10 @@ pub(crate) mod spark;
 mod stale;
 mod tags;
 #[cfg(feature = "arrow")]
+mod upload;
+#[cfg(feature = "arrow")]
 mod view;
 
-pub use crate::connect::builder::SparkSessionBuilder;
 pub use crate::connect::channel;
 pub use crate::connect::conn_string;
 pub use crate::connect::flow_control::Http2FlowControl;
@@ -58,10 +63,12 @@ pub use crate::connect::result_compression::ResultCompression;
 pub use crate::connect::tls;
 #[cfg(feature = "arrow")]
 pub use crate::local_data::upload::{UploadError, UploadStats};
-pub use crate::results::arrow_stream::ArrowStream;
+pub use crate::results::change::ResultChange;
 #[cfg(feature = "arrow")]
 pub use crate::results::decode_error::ResultDecodeError;
+pub use arrow_stream::ArrowStream;
+pub use builder::SparkSessionBuilder;
 #[cfg(feature = "arrow")]
 pub use dataframe::DataFrame;
-pub use error::{ErrorDetails, ResultChange, ServerError, SparkError};
+pub use error::{ErrorDetails, ServerError, SparkError};
 pub use spark::SparkSession;

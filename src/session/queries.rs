@@ -1,11 +1,11 @@
 //! The session's queries: SQL, `range` and any relation, each read as an
 //! [`ArrowStream`].
 
+use super::arrow_stream::ArrowStream;
 use super::error::SparkError;
 use super::params::Params;
 use super::spark::SparkSession;
 use crate::proto::{self, Plan, Relation};
-use crate::results::arrow_stream::ArrowStream;
 
 /// Queries whose results are read as an [`ArrowStream`].
 impl SparkSession {

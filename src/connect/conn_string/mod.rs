@@ -108,10 +108,11 @@ use tonic::metadata::MetadataMap;
 use uuid::Uuid;
 
 use super::flow_control::Http2FlowControl;
+use super::result_compression::ResultCompression;
 use crate::token::Token;
 
 mod defaults;
-mod error;
+pub(crate) mod error;
 mod values;
 
 pub use error::{ConnectionStringError, ParamPart};
@@ -182,7 +183,7 @@ pub struct ConnectionString {
     flow_control: Http2FlowControl,
     metadata: MetadataMap,
     tls_files: TlsFiles,
-    result_compression: Option<crate::session::ResultCompression>,
+    result_compression: Option<ResultCompression>,
 }
 
 /// The `tls_*` file parameters.
@@ -553,7 +554,7 @@ impl ConnectionString {
     }
 
     /// The `result_compression` parameter, if given.
-    pub fn result_compression(&self) -> Option<crate::session::ResultCompression> {
+    pub fn result_compression(&self) -> Option<ResultCompression> {
         self.result_compression
     }
 

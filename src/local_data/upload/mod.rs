@@ -19,12 +19,12 @@
 //! A transient failure of either RPC is retried by the session's policy; a
 //! CRC mismatch the server reports is [`UploadError::CrcMismatch`] at once
 //! (the bytes left with their CRC, so a resend would not help). The rules
-//! are in `core`, without I/O; `driver` is the thin driver.
+//! are in `core`, without I/O; the thin driver that makes the RPCs is the
+//! session's (`session/upload.rs`), so this module has no session in it.
 
 pub(crate) mod core;
-mod driver;
 mod error;
-mod stats;
+pub(crate) mod stats;
 
 pub use error::UploadError;
 pub use stats::UploadStats;

@@ -5,7 +5,8 @@ use std::time::Duration;
 use super::SparkSessionBuilder;
 use crate::connect::conn_string::ConnectionString;
 use crate::deadlines::RpcDeadlines;
-use crate::session::{SparkError, SparkSession};
+use crate::session::error::SparkError;
+use crate::session::spark::SparkSession;
 
 fn builder() -> SparkSessionBuilder {
     SparkSession::builder().remote("sc://127.0.0.1:1")

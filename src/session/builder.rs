@@ -12,9 +12,13 @@ use tonic::service::interceptor::InterceptedService;
 use tower::ServiceExt;
 use tower::util::BoxCloneSyncService;
 
-use super::channel::{AuthInterceptor, ChannelBuilder, DEFAULT_CONNECT_TIMEOUT};
-use super::conn_string::ConnectionString;
-use super::flow_control::Http2FlowControl;
+use super::error::SparkError;
+use super::options::{BuilderConfigs, Options};
+use super::spark::SparkSession;
+use crate::connect::channel::{AuthInterceptor, ChannelBuilder, DEFAULT_CONNECT_TIMEOUT};
+use crate::connect::conn_string::ConnectionString;
+use crate::connect::flow_control::Http2FlowControl;
+use crate::connect::result_compression::ResultCompression;
 use crate::deadlines::{RpcDeadlines, check_timeout};
 use crate::meters::SessionMeters;
 use crate::policy::RetryPolicy;
@@ -22,9 +26,6 @@ use crate::reattach::DEFAULT_IDLE_TIMEOUT;
 use crate::reconnect::ReconnectingChannel;
 use crate::retrying::PySparkRetrying;
 use crate::retrying::Retrying;
-use crate::session::SparkError;
-use crate::session::SparkSession;
-use crate::session::options::{BuilderConfigs, Options};
 use crate::token::cache::Credentials;
 use crate::token::service::TokenService;
 use crate::token::{StaticToken, TokenProvider};
@@ -62,13 +63,13 @@ pub struct SparkSessionBuilder {
     preferred_arrow_chunk_size: Option<usize>,
     interrupt_on_drop: bool,
     configs: BuilderConfigs,
-    result_compression: Option<crate::session::ResultCompression>,
+    result_compression: Option<ResultCompression>,
     renew_stale_session: bool,
     resume_queries: bool,
     /// The builder's token provider (Debug: its name only).
     credentials: Option<Credentials>,
     #[cfg(feature = "tls")]
-    tls: super::tls::TlsSettings,
+    tls: crate::connect::tls::TlsSettings,
     #[cfg(feature = "otel")]
     meter: Option<opentelemetry::metrics::Meter>,
 }
@@ -215,7 +216,7 @@ impl SparkSessionBuilder {
     /// assert!(bad.unwrap_err().to_string().contains("\"gzip\""));
     /// # }
     /// ```
-    pub fn result_compression(mut self, codec: crate::session::ResultCompression) -> Self {
+    pub fn result_compression(mut self, codec: ResultCompression) -> Self {
         self.result_compression = Some(codec);
         self
     }
@@ -403,7 +404,7 @@ impl SparkSessionBuilder {
         check_option("connect_timeout", self.connect_timeout)?;
         let chunk = self.chunk_size(&config)?;
         if let Some(codec) = self.result_compression.or(config.result_compression()) {
-            let key = crate::session::ResultCompression::CONF.to_owned();
+            let key = ResultCompression::CONF.to_owned();
             self.configs.set(key, codec.as_str().to_owned());
         }
         if self.configs.0.iter().any(|(k, _)| k.trim().is_empty()) {
@@ -517,9 +518,9 @@ impl SparkSessionBuilder {
                 #[cfg(feature = "tls")]
                 let channel = {
                     let target = config.authority();
-                    BoxCloneSyncService::new(
-                        channel.map_err(move |s| super::tls::rewrite_handshake_failure(s, &target)),
-                    )
+                    BoxCloneSyncService::new(channel.map_err(move |s| {
+                        crate::connect::tls::rewrite_handshake_failure(s, &target)
+                    }))
                 };
                 channel
             }

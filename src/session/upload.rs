@@ -1,6 +1,11 @@
 //! The async driver of an upload group: each attempt asks `ArtifactStatus`,
 //! streams what the server lacks with `AddArtifacts` and checks the answer,
-//! all under the session's retry loop. The rules it follows are in `core`.
+//! all under the session's retry loop.
+//!
+//! It lives with the session because it is the session's RPCs on the
+//! session's generation; the rules it follows (what to send, what an answer
+//! must say) have no session in them and are in
+//! [`local_data::upload`](crate::local_data::upload) (`core`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -9,15 +14,14 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use tokio_stream::StreamExt;
 
-use super::core::{UploadGroup, payload, shapes};
-use super::stats::UploadStats;
+use super::error::SparkError;
+use super::generation::Generation;
+use super::options::lock;
+use super::spark::{SparkSession, with_deadline};
+use crate::local_data::upload::core::{UploadGroup, payload, shapes};
+use crate::local_data::upload::stats::UploadStats;
 use crate::proto::{self, AddArtifactsRequest};
 use crate::retrying::AttemptError;
-use crate::session::SparkError;
-use crate::session::SparkSession;
-use crate::session::generation::Generation;
-use crate::session::options::lock;
-use crate::session::spark::with_deadline;
 use crate::token::call::CallToken;
 
 impl SparkSession {

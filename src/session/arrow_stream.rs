@@ -6,6 +6,12 @@
 //! with [`next_batch`](ArrowStream::next_batch) or as a `Stream`: both run
 //! one poll loop. The stream can also be cancelled (interrupt, then
 //! release), and knows its schema before its first batch.
+//!
+//! It lives with the session because it holds one: it starts the
+//! execution, sends it again on a renewed session and resumes a lost query
+//! through it. The rules for the bytes (decoding, the digest, the
+//! resumption check) have no session in them and are in
+//! [`results`](crate::results).
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -16,11 +22,17 @@ use std::time::Duration;
 
 use tokio_stream::Stream;
 
+use super::error::SparkError;
+use super::generation::Generation;
+#[cfg(feature = "arrow")]
+use super::lost::execution_lost;
+use super::spark::SparkSession;
 use crate::proto::{self, ExecutePlanResponse, Plan};
 use crate::reattach::{ReattachableExecution, StreamStats, StreamStatsHandle};
-use crate::session::SparkError;
-use crate::session::SparkSession;
-use crate::session::generation::Generation;
+#[cfg(feature = "arrow")]
+use crate::results::decode::{Absorbed, ArrowState};
+#[cfg(feature = "arrow")]
+use crate::results::resume::{Resume, budget, not_resumable};
 
 /// A callback for ExecutionProgress messages.
 type ProgressFn = Box<dyn FnMut(&proto::execute_plan_response::ExecutionProgress) + Send>;
@@ -82,10 +94,10 @@ pub struct ArrowStream {
     failed: bool,
     interrupt_on_drop: bool,
     #[cfg(feature = "arrow")]
-    arrow: super::decode::ArrowState,
+    arrow: ArrowState,
     /// Verified resumption after a lost execution (`None`: off, no per-row work).
     #[cfg(feature = "arrow")]
-    resume: Option<Box<super::resume::Resume>>,
+    resume: Option<Box<Resume>>,
 }
 
 impl std::fmt::Debug for ArrowStream {
@@ -346,11 +358,11 @@ impl ArrowStream {
     /// A terminal error of the batch stream: the execution is released and
     /// nothing decoded but not yet handed out is delivered after it.
     #[cfg(feature = "arrow")]
-    fn fail_arrow(&mut self, e: SparkError) -> SparkError {
+    fn fail_arrow(&mut self, e: impl Into<SparkError>) -> SparkError {
         self.fail();
         self.failed = true;
         self.arrow.discard();
-        e
+        e.into()
     }
 
     #[cfg(feature = "arrow")]
@@ -428,24 +440,32 @@ impl ArrowStream {
     }
 
     /// The resumption state for this stream's plan, or why it has none.
-    fn resumable(&self) -> Result<Box<super::resume::Resume>, &'static str> {
+    fn resumable(&self) -> Result<Box<Resume>, &'static str> {
         let plan = self.plan.as_ref().ok_or("the plan is no longer known")?;
-        if let Some(reason) = super::resume::not_resumable(plan) {
+        if let Some(reason) = not_resumable(plan) {
             return Err(reason);
         }
-        let budget = super::resume::budget(&self.session.options().retrying);
-        Ok(super::resume::Resume::new(budget, &self.operation_id))
+        let budget = budget(&self.session.options().retrying);
+        Ok(Resume::new(budget, &self.operation_id))
     }
 
-    /// The execution failed with `err`: run the query again if resumption
-    /// allows it ([`super::resume`]), else hand `err` back.
+    /// The execution failed with `err`: run the query again if the server
+    /// lost it, the session may move to a fresh server-side session
+    /// (`renew_stale_session`) and the budget allows it
+    /// ([`results::resume`](crate::results::resume)), else hand `err` back.
     fn restart(&mut self, err: SparkError) -> Result<(), SparkError> {
         let current = self.stats_handle().snapshot();
         let renewal = self.session.options().renew_stale_session;
         let Some(r) = self.resume.as_mut() else {
             return Err(err);
         };
-        self.operation_id = r.begin(err, renewal, current)?;
+        if !renewal || !execution_lost(&err) {
+            return Err(err);
+        }
+        let Some(operation_id) = r.begin(err.error_class(), current) else {
+            return Err(err);
+        };
+        self.operation_id = operation_id;
         self.session.options().meters.resumed();
         self.arrow.discard_partial();
         self.held.clear();
@@ -464,7 +484,6 @@ impl Stream for ArrowStream {
     type Item = Result<arrow_array::RecordBatch, SparkError>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        use super::decode::Absorbed;
         let this = &mut *self;
         loop {
             if this.failed {
@@ -549,8 +568,6 @@ impl Drop for ArrowStream {
 /// it, before it is released anyway.
 const CANCEL_DRAIN: Duration = Duration::from_secs(10);
 
-/// Read an interrupted execution to its end (the server's
-/// `OPERATION_CANCELED`), at most [`CANCEL_DRAIN`], discarding what comes.
 /// The Arrow IPC bytes a response carries (0 for one without a batch).
 #[cfg(feature = "arrow")]
 fn arrow_bytes(resp: &ExecutePlanResponse) -> u64 {
@@ -560,6 +577,8 @@ fn arrow_bytes(resp: &ExecutePlanResponse) -> u64 {
     }
 }
 
+/// Read an interrupted execution to its end (the server's
+/// `OPERATION_CANCELED`), at most [`CANCEL_DRAIN`], discarding what comes.
 async fn drain(exec: &mut ReattachableExecution) {
     let end = async {
         while let Some(item) = exec.next_response().await {
