@@ -10,6 +10,7 @@ mod session {
     mod api;
     mod artifacts;
     mod compression;
+    mod connector;
     mod embedded;
     mod errors;
     mod give_up;

@@ -19,6 +19,7 @@ use crate::connect::channel::{AuthInterceptor, ChannelBuilder, DEFAULT_CONNECT_T
 use crate::connect::conn_string::ConnectionString;
 use crate::connect::flow_control::Http2FlowControl;
 use crate::connect::result_compression::ResultCompression;
+use crate::connector::Connector;
 use crate::deadlines::{RpcDeadlines, check_timeout};
 use crate::meters::SessionMeters;
 use crate::policy::RetryPolicy;
@@ -59,6 +60,7 @@ pub struct SparkSessionBuilder {
     connect_timeout: Option<Duration>,
     flow_control: Option<Http2FlowControl>,
     channel: Option<GrpcChannel>,
+    connector: Option<Connector>,
     arrow_chunking: Option<bool>,
     preferred_arrow_chunk_size: Option<usize>,
     interrupt_on_drop: bool,
@@ -384,6 +386,36 @@ impl SparkSessionBuilder {
         self.credentials = Some(Credentials::new(Arc::new(provider)));
         self
     }
+    /// Dial every connection of the session's channel with `connector`
+    /// instead of TCP to the connection string's host: a Unix socket, an
+    /// SSH tunnel, an egress proxy, a simulated network. Everything else
+    /// the connection string says (TLS, token, HTTP/2 settings, the
+    /// `:authority`) still applies; TLS runs over the stream the connector
+    /// yields. Ignored when [`channel`](Self::channel) is set.
+    ///
+    /// ```
+    /// use spark_connect_retry::connector::Connector;
+    /// use spark_connect_retry::session::SparkSession;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let socket = "/run/spark-connect.sock";
+    /// let connector = Connector::new(tower::service_fn(move |_: http::Uri| async move {
+    ///     tokio::net::UnixStream::connect(socket).await.map(hyper_util::rt::TokioIo::new)
+    /// }));
+    /// let spark = SparkSession::builder()
+    ///     .remote("sc://spark.internal:15002")
+    ///     .connector(connector)
+    ///     .build()?; // nothing is dialled until the first RPC
+    /// # let _ = spark;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn connector(mut self, connector: Connector) -> Self {
+        self.connector = Some(connector);
+        self
+    }
+
     /// Send RPCs through this service stack instead of a channel built from
     /// the connection string (for example a channel wrapped in the retry
     /// layer, or a test proxy). Token and metadata headers are still added.
@@ -508,7 +540,11 @@ impl SparkSessionBuilder {
                     .bearer_token(provider_given);
                 #[cfg(feature = "tls")]
                 let builder = builder.tls_settings(self.tls.clone());
-                let tonic = ReconnectingChannel::new(builder.endpoint()?);
+                let endpoint = builder.endpoint()?;
+                let tonic = match self.connector.clone() {
+                    Some(c) => ReconnectingChannel::with_connector(endpoint, c),
+                    None => ReconnectingChannel::new(endpoint),
+                };
                 let channel = grpc_channel(TokenService::new(
                     InterceptedService::new(tonic, auth),
                     credentials.clone(),
