@@ -74,6 +74,8 @@ mod needs {
     pub const PROXIES: &str = "SPARK_CONNECT_TEST_PROXIES";
     /// The proxies' throwaway CA file.
     pub const PROXY_CA: &str = "SPARK_CONNECT_TEST_PROXY_CA";
+    /// The egress proxy's URL with its credentials (`scripts/egress-proxy.sh`).
+    pub const EGRESS: &str = "SPARK_CONNECT_TEST_EGRESS_PROXY";
 }
 
 /// One test of this binary: its name, the variables it needs, its body.
@@ -168,6 +170,7 @@ mod real_spark {
     pub(crate) mod cli;
     mod compression;
     mod cuts;
+    mod egress;
     mod layer;
     mod params;
     mod proxies;

@@ -41,6 +41,8 @@ use std::time::Duration;
 use tonic::metadata::{AsciiMetadataValue, KeyAndValueRef, MetadataMap};
 use tonic::service::Interceptor;
 use tonic::transport::{Channel, Endpoint};
+
+pub use super::egress::InvalidProxyUrl;
 use tonic::{Request, Status};
 
 #[cfg(feature = "tls")]
@@ -74,6 +76,11 @@ pub enum ChannelError {
     /// The [`Http2FlowControl`] given to [`ChannelBuilder::http2_flow_control`] is invalid.
     #[error("invalid HTTP/2 flow control: {0}")]
     FlowControl(&'static str),
+    /// The egress proxy URL given to
+    /// [`SparkSessionBuilder::egress_proxy`](crate::session::SparkSessionBuilder::egress_proxy)
+    /// cannot be used (the error never contains the URL).
+    #[error(transparent)]
+    EgressProxy(#[from] InvalidProxyUrl),
     /// A private CA or client identity cannot be used (a file missing, not PEM).
     #[cfg(feature = "tls")]
     #[error("invalid TLS configuration: {0}")]

@@ -12,6 +12,7 @@
 
 pub mod channel;
 pub mod conn_string;
+pub(crate) mod egress;
 pub(crate) mod flow_control;
 pub(crate) mod result_compression;
 #[cfg(feature = "tls")]

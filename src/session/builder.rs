@@ -15,8 +15,10 @@ use tower::util::BoxCloneSyncService;
 use super::error::SparkError;
 use super::options::{BuilderConfigs, Options};
 use super::spark::SparkSession;
+use crate::connect::channel::ChannelError;
 use crate::connect::channel::{AuthInterceptor, ChannelBuilder, DEFAULT_CONNECT_TIMEOUT};
 use crate::connect::conn_string::ConnectionString;
+use crate::connect::egress::EgressProxy;
 use crate::connect::flow_control::Http2FlowControl;
 use crate::connect::result_compression::ResultCompression;
 use crate::connector::Connector;
@@ -61,6 +63,7 @@ pub struct SparkSessionBuilder {
     flow_control: Option<Http2FlowControl>,
     channel: Option<GrpcChannel>,
     connector: Option<Connector>,
+    egress: EgressProxy,
     arrow_chunking: Option<bool>,
     preferred_arrow_chunk_size: Option<usize>,
     interrupt_on_drop: bool,
@@ -416,6 +419,47 @@ impl SparkSessionBuilder {
         self
     }
 
+    /// Connect through this HTTP CONNECT proxy (`http://[user:password@]host:port`),
+    /// whatever `HTTPS_PROXY` and `NO_PROXY` say. By default the session
+    /// honours them: `HTTPS_PROXY` / `https_proxy` (else `ALL_PROXY`), unless
+    /// `NO_PROXY` names the server's host (curl's rules). The tunnel carries
+    /// the connection whether or not it then speaks TLS. Credentials in the
+    /// URL go out as `Proxy-Authorization: Basic` and never appear in
+    /// `Debug`, logs or errors; a bad URL fails [`build`](Self::build) with
+    /// [`ChannelError::EgressProxy`](crate::session::channel::ChannelError::EgressProxy).
+    /// A proxy that refuses or dies is a failed connection, retried under
+    /// the policy like any other. Ignored when [`connector`](Self::connector)
+    /// or [`channel`](Self::channel) is set.
+    ///
+    /// ```
+    /// use spark_connect_retry::session::SparkSession;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let builder = SparkSession::builder()
+    ///     .remote("sc://spark.internal:15002")
+    ///     .egress_proxy("http://alice:s3cr3t@proxy.internal:3128");
+    /// assert!(!format!("{builder:?}").contains("s3cr3t"));
+    /// let err = SparkSession::builder()
+    ///     .remote("sc://spark.internal:15002")
+    ///     .egress_proxy("https://alice:s3cr3t@proxy.internal:3128")
+    ///     .build()
+    ///     .unwrap_err()
+    ///     .to_string();
+    /// assert_eq!(err, "invalid egress proxy URL: the scheme must be http (an HTTP CONNECT proxy)");
+    /// # }
+    /// ```
+    pub fn egress_proxy(mut self, url: impl Into<String>) -> Self {
+        self.egress = EgressProxy::Url(url.into());
+        self
+    }
+
+    /// Connect straight to the server, whatever `HTTPS_PROXY` says.
+    pub fn no_egress_proxy(mut self) -> Self {
+        self.egress = EgressProxy::Direct;
+        self
+    }
+
     /// Send RPCs through this service stack instead of a channel built from
     /// the connection string (for example a channel wrapped in the retry
     /// layer, or a test proxy). Token and metadata headers are still added.
@@ -541,7 +585,14 @@ impl SparkSessionBuilder {
                 #[cfg(feature = "tls")]
                 let builder = builder.tls_settings(self.tls.clone());
                 let endpoint = builder.endpoint()?;
-                let tonic = match self.connector.clone() {
+                let connector = match self.connector.clone() {
+                    Some(c) => Some(c),
+                    None => self
+                        .egress
+                        .connector(&config.authority())
+                        .map_err(ChannelError::from)?,
+                };
+                let tonic = match connector {
                     Some(c) => ReconnectingChannel::with_connector(endpoint, c),
                     None => ReconnectingChannel::new(endpoint),
                 };
