@@ -8,7 +8,13 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
+use tonic_health::ServingStatus;
+use tonic_health::pb::health_server::HealthServer;
+use tonic_health::server::{HealthReporter, HealthService};
 use tower::Layer;
+
+use crate::front::Front;
+use crate::health::{self, HealthCheck};
 
 /// The guard's HTTP/2 receive windows towards the upstream: 1 MiB per
 /// stream, 32 MiB per connection (shared by every client's calls).
@@ -42,6 +48,14 @@ pub enum GuardError {
         #[source]
         source: std::io::Error,
     },
+    /// An option has a value the guard cannot use.
+    #[error("{option}: {reason}")]
+    InvalidOption {
+        /// The option, as the builder and the CLI name it.
+        option: &'static str,
+        /// What is wrong with its value.
+        reason: &'static str,
+    },
 }
 
 /// Starts a [`Guard`].
@@ -51,6 +65,7 @@ pub struct GuardBuilder {
     upstream: SparkSessionBuilder,
     listen: SocketAddr,
     layer: ReattachLayer,
+    health: HealthCheck,
 }
 
 impl GuardBuilder {
@@ -80,10 +95,28 @@ impl GuardBuilder {
         self
     }
 
+    /// How the guard checks its upstream for `grpc.health.v1.Health`
+    /// (default [`HealthCheck::default`]: every 5 s, 2 s timeout,
+    /// `NOT_SERVING` after 3 failures).
+    pub fn health_check(mut self, check: HealthCheck) -> Self {
+        self.health = check;
+        self
+    }
+
     /// Bind, and serve in the background on the current tokio runtime.
     pub async fn start(self) -> Result<Guard, GuardError> {
+        self.health.validate()?;
         let channel = self.upstream.build_channel()?;
-        let service = self.layer.releases(Releases::CallerOnly).layer(channel);
+        let reporter = HealthReporter::new();
+        // NOT_SERVING until the upstream first answers.
+        health::report(&reporter, ServingStatus::NotServing).await;
+        let front = Front {
+            proxy: self
+                .layer
+                .releases(Releases::CallerOnly)
+                .layer(channel.clone()),
+            health: HealthServer::new(HealthService::from_health_reporter(reporter.clone())),
+        };
         let listener =
             TcpListener::bind(self.listen)
                 .await
@@ -100,7 +133,7 @@ impl GuardBuilder {
         let task = tokio::spawn(async move {
             let served = tonic::transport::Server::builder()
                 .tcp_nodelay(true)
-                .serve_with_incoming_shutdown(service, incoming, async {
+                .serve_with_incoming_shutdown(front, incoming, async {
                     let _ = stopped.await;
                 })
                 .await;
@@ -108,11 +141,13 @@ impl GuardBuilder {
                 tracing::error!(error = %e, "spark-connect-guard: server failed");
             }
         });
+        let checker = tokio::spawn(health::watch_upstream(channel, reporter, self.health));
         tracing::info!(%addr, "spark-connect-guard: listening");
         Ok(Guard {
             addr,
             stop: Some(stop),
             task: Some(task),
+            checker: checker.abort_handle(),
         })
     }
 }
@@ -124,6 +159,7 @@ pub struct Guard {
     addr: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
+    checker: tokio::task::AbortHandle,
 }
 
 impl Guard {
@@ -135,6 +171,7 @@ impl Guard {
                 .http2_flow_control(UPSTREAM_FLOW_CONTROL),
             listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
             layer: ReattachLayer::new(),
+            health: HealthCheck::default(),
         }
     }
 
@@ -150,6 +187,7 @@ impl Guard {
 
     /// Stop accepting, let open calls end, and wait until it has stopped.
     pub async fn shutdown(mut self) {
+        self.checker.abort();
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -161,6 +199,7 @@ impl Guard {
 
 impl Drop for Guard {
     fn drop(&mut self) {
+        self.checker.abort();
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }

@@ -65,6 +65,9 @@
 
 #![warn(missing_docs, unreachable_pub)]
 
+mod front;
 mod guard;
+mod health;
 
 pub use guard::{Guard, GuardBuilder, GuardError};
+pub use health::{HealthCheck, SPARK_CONNECT_SERVICE};

@@ -2,7 +2,9 @@
 //! exact results through faults (see the crate docs and README).
 //!
 //! ```text
-//! spark-connect-guard [--listen ADDR] [--idle-timeout-ms MS] UPSTREAM
+//! spark-connect-guard [--listen ADDR] [--idle-timeout-ms MS]
+//!     [--health-interval-ms MS] [--health-timeout-ms MS] [--health-failures N]
+//!     UPSTREAM
 //! ```
 //!
 //! It prints one line on stdout once it accepts connections,
@@ -15,7 +17,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use spark_connect_guard::Guard;
+use spark_connect_guard::{Guard, HealthCheck};
 use spark_connect_retry::layer::ReattachLayer;
 use spark_connect_retry::reattach::ReattachOptions;
 
@@ -32,6 +34,15 @@ struct Args {
     /// long (0 turns it off).
     #[arg(long, default_value_t = 10_000)]
     idle_timeout_ms: u64,
+    /// gRPC health: time between two checks of the upstream.
+    #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..))]
+    health_interval_ms: u64,
+    /// gRPC health: how long one check may take before it fails.
+    #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(1..))]
+    health_timeout_ms: u64,
+    /// gRPC health: failed checks in a row before NOT_SERVING.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    health_failures: u32,
     /// The upstream server, an `sc://` connection string (TLS, token and
     /// keepalive as its parameters say). Default: $SPARK_REMOTE.
     upstream: Option<String>,
@@ -71,6 +82,12 @@ async fn run(args: Args) -> ExitCode {
     let guard = match Guard::builder(upstream)
         .listen(args.listen)
         .layer(ReattachLayer::new().options(options))
+        .health_check(
+            HealthCheck::new()
+                .interval(Duration::from_millis(args.health_interval_ms))
+                .timeout(Duration::from_millis(args.health_timeout_ms))
+                .failure_threshold(args.health_failures),
+        )
         .start()
         .await
     {
