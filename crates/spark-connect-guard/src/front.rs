@@ -4,25 +4,39 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 
 use spark_connect_retry::layer::ReattachService;
+use tokio_util::sync::CancellationToken;
 use tonic_health::pb::health_server::HealthServer;
 use tonic_health::server::HealthService;
 use tower::{Service, ServiceExt};
 
+use crate::body::{CallOpen, GuardBody, drained};
+use crate::stats::{Counters, code_of, method_of};
+
 type Request = http::Request<tonic::body::Body>;
 type Response = http::Response<tonic::body::Body>;
 
-/// Health calls go to the health service; every other call to the
-/// reattach layer.
+/// Health calls go to the health service; every other call is counted and
+/// goes to the reattach layer. Every response can be cut by a drain.
 #[derive(Clone)]
 pub(crate) struct Front {
     pub(crate) proxy: ReattachService,
     pub(crate) health: HealthServer<HealthService>,
+    /// Fired when a drain runs out of time.
+    pub(crate) cut: CancellationToken,
+    pub(crate) counters: Arc<Counters>,
 }
 
 const HEALTH_PREFIX: &str = "/grpc.health.v1.Health/";
+
+fn with_body(answer: Response, cut: &CancellationToken, call: Option<CallOpen>) -> Response {
+    let cut = cut.clone();
+    answer.map(move |b| tonic::body::Body::new(GuardBody::new(b, &cut, call)))
+}
 
 impl Service<Request> for Front {
     type Response = Response;
@@ -35,16 +49,33 @@ impl Service<Request> for Front {
     }
 
     fn call(&mut self, req: Request) -> Self::Future {
+        let cut = self.cut.clone();
         if req.uri().path().starts_with(HEALTH_PREFIX) {
             let health = self.health.clone();
-            return Box::pin(health.oneshot(req));
+            return Box::pin(async move {
+                let answer = health.oneshot(req).await?;
+                Ok(with_body(answer, &cut, None))
+            });
         }
+        let mut call = CallOpen::new(self.counters.clone(), method_of(req.uri().path()));
         let proxy = self.proxy.clone();
+        let counters = self.counters.clone();
         Box::pin(async move {
-            Ok(proxy
-                .oneshot(req)
-                .await
-                .unwrap_or_else(|status| status.into_http()))
+            let answer = tokio::select! {
+                biased;
+                answer = proxy.oneshot(req) => answer.unwrap_or_else(|status| status.into_http()),
+                () = cut.cancelled() => {
+                    // No answer yet: the client retries or reattaches.
+                    counters.cut_by_drain.fetch_add(1, Ordering::Relaxed);
+                    call.end(14);
+                    return Ok(drained().into_http());
+                }
+            };
+            if let Some(code) = answer.headers().get("grpc-status") {
+                // Trailers-only: the status is already known.
+                call.end(code_of(Some(code)));
+            }
+            Ok(with_body(answer, &cut, Some(call)))
         })
     }
 }

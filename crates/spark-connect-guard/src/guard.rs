@@ -1,13 +1,17 @@
 //! [`Guard`]: a running guard, and the [`GuardBuilder`] that starts it.
 
 use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
 
 use spark_connect_retry::layer::{ReattachLayer, Releases};
 use spark_connect_retry::session::{Http2FlowControl, SparkError, SparkSessionBuilder};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use tokio_stream::StreamExt;
 use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
 use tonic_health::ServingStatus;
 use tonic_health::pb::health_server::HealthServer;
 use tonic_health::server::{HealthReporter, HealthService};
@@ -15,6 +19,24 @@ use tower::Layer;
 
 use crate::front::Front;
 use crate::health::{self, HealthCheck};
+use crate::io::GuardIo;
+use crate::stats::{ConnectionOpen, Counters, GuardStats};
+
+/// How long a drain lets open streams run before it ends them with
+/// UNAVAILABLE: 25 s.
+///
+/// *Why 25 s:* a drain must end before the supervisor's kill. Kubernetes
+/// sends SIGKILL 30 s after SIGTERM by default
+/// (`terminationGracePeriodSeconds`), systemd 90 s (`TimeoutStopSec`); 25 s
+/// leaves 5 s for the statuses to reach the clients and the process to
+/// exit. Nothing is lost past it: a stream ended with UNAVAILABLE resumes
+/// on the next guard (the guard releases nothing), so the drain only saves
+/// short calls a reattach, and most interactive calls end within seconds.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(25);
+
+/// After the drain timeout and the UNAVAILABLE statuses, how long
+/// connections get to close before they are closed under the clients.
+const DRAIN_GRACE: Duration = Duration::from_secs(5);
 
 /// The guard's HTTP/2 receive windows towards the upstream: 1 MiB per
 /// stream, 32 MiB per connection (shared by every client's calls).
@@ -66,6 +88,7 @@ pub struct GuardBuilder {
     listen: SocketAddr,
     layer: ReattachLayer,
     health: HealthCheck,
+    drain_timeout: Duration,
 }
 
 impl GuardBuilder {
@@ -103,11 +126,22 @@ impl GuardBuilder {
         self
     }
 
+    /// How long [`Guard::drain`] lets open streams run before it ends them
+    /// with UNAVAILABLE (default [`DEFAULT_DRAIN_TIMEOUT`], 25 s; zero ends
+    /// them at once).
+    pub fn drain_timeout(mut self, timeout: Duration) -> Self {
+        self.drain_timeout = timeout;
+        self
+    }
+
     /// Bind, and serve in the background on the current tokio runtime.
     pub async fn start(self) -> Result<Guard, GuardError> {
         self.health.validate()?;
         let channel = self.upstream.build_channel()?;
         let reporter = HealthReporter::new();
+        let counters = Arc::new(Counters::default());
+        let cut = CancellationToken::new();
+        let kill = CancellationToken::new();
         // NOT_SERVING until the upstream first answers.
         health::report(&reporter, ServingStatus::NotServing).await;
         let front = Front {
@@ -116,6 +150,8 @@ impl GuardBuilder {
                 .releases(Releases::CallerOnly)
                 .layer(channel.clone()),
             health: HealthServer::new(HealthService::from_health_reporter(reporter.clone())),
+            cut: cut.clone(),
+            counters: counters.clone(),
         };
         let listener =
             TcpListener::bind(self.listen)
@@ -129,7 +165,13 @@ impl GuardBuilder {
             source,
         })?;
         let (stop, stopped) = oneshot::channel::<()>();
-        let incoming = TcpListenerStream::new(listener);
+        let (killer, open) = (kill.clone(), counters.clone());
+        let incoming = TcpListenerStream::new(listener).map(move |tcp| {
+            tcp.map(|tcp| {
+                let _ = tcp.set_nodelay(true);
+                GuardIo::new(tcp, &killer, ConnectionOpen::new(open.clone()))
+            })
+        });
         let task = tokio::spawn(async move {
             let served = tonic::transport::Server::builder()
                 .tcp_nodelay(true)
@@ -141,13 +183,22 @@ impl GuardBuilder {
                 tracing::error!(error = %e, "spark-connect-guard: server failed");
             }
         });
-        let checker = tokio::spawn(health::watch_upstream(channel, reporter, self.health));
+        let checker = tokio::spawn(health::watch_upstream(
+            channel,
+            reporter.clone(),
+            self.health,
+        ));
         tracing::info!(%addr, "spark-connect-guard: listening");
         Ok(Guard {
             addr,
             stop: Some(stop),
             task: Some(task),
             checker: checker.abort_handle(),
+            reporter,
+            cut,
+            kill,
+            counters,
+            drain_timeout: self.drain_timeout,
         })
     }
 }
@@ -160,6 +211,11 @@ pub struct Guard {
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
     checker: tokio::task::AbortHandle,
+    reporter: HealthReporter,
+    cut: CancellationToken,
+    kill: CancellationToken,
+    counters: Arc<Counters>,
+    drain_timeout: Duration,
 }
 
 impl Guard {
@@ -172,6 +228,7 @@ impl Guard {
             listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
             layer: ReattachLayer::new(),
             health: HealthCheck::default(),
+            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
         }
     }
 
@@ -185,15 +242,63 @@ impl Guard {
         format!("sc://{}", self.addr)
     }
 
-    /// Stop accepting, let open calls end, and wait until it has stopped.
-    pub async fn shutdown(mut self) {
+    /// What the guard counted so far.
+    pub fn stats(&self) -> GuardStats {
+        self.counters.snapshot()
+    }
+
+    /// A bounded drain, as on SIGTERM: report `NOT_SERVING`, stop
+    /// accepting (the port is free again at once), let open streams run up
+    /// to the drain timeout ([`GuardBuilder::drain_timeout`]), then end each
+    /// remaining one with UNAVAILABLE, a status clients reattach on. The
+    /// guard releases nothing upstream, so a client that reattaches to
+    /// another guard at the same address (or any address reaching the same
+    /// server) continues exactly. Returns the counts as of the end
+    /// ([`GuardStats::cut_by_drain`]: the streams it ended).
+    pub async fn drain(mut self) -> GuardStats {
         self.checker.abort();
+        health::report(&self.reporter, ServingStatus::NotServing).await;
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
+        if let Some(mut task) = self.task.take()
+            && tokio::time::timeout(self.drain_timeout, &mut task)
+                .await
+                .is_err()
+        {
+            let open = self.counters.snapshot().open_calls;
+            tracing::info!(
+                open,
+                "spark-connect-guard: drain timeout: ending open streams with UNAVAILABLE"
+            );
+            self.cut.cancel();
+            if tokio::time::timeout(DRAIN_GRACE, &mut task).await.is_err() {
+                self.kill.cancel();
+                task.abort();
+                let _ = task.await;
+            }
+        }
+        self.counters.snapshot()
+    }
+
+    /// Stop at once, as if the process died: close the port and every
+    /// client connection without a status. Clients that reattach by
+    /// themselves see a broken connection and reattach (the guard releases
+    /// nothing upstream). For tests and last resorts; prefer
+    /// [`drain`](Self::drain).
+    pub async fn abort(mut self) {
+        self.checker.abort();
+        self.stop.take();
+        self.kill.cancel();
         if let Some(task) = self.task.take() {
+            task.abort();
             let _ = task.await;
         }
+    }
+
+    /// [`drain`](Self::drain), and wait until it has stopped.
+    pub async fn shutdown(self) {
+        let _ = self.drain().await;
     }
 }
 

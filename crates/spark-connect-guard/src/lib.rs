@@ -65,9 +65,13 @@
 
 #![warn(missing_docs, unreachable_pub)]
 
+mod body;
 mod front;
 mod guard;
 mod health;
+mod io;
+mod stats;
 
-pub use guard::{Guard, GuardBuilder, GuardError};
+pub use guard::{DEFAULT_DRAIN_TIMEOUT, Guard, GuardBuilder, GuardError};
 pub use health::{HealthCheck, SPARK_CONNECT_SERVICE};
+pub use stats::GuardStats;

@@ -5,6 +5,7 @@ mod support;
 
 // The theme's tests, one file each: tests/guard/*.rs.
 mod guard {
+    mod drain;
     mod health;
     mod hostile;
     mod layer;

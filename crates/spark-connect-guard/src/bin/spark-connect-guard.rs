@@ -4,12 +4,14 @@
 //! ```text
 //! spark-connect-guard [--listen ADDR] [--idle-timeout-ms MS]
 //!     [--health-interval-ms MS] [--health-timeout-ms MS] [--health-failures N]
-//!     UPSTREAM
+//!     [--drain-timeout SECONDS] UPSTREAM
 //! ```
 //!
 //! It prints one line on stdout once it accepts connections,
 //! `listening on HOST:PORT`, logs on stderr (`RUST_LOG`, default `info`;
-//! tokens are never logged), and stops on SIGINT or SIGTERM with status 0.
+//! tokens are never logged), and on SIGINT or SIGTERM drains (NOT_SERVING,
+//! stops accepting, ends streams still open after `--drain-timeout` with
+//! UNAVAILABLE) and exits with status 0; a second signal stops at once.
 //! A bad upstream string or listen address exits with status 2.
 
 use std::net::SocketAddr;
@@ -43,6 +45,11 @@ struct Args {
     /// gRPC health: failed checks in a row before NOT_SERVING.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     health_failures: u32,
+    /// On SIGTERM or SIGINT: seconds open streams may still run before
+    /// they are ended with UNAVAILABLE (clients reattach); a second signal
+    /// stops at once. Keep it below the supervisor's kill timeout.
+    #[arg(long, value_name = "SECONDS", default_value_t = 25)]
+    drain_timeout: u64,
     /// The upstream server, an `sc://` connection string (TLS, token and
     /// keepalive as its parameters say). Default: $SPARK_REMOTE.
     upstream: Option<String>,
@@ -82,6 +89,7 @@ async fn run(args: Args) -> ExitCode {
     let guard = match Guard::builder(upstream)
         .listen(args.listen)
         .layer(ReattachLayer::new().options(options))
+        .drain_timeout(Duration::from_secs(args.drain_timeout))
         .health_check(
             HealthCheck::new()
                 .interval(Duration::from_millis(args.health_interval_ms))
@@ -100,8 +108,21 @@ async fn run(args: Args) -> ExitCode {
     };
     println!("listening on {}", guard.local_addr());
     stop_signal().await;
-    tracing::info!("spark-connect-guard: stopping");
-    guard.shutdown().await;
+    tracing::info!(
+        drain_timeout_s = args.drain_timeout,
+        "spark-connect-guard: draining (a second signal stops at once)"
+    );
+    let drain = guard.drain();
+    tokio::select! {
+        stats = drain => {
+            tracing::info!(cut = stats.cut_by_drain, "spark-connect-guard: drained");
+        }
+        () = stop_signal() => {
+            // Dropping the drain drops the guard: its connections end with
+            // the process.
+            tracing::warn!("spark-connect-guard: second signal: stopping at once");
+        }
+    }
     ExitCode::SUCCESS
 }
 
