@@ -9,5 +9,6 @@ mod guard {
     mod health;
     mod hostile;
     mod layer;
+    mod many;
     mod proxy;
 }
