@@ -16,6 +16,7 @@ use tower::{Service, ServiceExt};
 
 use crate::body::{CallOpen, GuardBody, drained};
 use crate::stats::{Counters, code_of, method_of};
+use crate::token::ClientToken;
 
 type Request = http::Request<tonic::body::Body>;
 type Response = http::Response<tonic::body::Body>;
@@ -29,6 +30,8 @@ pub(crate) struct Front {
     /// Fired when a drain runs out of time.
     pub(crate) cut: CancellationToken,
     pub(crate) counters: Arc<Counters>,
+    /// The token clients must present, if any.
+    pub(crate) token: Option<Arc<ClientToken>>,
 }
 
 const HEALTH_PREFIX: &str = "/grpc.health.v1.Health/";
@@ -57,7 +60,15 @@ impl Service<Request> for Front {
                 Ok(with_body(answer, &cut, None))
             });
         }
+        let mut req = req;
         let mut call = CallOpen::new(self.counters.clone(), method_of(req.uri().path()));
+        if let Some(token) = &self.token
+            && let Err(status) = token.admit(req.headers_mut())
+        {
+            self.counters.refused.fetch_add(1, Ordering::Relaxed);
+            call.end(16);
+            return Box::pin(async move { Ok(status.into_http()) });
+        }
         let proxy = self.proxy.clone();
         let counters = self.counters.clone();
         Box::pin(async move {

@@ -21,6 +21,8 @@ use crate::front::Front;
 use crate::health::{self, HealthCheck};
 use crate::io::GuardIo;
 use crate::stats::{ConnectionOpen, Counters, GuardStats};
+use crate::tls::GuardTls;
+use crate::token::ClientToken;
 
 /// How long a drain lets open streams run before it ends them with
 /// UNAVAILABLE: 25 s.
@@ -70,6 +72,28 @@ pub enum GuardError {
         #[source]
         source: std::io::Error,
     },
+    /// A TLS certificate, key or CA is unusable (the key's bytes are never
+    /// shown).
+    #[error("TLS {what} ({source_name}): {reason}")]
+    Tls {
+        /// Which part: `certificate`, `private key`, `client CA`,
+        /// `configuration`.
+        what: &'static str,
+        /// The file it came from, or `the PEM given`.
+        source_name: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A file the guard needs could not be read.
+    #[error("{what} {path}: {reason}")]
+    File {
+        /// What the file is for.
+        what: &'static str,
+        /// Its path.
+        path: String,
+        /// The error reading it.
+        reason: String,
+    },
     /// An option has a value the guard cannot use.
     #[error("{option}: {reason}")]
     InvalidOption {
@@ -89,6 +113,8 @@ pub struct GuardBuilder {
     layer: ReattachLayer,
     health: HealthCheck,
     drain_timeout: Duration,
+    tls: Option<GuardTls>,
+    client_token: Option<ClientToken>,
 }
 
 impl GuardBuilder {
@@ -134,6 +160,21 @@ impl GuardBuilder {
         self
     }
 
+    /// Serve TLS (and mTLS, if `tls` has a client CA) instead of
+    /// plaintext.
+    pub fn tls(mut self, tls: GuardTls) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Require every call (health checks excepted) to present this token
+    /// as `authorization: Bearer <token>`; others get UNAUTHENTICATED. The
+    /// client's token is removed before the call goes upstream.
+    pub fn client_token(mut self, token: ClientToken) -> Self {
+        self.client_token = Some(token);
+        self
+    }
+
     /// Bind, and serve in the background on the current tokio runtime.
     pub async fn start(self) -> Result<Guard, GuardError> {
         self.health.validate()?;
@@ -152,7 +193,18 @@ impl GuardBuilder {
             health: HealthServer::new(HealthService::from_health_reporter(reporter.clone())),
             cut: cut.clone(),
             counters: counters.clone(),
+            token: self.client_token.map(Arc::new),
         };
+        let mut server = tonic::transport::Server::builder();
+        if let Some(tls) = &self.tls {
+            server = server
+                .tls_config(tls.server_config())
+                .map_err(|e| GuardError::Tls {
+                    what: "configuration",
+                    source_name: "the certificate and key given".into(),
+                    reason: e.to_string(),
+                })?;
+        }
         let listener =
             TcpListener::bind(self.listen)
                 .await
@@ -173,8 +225,8 @@ impl GuardBuilder {
             })
         });
         let task = tokio::spawn(async move {
-            let served = tonic::transport::Server::builder()
-                .tcp_nodelay(true)
+            // Nagle is off on each accepted socket (above).
+            let served = server
                 .serve_with_incoming_shutdown(front, incoming, async {
                     let _ = stopped.await;
                 })
@@ -229,6 +281,8 @@ impl Guard {
             layer: ReattachLayer::new(),
             health: HealthCheck::default(),
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+            tls: None,
+            client_token: None,
         }
     }
 

@@ -71,7 +71,11 @@ mod guard;
 mod health;
 mod io;
 mod stats;
+mod tls;
+mod token;
 
 pub use guard::{DEFAULT_DRAIN_TIMEOUT, Guard, GuardBuilder, GuardError};
 pub use health::{HealthCheck, SPARK_CONNECT_SERVICE};
 pub use stats::GuardStats;
+pub use tls::GuardTls;
+pub use token::ClientToken;

@@ -11,4 +11,5 @@ mod guard {
     mod layer;
     mod many;
     mod proxy;
+    mod secure;
 }

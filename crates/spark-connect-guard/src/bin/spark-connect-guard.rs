@@ -4,7 +4,8 @@
 //! ```text
 //! spark-connect-guard [--listen ADDR] [--idle-timeout-ms MS]
 //!     [--health-interval-ms MS] [--health-timeout-ms MS] [--health-failures N]
-//!     [--drain-timeout SECONDS] UPSTREAM
+//!     [--drain-timeout SECONDS] [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]
+//!     [--client-token-file FILE] UPSTREAM
 //! ```
 //!
 //! It prints one line on stdout once it accepts connections,
@@ -15,11 +16,12 @@
 //! A bad upstream string or listen address exits with status 2.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use spark_connect_guard::{Guard, HealthCheck};
+use spark_connect_guard::{ClientToken, Guard, GuardBuilder, GuardError, GuardTls, HealthCheck};
 use spark_connect_retry::layer::ReattachLayer;
 use spark_connect_retry::reattach::ReattachOptions;
 
@@ -50,6 +52,19 @@ struct Args {
     /// stops at once. Keep it below the supervisor's kill timeout.
     #[arg(long, value_name = "SECONDS", default_value_t = 25)]
     drain_timeout: u64,
+    /// Serve TLS with this certificate chain (PEM); needs --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// mTLS: require client certificates from this CA (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
+    /// Require clients to send `authorization: Bearer <token>` with the
+    /// token in this file (or in $SPARK_CONNECT_GUARD_CLIENT_TOKEN).
+    #[arg(long, value_name = "FILE")]
+    client_token_file: Option<PathBuf>,
     /// The upstream server, an `sc://` connection string (TLS, token and
     /// keepalive as its parameters say). Default: $SPARK_REMOTE.
     upstream: Option<String>,
@@ -77,7 +92,11 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> ExitCode {
-    let Some(upstream) = args.upstream.or_else(|| std::env::var("SPARK_REMOTE").ok()) else {
+    let Some(upstream) = args
+        .upstream
+        .clone()
+        .or_else(|| std::env::var("SPARK_REMOTE").ok())
+    else {
         eprintln!("spark-connect-guard: no upstream given (an sc:// string, or SPARK_REMOTE)");
         return ExitCode::from(2);
     };
@@ -86,7 +105,15 @@ async fn run(args: Args) -> ExitCode {
             .then(|| Duration::from_millis(args.idle_timeout_ms)),
         ..ReattachOptions::default()
     };
-    let guard = match Guard::builder(upstream)
+    let builder = match secure(Guard::builder(upstream), &args) {
+        Ok(b) => b,
+        Err(e) => {
+            // Names the file or option, never a key or token.
+            eprintln!("spark-connect-guard: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let guard = match builder
         .listen(args.listen)
         .layer(ReattachLayer::new().options(options))
         .drain_timeout(Duration::from_secs(args.drain_timeout))
@@ -124,6 +151,29 @@ async fn run(args: Args) -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+/// TLS and the client token, from the flags and the environment.
+fn secure(mut builder: GuardBuilder, args: &Args) -> Result<GuardBuilder, GuardError> {
+    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+        let mut tls = GuardTls::from_pem_files(cert, key)?;
+        if let Some(ca) = &args.tls_client_ca {
+            tls = tls.client_ca_file(ca)?;
+        }
+        builder = builder.tls(tls);
+    }
+    let token = match (
+        &args.client_token_file,
+        std::env::var("SPARK_CONNECT_GUARD_CLIENT_TOKEN"),
+    ) {
+        (Some(file), _) => Some(ClientToken::from_file(file)?),
+        (None, Ok(token)) => Some(ClientToken::new(token)?),
+        (None, Err(_)) => None,
+    };
+    if let Some(token) = token {
+        builder = builder.client_token(token);
+    }
+    Ok(builder)
 }
 
 /// SIGINT, or SIGTERM on Unix.
