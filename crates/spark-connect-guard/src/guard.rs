@@ -115,6 +115,8 @@ pub struct GuardBuilder {
     drain_timeout: Duration,
     tls: Option<GuardTls>,
     client_token: Option<ClientToken>,
+    #[cfg(feature = "metrics")]
+    metrics_listen: Option<SocketAddr>,
 }
 
 impl GuardBuilder {
@@ -175,6 +177,16 @@ impl GuardBuilder {
         self
     }
 
+    /// Serve the guard's counts for Prometheus at `http://ADDR/metrics`
+    /// (OpenMetrics text; off unless asked for). Labels are bounded: a
+    /// Spark Connect method name and a gRPC status code name, never an
+    /// operation or session id.
+    #[cfg(feature = "metrics")]
+    pub fn metrics_listen(mut self, addr: SocketAddr) -> Self {
+        self.metrics_listen = Some(addr);
+        self
+    }
+
     /// Bind, and serve in the background on the current tokio runtime.
     pub async fn start(self) -> Result<Guard, GuardError> {
         self.health.validate()?;
@@ -184,7 +196,7 @@ impl GuardBuilder {
         let cut = CancellationToken::new();
         let kill = CancellationToken::new();
         // NOT_SERVING until the upstream first answers.
-        health::report(&reporter, ServingStatus::NotServing).await;
+        health::report(&reporter, &counters, ServingStatus::NotServing).await;
         let front = Front {
             proxy: self
                 .layer
@@ -239,7 +251,18 @@ impl GuardBuilder {
             channel,
             reporter.clone(),
             self.health,
+            counters.clone(),
         ));
+        #[cfg(feature = "metrics")]
+        let metrics = match self.metrics_listen {
+            Some(addr) => {
+                let (bound, task) = crate::metrics::start(addr, counters.clone()).await?;
+                Some((bound, task.abort_handle()))
+            }
+            None => None,
+        };
+        #[cfg(not(feature = "metrics"))]
+        let metrics = None;
         tracing::info!(%addr, "spark-connect-guard: listening");
         Ok(Guard {
             addr,
@@ -251,6 +274,7 @@ impl GuardBuilder {
             kill,
             counters,
             drain_timeout: self.drain_timeout,
+            metrics,
         })
     }
 }
@@ -268,6 +292,7 @@ pub struct Guard {
     kill: CancellationToken,
     counters: Arc<Counters>,
     drain_timeout: Duration,
+    metrics: Option<(SocketAddr, tokio::task::AbortHandle)>,
 }
 
 impl Guard {
@@ -283,6 +308,8 @@ impl Guard {
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             tls: None,
             client_token: None,
+            #[cfg(feature = "metrics")]
+            metrics_listen: None,
         }
     }
 
@@ -294,6 +321,18 @@ impl Guard {
     /// The connection string a client uses to reach it: `sc://HOST:PORT`.
     pub fn remote(&self) -> String {
         format!("sc://{}", self.addr)
+    }
+
+    /// Where the metrics endpoint listens, if one was asked for
+    /// ([`GuardBuilder::metrics_listen`]).
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().map(|(addr, _)| *addr)
+    }
+
+    fn stop_metrics(&mut self) {
+        if let Some((_, task)) = self.metrics.take() {
+            task.abort();
+        }
     }
 
     /// What the guard counted so far.
@@ -311,7 +350,7 @@ impl Guard {
     /// ([`GuardStats::cut_by_drain`]: the streams it ended).
     pub async fn drain(mut self) -> GuardStats {
         self.checker.abort();
-        health::report(&self.reporter, ServingStatus::NotServing).await;
+        health::report(&self.reporter, &self.counters, ServingStatus::NotServing).await;
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -332,6 +371,7 @@ impl Guard {
                 let _ = task.await;
             }
         }
+        self.stop_metrics();
         self.counters.snapshot()
     }
 
@@ -342,6 +382,7 @@ impl Guard {
     /// [`drain`](Self::drain).
     pub async fn abort(mut self) {
         self.checker.abort();
+        self.stop_metrics();
         self.stop.take();
         self.kill.cancel();
         if let Some(task) = self.task.take() {
@@ -359,6 +400,7 @@ impl Guard {
 impl Drop for Guard {
     fn drop(&mut self) {
         self.checker.abort();
+        self.stop_metrics();
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }

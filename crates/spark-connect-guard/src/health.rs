@@ -1,6 +1,8 @@
 //! gRPC health checking (`grpc.health.v1.Health`) on the guard's port:
 //! [`HealthCheck`], how the guard decides that its upstream answers.
 
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use spark_connect_retry::transport::GrpcChannel;
@@ -10,6 +12,7 @@ use tonic_health::pb::{HealthCheckRequest, health_check_response};
 use tonic_health::server::HealthReporter;
 
 use crate::guard::GuardError;
+use crate::stats::Counters;
 
 /// The service name a probe may ask for besides `""` (the whole guard);
 /// both report the same status.
@@ -92,7 +95,10 @@ impl HealthCheck {
 }
 
 /// Sets both names the guard reports (`""` and the Spark Connect service).
-pub(crate) async fn report(reporter: &HealthReporter, status: ServingStatus) {
+pub(crate) async fn report(reporter: &HealthReporter, counters: &Counters, status: ServingStatus) {
+    counters
+        .serving
+        .store(status == ServingStatus::Serving, Ordering::Relaxed);
     reporter.set_service_status("", status).await;
     reporter
         .set_service_status(SPARK_CONNECT_SERVICE, status)
@@ -104,6 +110,7 @@ pub(crate) async fn watch_upstream(
     channel: GrpcChannel,
     reporter: HealthReporter,
     check: HealthCheck,
+    counters: Arc<Counters>,
 ) {
     let mut failures: u32 = 0;
     let mut serving = false;
@@ -113,7 +120,7 @@ pub(crate) async fn watch_upstream(
             if !serving {
                 tracing::info!("spark-connect-guard: upstream answers: SERVING");
                 serving = true;
-                report(&reporter, ServingStatus::Serving).await;
+                report(&reporter, &counters, ServingStatus::Serving).await;
             }
         } else {
             failures = failures.saturating_add(1);
@@ -123,7 +130,7 @@ pub(crate) async fn watch_upstream(
                     "spark-connect-guard: upstream unreachable: NOT_SERVING"
                 );
                 serving = false;
-                report(&reporter, ServingStatus::NotServing).await;
+                report(&reporter, &counters, ServingStatus::NotServing).await;
             }
         }
         tokio::time::sleep(check.interval).await;

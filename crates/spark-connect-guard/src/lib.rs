@@ -70,6 +70,8 @@ mod front;
 mod guard;
 mod health;
 mod io;
+#[cfg(feature = "metrics")]
+mod metrics;
 mod stats;
 mod tls;
 mod token;

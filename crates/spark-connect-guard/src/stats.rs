@@ -2,7 +2,7 @@
 //! by status code. Plain atomics, always on; [`GuardStats`] is a snapshot.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// The Spark Connect methods a call is counted under; anything else is
 /// `other` (bounded labels: never an operation or session id).
@@ -73,6 +73,8 @@ pub(crate) struct Counters {
     pub(crate) bytes_to_clients: AtomicU64,
     pub(crate) refused: AtomicU64,
     pub(crate) cut_by_drain: AtomicU64,
+    /// The health status is SERVING.
+    pub(crate) serving: AtomicBool,
     /// Calls ended, `[method][code]`.
     pub(crate) ended: [[AtomicU64; CODES.len()]; METHODS.len()],
 }

@@ -10,6 +10,8 @@ mod guard {
     mod hostile;
     mod layer;
     mod many;
+    #[cfg(feature = "metrics")]
+    mod metrics;
     mod proxy;
     mod secure;
 }

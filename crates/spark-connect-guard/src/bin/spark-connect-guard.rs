@@ -5,7 +5,7 @@
 //! spark-connect-guard [--listen ADDR] [--idle-timeout-ms MS]
 //!     [--health-interval-ms MS] [--health-timeout-ms MS] [--health-failures N]
 //!     [--drain-timeout SECONDS] [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]
-//!     [--client-token-file FILE] UPSTREAM
+//!     [--client-token-file FILE] [--metrics-listen ADDR] UPSTREAM
 //! ```
 //!
 //! It prints one line on stdout once it accepts connections,
@@ -65,6 +65,10 @@ struct Args {
     /// token in this file (or in $SPARK_CONNECT_GUARD_CLIENT_TOKEN).
     #[arg(long, value_name = "FILE")]
     client_token_file: Option<PathBuf>,
+    /// Serve Prometheus metrics at http://ADDR/metrics (off by default).
+    #[cfg(feature = "metrics")]
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<SocketAddr>,
     /// The upstream server, an `sc://` connection string (TLS, token and
     /// keepalive as its parameters say). Default: $SPARK_REMOTE.
     upstream: Option<String>,
@@ -172,6 +176,10 @@ fn secure(mut builder: GuardBuilder, args: &Args) -> Result<GuardBuilder, GuardE
     };
     if let Some(token) = token {
         builder = builder.client_token(token);
+    }
+    #[cfg(feature = "metrics")]
+    if let Some(addr) = args.metrics_listen {
+        builder = builder.metrics_listen(addr);
     }
     Ok(builder)
 }
