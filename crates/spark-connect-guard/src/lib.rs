@@ -23,6 +23,19 @@
 //!   [`TokenProvider`](spark_connect_retry::token::TokenProvider)
 //!   given to the builder), keepalive and flow control.
 //!
+//! # In production
+//!
+//! * gRPC health checking on the guard's port ([`HealthCheck`]):
+//!   `SERVING` while the upstream answers.
+//! * A bounded drain ([`Guard::drain`], the program's SIGTERM): stop
+//!   accepting, let streams run up to the drain timeout, then end them with
+//!   UNAVAILABLE, which clients reattach on; [`Guard::abort`] stops at once.
+//! * TLS and mTLS on the listening side ([`GuardTls`]), and a shared client
+//!   token ([`ClientToken`]), compared in constant time and never
+//!   forwarded upstream.
+//! * Its own counts ([`Guard::stats`]), and with feature `metrics` a
+//!   Prometheus endpoint for them (`GuardBuilder::metrics_listen`).
+//!
 //! # Never break a client that reattaches by itself
 //!
 //! PySpark and the JVM client send their own `ReattachExecute` and
@@ -65,6 +78,19 @@
 
 #![warn(missing_docs, unreachable_pub)]
 
+mod body;
+mod front;
 mod guard;
+mod health;
+mod io;
+#[cfg(feature = "metrics")]
+mod metrics;
+mod stats;
+mod tls;
+mod token;
 
-pub use guard::{Guard, GuardBuilder, GuardError};
+pub use guard::{DEFAULT_DRAIN_TIMEOUT, Guard, GuardBuilder, GuardError};
+pub use health::{HealthCheck, SPARK_CONNECT_SERVICE};
+pub use stats::GuardStats;
+pub use tls::GuardTls;
+pub use token::ClientToken;

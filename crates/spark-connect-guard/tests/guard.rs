@@ -5,7 +5,13 @@ mod support;
 
 // The theme's tests, one file each: tests/guard/*.rs.
 mod guard {
+    mod drain;
+    mod health;
     mod hostile;
     mod layer;
+    mod many;
+    #[cfg(feature = "metrics")]
+    mod metrics;
     mod proxy;
+    mod secure;
 }

@@ -16,6 +16,19 @@ use tonic_retry::retrying::RecordingSleeper;
 
 pub const SESSION: &str = "6f1c6a7e-2b9d-4c1a-9d8e-0a1b2c3d4e5f";
 
+/// 40 retries, real sleeps from 20 ms to 200 ms: a client that waits
+/// (seconds) for a guard to come back.
+pub fn patient() -> Retrying {
+    let p = RetryPolicy::pyspark_builder()
+        .max_retries(Some(40))
+        .initial_backoff_ms(20.0)
+        .max_backoff_ms(Some(200.0))
+        .jitter_ms(0.0)
+        .build()
+        .expect("a valid policy");
+    Retrying::pyspark_with(vec![p])
+}
+
 /// 3 retries, 10 ms apart, sleeps recorded and never slept.
 pub fn retrying(sleeper: &RecordingSleeper) -> Retrying {
     let p = RetryPolicy::pyspark_builder()
@@ -78,6 +91,22 @@ where
     T::ResponseBody: tonic::codegen::Body<Data = bytes::Bytes> + Send + 'static,
     <T::ResponseBody as tonic::codegen::Body>::Error: Into<tonic::codegen::StdError> + Send,
 {
+    drain_then(client, request, 0, || {}).await
+}
+
+/// [`drain`], calling `hook` once after `after` responses (0: never).
+pub async fn drain_then<T>(
+    client: &mut SparkConnectServiceClient<T>,
+    request: stub::ExecutePlanRequest,
+    after: usize,
+    hook: impl FnOnce(),
+) -> Drained
+where
+    T: tonic::client::GrpcService<tonic::body::Body>,
+    T::Error: Into<tonic::codegen::StdError>,
+    T::ResponseBody: tonic::codegen::Body<Data = bytes::Bytes> + Send + 'static,
+    <T::ResponseBody as tonic::codegen::Body>::Error: Into<tonic::codegen::StdError> + Send,
+{
     let mut out = Drained {
         ids: vec![],
         complete: false,
@@ -91,7 +120,15 @@ where
             return out;
         }
     };
+    let mut hook = Some(hook);
+    let mut seen = 0;
     loop {
+        seen += 1;
+        if seen == after
+            && let Some(hook) = hook.take()
+        {
+            hook();
+        }
         let next = tokio::time::timeout(Duration::from_secs(60), stream.message())
             .await
             .expect("stream hung");
