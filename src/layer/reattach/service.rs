@@ -25,6 +25,12 @@ use crate::transport::{BoxError, GrpcChannel, grpc_channel};
 
 /// A tower layer that makes every `ExecutePlan` through it a reattachable
 /// execution (see [`crate::layer`]).
+///
+/// Each such response carries a
+/// [`StreamStatsHandle`](crate::reattach::StreamStatsHandle) in its
+/// extensions (`tonic::Response::extensions`): what the execution went
+/// through so far (reattaches, graceful ends, stalls, retries), live while
+/// its body is read, for a program that reports it (the guard's metrics).
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct ReattachLayer {
@@ -218,9 +224,11 @@ impl ReattachService {
             return Err(status);
         }
         let headers = response_headers(driver.transport_mut().take_first_headers());
+        let stats = driver.stats().clone();
         let mut response =
             http::Response::new(tonic::body::Body::new(ExecBody::new(driver, first)));
         *response.headers_mut() = headers;
+        response.extensions_mut().insert(stats);
         Ok(response)
     }
 }

@@ -246,3 +246,46 @@ async fn other_rpcs_pass_through_with_their_errors() {
     assert_eq!(err.message(), "no config for you");
     client.config(req).await.expect("passes through");
 }
+
+/// Each execution's response carries its live stream statistics: after a
+/// graceful end and a reset, the handle read at the end counts exactly the
+/// reattaches the server saw.
+#[tokio::test]
+async fn each_response_carries_its_stream_stats() {
+    use spark_connect_retry::reattach::StreamStatsHandle;
+
+    let s = TestServer::builder()
+        .rows_per_batch(1000)
+        .max_responses_per_stream(5)
+        .start()
+        .await
+        .unwrap();
+    s.faults().push(
+        Fault::reset_connection()
+            .on(Rpc::ReattachExecute)
+            .after_responses(2),
+    );
+    let sleeper = RecordingSleeper::new();
+    let mut client = stub_over_layer(&s, &sleeper, ReattachOptions::default());
+    let response = client
+        .execute_plan(sql_request(&range_sql(20_000)))
+        .await
+        .unwrap();
+    let stats: StreamStatsHandle = response
+        .extensions()
+        .get::<StreamStatsHandle>()
+        .expect("the layer's stats handle")
+        .clone();
+    let mut stream = response.into_inner();
+    let mut responses = 0_u64;
+    while let Some(_msg) = stream.message().await.unwrap() {
+        responses += 1;
+    }
+    let seen = stats.snapshot();
+    assert_eq!(seen.responses, responses, "{seen:?}");
+    assert_eq!(seen.reattaches, s.calls().reattach, "{seen:?}");
+    assert!(
+        seen.graceful_ends >= 1 && seen.reattaches > seen.graceful_ends,
+        "{seen:?}"
+    );
+}
