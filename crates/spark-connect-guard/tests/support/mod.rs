@@ -4,6 +4,7 @@
 
 pub mod raw;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use arrow_array::{Array, Int64Array};
@@ -62,6 +63,8 @@ pub fn range_sql(rows: i64) -> String {
 pub struct Drained {
     /// Every `id` value, in order.
     pub ids: Vec<i64>,
+    /// Every response's `response_id`, in order.
+    pub response_ids: Vec<String>,
     pub complete: bool,
     pub error: Option<Status>,
 }
@@ -78,8 +81,26 @@ where
     T::ResponseBody: tonic::codegen::Body<Data = bytes::Bytes> + Send + 'static,
     <T::ResponseBody as tonic::codegen::Body>::Error: Into<tonic::codegen::StdError> + Send,
 {
+    drain_counted(client, request, &AtomicU64::new(0)).await
+}
+
+/// [`drain`], counting in `received` each response as it arrives, for a
+/// test that acts once the caller has read so many (a held clock's
+/// condition).
+pub async fn drain_counted<T>(
+    client: &mut SparkConnectServiceClient<T>,
+    request: stub::ExecutePlanRequest,
+    received: &AtomicU64,
+) -> Drained
+where
+    T: tonic::client::GrpcService<tonic::body::Body>,
+    T::Error: Into<tonic::codegen::StdError>,
+    T::ResponseBody: tonic::codegen::Body<Data = bytes::Bytes> + Send + 'static,
+    <T::ResponseBody as tonic::codegen::Body>::Error: Into<tonic::codegen::StdError> + Send,
+{
     let mut out = Drained {
         ids: vec![],
+        response_ids: vec![],
         complete: false,
         error: None,
     };
@@ -98,6 +119,8 @@ where
         match next {
             Ok(Some(resp)) => {
                 assert!(!out.complete, "a response after ResultComplete");
+                out.response_ids.push(resp.response_id.clone());
+                received.fetch_add(1, Ordering::SeqCst);
                 match resp.response_type {
                     Some(stub::execute_plan_response::ResponseType::ArrowBatch(b)) => {
                         let reader =
