@@ -1,10 +1,10 @@
 //! The reattachable execution over real loopback sockets against the
 //! embedded Spark Connect server, through injected faults.
 
-use crate::support::held_clock::HeldClock;
 use crate::support::policies;
 use spark_connect_retry::policy::PySparkPolicy;
 use spark_connect_retry::retrying::PySparkRetrying;
+use spark_connect_testkit::held_clock::HeldClock;
 
 use std::time::Duration;
 

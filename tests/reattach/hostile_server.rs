@@ -4,9 +4,9 @@
 //! backoff (recorded sleeps against a clock that never moves, never wall
 //! time).
 
-use crate::support::held_clock::HeldClock;
 use crate::support::policies;
 use spark_connect_retry::retrying::PySparkRetrying;
+use spark_connect_testkit::held_clock::HeldClock;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

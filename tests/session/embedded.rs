@@ -8,12 +8,11 @@ use spark_connect_retry::policy::RetryPolicy;
 use spark_connect_retry::retrying::PySparkRetrying;
 use spark_connect_retry::retrying::Retrying;
 use spark_connect_retry::session::{SparkError, SparkSession};
+use spark_connect_testkit::held_clock::HeldClock;
 use spark_connect_testkit::{CutMode, CutSchedule, Direction, FaultProxy};
 use spark_connect_testkit::{Fault, Rpc, TestServer};
 use tokio_stream::StreamExt;
 use tonic_retry::retrying::RecordingSleeper;
-
-use crate::support::held_clock::HeldClock;
 
 fn fast_retrying(sleeper: &RecordingSleeper) -> Retrying {
     Retrying::pyspark_with(vec![

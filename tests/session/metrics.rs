@@ -12,12 +12,12 @@ use spark_connect_retry::policy::RetryPolicy;
 use spark_connect_retry::retrying::PySparkRetrying;
 use spark_connect_retry::retrying::Retrying;
 use spark_connect_retry::session::{ArrowStream, SparkSession, SparkSessionBuilder};
+use spark_connect_testkit::held_clock::HeldClock;
 use spark_connect_testkit::{Fault, Rpc, TestServer};
 use tonic_retry::retrying::RecordingSleeper;
 use tonic_retry_echo::metrics::{Pipeline, Recorded};
 
 use crate::support::arrow_data::{self, schema};
-use crate::support::held_clock::HeldClock;
 
 const ANALYZE: (&str, &str) = (
     "grpc.method",

@@ -1,11 +1,11 @@
 //! What the root's test binaries share: the tracing capture (the
 //! workspace's one, from `tonic_retry_echo::capture`), retry settings,
 //! drains of result streams, Arrow data, a server behind a fault proxy,
-//! a bounded wait, and a paused clock that moves only when a test moves it.
+//! and a bounded wait. The paused clock of the stall and deadline tests is
+//! the test kit's (`spark_connect_testkit::held_clock`, feature `test-util`).
 #![allow(dead_code)] // each test binary uses part of this module
 
 pub mod arrow_data;
-pub mod held_clock;
 pub mod policies;
 pub mod proxied;
 pub mod streams;

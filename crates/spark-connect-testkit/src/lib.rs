@@ -104,6 +104,10 @@
 //! Each fault that fires, each graceful stream end and each restart is
 //! logged with `tracing` at `info` (targets under `spark_connect_testkit`).
 //!
+//! With the feature `test-util`, the module `held_clock` has a paused clock that
+//! moves only when the test moves it, for tests of idle timeouts and
+//! deadlines over loopback that must see exactly one timeout.
+//!
 //! # For clients in other languages
 //!
 //! The `spark-connect-chaos` program (feature `cli`, on by default;
@@ -163,11 +167,15 @@
 //! ```
 
 #![warn(missing_docs, unreachable_pub)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod conn;
 mod edit;
 mod error;
 mod faults;
+#[cfg(feature = "test-util")]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
+pub mod held_clock;
 mod local;
 pub mod plans;
 mod proxy;

@@ -1,18 +1,23 @@
 //! `ReattachLayer` under a stub generated from the protos with messages of
 //! its own (`spark-connect-stub`), against the embedded server's faults.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use spark_connect_retry::layer::{ReattachLayer, ReattachService};
 use spark_connect_retry::reattach::ReattachOptions;
 use spark_connect_stub::spark::connect as stub;
+use spark_connect_testkit::held_clock::HeldClock;
 use spark_connect_testkit::{Fault, Rpc, TestServer};
 use stub::spark_connect_service_client::SparkConnectServiceClient;
 use tonic::Code;
 use tonic_retry::retrying::RecordingSleeper;
 use tower::Layer;
 
-use crate::support::{SESSION, assert_exact, drain, range_sql, retrying, sql_request};
+use crate::support::{
+    SESSION, assert_exact, drain, drain_counted, range_sql, retrying, sql_request,
+};
 
 const ROWS: i64 = 2_000_000;
 
@@ -88,23 +93,73 @@ async fn resets_lost_requests_and_unavailable_2m_rows_exact() {
     );
 }
 
-#[tokio::test]
+/// The server stops sending after 3 responses of the ExecutePlan, for
+/// good: the layer's idle timeout (300 ms) notices it, and the layer
+/// reattaches at once, after the 3rd response. The clock is held
+/// ([`HeldClock`]): it moves once, by the idle timeout, after the caller has
+/// read those 3 responses (so the layer waits for the 4th, which the server
+/// will not send), so there is exactly one stall whatever the machine's
+/// speed. The server ends no stream on its own: its one ReattachExecute is
+/// the stall's. The layer has no stall counter; its ReattachExecute calls
+/// are counted as it hands them to the channel, when it notices the stall,
+/// before any byte goes out.
+#[tokio::test(start_paused = true)]
 async fn a_stall_is_detected_and_resumed_2m_rows_exact() {
-    let s = ending_server().await;
+    let clock = HeldClock::hold();
+    let s = TestServer::builder().start().await.unwrap();
     s.faults().push(
         Fault::stall_forever()
             .on(Rpc::ExecutePlan)
             .after_responses(3),
     );
     let sleeper = RecordingSleeper::new();
+    let idle = Duration::from_millis(300);
     let options = ReattachOptions {
-        idle_timeout: Some(Duration::from_millis(300)),
+        idle_timeout: Some(idle),
         ..Default::default()
     };
-    let mut client = stub_over_layer(&s, &sleeper, options);
-    let out = drain(&mut client, sql_request(&range_sql(ROWS))).await;
+    let reattaches_sent = Arc::new(AtomicU64::new(0));
+    let counted = reattaches_sent.clone();
+    let channel = tower::ServiceBuilder::new()
+        .map_request(move |req: http::Request<tonic::body::Body>| {
+            if req.uri().path().ends_with("/ReattachExecute") {
+                counted.fetch_add(1, Ordering::SeqCst);
+            }
+            req
+        })
+        .service(
+            tonic::transport::Endpoint::from_shared(s.endpoint())
+                .unwrap()
+                .connect_lazy(),
+        );
+    let layer = ReattachLayer::new()
+        .retrying(retrying(&sleeper))
+        .options(options);
+    let mut client =
+        SparkConnectServiceClient::new(layer.layer(channel)).max_decoding_message_size(usize::MAX);
+    let received = AtomicU64::new(0);
+    let (out, advances) = tokio::join!(
+        drain_counted(&mut client, sql_request(&range_sql(ROWS)), &received),
+        clock.fire(
+            idle,
+            || received.load(Ordering::SeqCst) == 3 && s.faults().pending() == 0,
+            || reattaches_sent.load(Ordering::SeqCst) > 0
+        )
+    );
+    clock.release().await;
+    assert_eq!(advances, 1, "the layer waited when the clock moved");
     assert_exact(&out, ROWS);
     assert_eq!(s.faults().pending(), 0);
+    let calls = s.calls();
+    assert_eq!(calls.execute, 1, "{calls:?}");
+    assert_eq!(calls.reattach, 1, "one stall, one reattach: {calls:?}");
+    assert_eq!(reattaches_sent.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        s.reattach_requests()[0].last_response_id.as_deref(),
+        Some(out.response_ids[2].as_str()),
+        "resumed after the 3rd response, where the server stopped"
+    );
+    assert!(sleeper.sleeps().is_empty(), "a stall reattaches at once");
 }
 
 #[tokio::test]

@@ -4,6 +4,7 @@
 
 pub mod raw;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use arrow_array::{Array, Int64Array};
@@ -75,6 +76,8 @@ pub fn range_sql(rows: i64) -> String {
 pub struct Drained {
     /// Every `id` value, in order.
     pub ids: Vec<i64>,
+    /// Every response's `response_id`, in order.
+    pub response_ids: Vec<String>,
     pub complete: bool,
     pub error: Option<Status>,
 }
@@ -91,7 +94,7 @@ where
     T::ResponseBody: tonic::codegen::Body<Data = bytes::Bytes> + Send + 'static,
     <T::ResponseBody as tonic::codegen::Body>::Error: Into<tonic::codegen::StdError> + Send,
 {
-    drain_then(client, request, 0, || {}).await
+    drain_with(client, request, |_| {}).await
 }
 
 /// [`drain`], calling `hook` once after `after` responses (0: never).
@@ -107,8 +110,53 @@ where
     T::ResponseBody: tonic::codegen::Body<Data = bytes::Bytes> + Send + 'static,
     <T::ResponseBody as tonic::codegen::Body>::Error: Into<tonic::codegen::StdError> + Send,
 {
+    let mut hook = Some(hook);
+    drain_with(client, request, |read| {
+        if read + 1 == after
+            && let Some(hook) = hook.take()
+        {
+            hook();
+        }
+    })
+    .await
+}
+
+/// [`drain`], counting in `received` each response as it arrives, for a
+/// test that acts once the caller has read so many (a held clock's
+/// condition).
+pub async fn drain_counted<T>(
+    client: &mut SparkConnectServiceClient<T>,
+    request: stub::ExecutePlanRequest,
+    received: &AtomicU64,
+) -> Drained
+where
+    T: tonic::client::GrpcService<tonic::body::Body>,
+    T::Error: Into<tonic::codegen::StdError>,
+    T::ResponseBody: tonic::codegen::Body<Data = bytes::Bytes> + Send + 'static,
+    <T::ResponseBody as tonic::codegen::Body>::Error: Into<tonic::codegen::StdError> + Send,
+{
+    drain_with(client, request, |read| {
+        received.store(read as u64, Ordering::SeqCst)
+    })
+    .await
+}
+
+/// [`drain`], calling `before_read` with the number of responses read so
+/// far before each read.
+async fn drain_with<T>(
+    client: &mut SparkConnectServiceClient<T>,
+    request: stub::ExecutePlanRequest,
+    mut before_read: impl FnMut(usize),
+) -> Drained
+where
+    T: tonic::client::GrpcService<tonic::body::Body>,
+    T::Error: Into<tonic::codegen::StdError>,
+    T::ResponseBody: tonic::codegen::Body<Data = bytes::Bytes> + Send + 'static,
+    <T::ResponseBody as tonic::codegen::Body>::Error: Into<tonic::codegen::StdError> + Send,
+{
     let mut out = Drained {
         ids: vec![],
+        response_ids: vec![],
         complete: false,
         error: None,
     };
@@ -120,21 +168,17 @@ where
             return out;
         }
     };
-    let mut hook = Some(hook);
-    let mut seen = 0;
+    let mut read = 0;
     loop {
-        seen += 1;
-        if seen == after
-            && let Some(hook) = hook.take()
-        {
-            hook();
-        }
+        before_read(read);
+        read += 1;
         let next = tokio::time::timeout(Duration::from_secs(60), stream.message())
             .await
             .expect("stream hung");
         match next {
             Ok(Some(resp)) => {
                 assert!(!out.complete, "a response after ResultComplete");
+                out.response_ids.push(resp.response_id.clone());
                 match resp.response_type {
                     Some(stub::execute_plan_response::ResponseType::ArrowBatch(b)) => {
                         let reader =

@@ -14,7 +14,51 @@
 //! advance ends at the paused start plus its bound, so it fires; every wait
 //! started after it ends later, so it cannot: the test sees exactly one
 //! timeout, whatever the machine's speed.
-#![allow(dead_code)] // each test binary uses part of this module
+//!
+//! Needs the feature `test-util` (which turns on tokio's own `test-util`,
+//! for `tokio::time::advance`), and a test on a paused clock:
+//! `#[tokio::test(start_paused = true)]`, on the current-thread runtime.
+//!
+//! `fire` takes its conditions as closures, so they can read whatever the
+//! test can see: a stream's stats, a server's counters, a count kept by a
+//! wrapper around the client's transport.
+//!
+//! # Example
+//!
+//! A "client" that waits for a message with an idle timeout of 300 ms, and
+//! a server that never sends it: the timeout fires after exactly one move
+//! of the clock.
+//!
+//! ```
+//! use std::sync::atomic::{AtomicBool, Ordering};
+//! use std::time::Duration;
+//!
+//! use spark_connect_testkit::held_clock::HeldClock;
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! let clock = HeldClock::hold();
+//! let idle = Duration::from_millis(300);
+//! let (waiting, stalled) = (AtomicBool::new(false), AtomicBool::new(false));
+//! let client = async {
+//!     waiting.store(true, Ordering::SeqCst);
+//!     let next = std::future::pending::<()>();
+//!     if tokio::time::timeout(idle, next).await.is_err() {
+//!         stalled.store(true, Ordering::SeqCst);
+//!     }
+//! };
+//! let ((), advances) = tokio::join!(
+//!     client,
+//!     clock.fire(
+//!         idle,
+//!         || waiting.load(Ordering::SeqCst),
+//!         || stalled.load(Ordering::SeqCst),
+//!     )
+//! );
+//! clock.release().await;
+//! assert_eq!(advances, 1);
+//! # }
+//! ```
 
 use std::sync::mpsc;
 use std::time::Duration;
@@ -24,11 +68,12 @@ use tokio::task::JoinHandle;
 /// How long a hold lasts at most, in real time: a hung test then gets its
 /// auto-advance back, its own (paused) timeouts fire, and
 /// [`HeldClock::release`] reports the hang.
-const HOLD_LIMIT: Duration = Duration::from_secs(120);
+pub const HOLD_LIMIT: Duration = Duration::from_secs(120);
 
 /// How long, in real time, [`HeldClock::fire`] waits for its conditions
 /// before it fails the test (a bound for a hang, not a measure of speed).
-const WAIT_LIMIT: Duration = Duration::from_secs(30);
+/// [`HeldClock::wait_for`] has the same bound.
+pub const WAIT_LIMIT: Duration = Duration::from_secs(30);
 
 /// Scheduler rounds run before and after each advance: each lets every task
 /// that can run do so and polls the IO driver once, so bytes already on the
@@ -36,11 +81,15 @@ const WAIT_LIMIT: Duration = Duration::from_secs(30);
 const SETTLE_ROUNDS: usize = 32;
 
 /// Advances [`HeldClock::fire`] makes at most before it fails the test.
-const MAX_ADVANCES: u32 = 4;
+pub const MAX_ADVANCES: u32 = 4;
 
 /// Holds off tokio's auto-advance of the paused clock while alive (see the
 /// module docs). Create it first thing in a
-/// `#[tokio::test(start_paused = true)]` test.
+/// `#[tokio::test(start_paused = true)]` test, and
+/// [`release`](Self::release) it once the test's streams are done (dropping
+/// it gives auto-advance back too, without the check for a hang).
+#[derive(Debug)]
+#[must_use = "the clock is held only while the HeldClock lives"]
 pub struct HeldClock {
     /// Dropped (by [`release`](Self::release) or with the hold) to end the
     /// blocking task.
@@ -53,6 +102,10 @@ impl HeldClock {
     /// Stops auto-advance from now on. The test must run on a paused clock
     /// (`#[tokio::test(start_paused = true)]`): `fire` moves it with
     /// `tokio::time::advance`, which panics otherwise.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
     pub fn hold() -> Self {
         let (stop, stopped) = mpsc::channel::<()>();
         let holder = tokio::task::spawn_blocking(move || {
@@ -80,8 +133,18 @@ impl HeldClock {
     /// clock moved, the client read them after, and its new wait ends one
     /// `bound` later: the clock moves again, once the client waits. With a
     /// `silent` that names everything the client reads, one advance is
-    /// certain. Fails the test after [`MAX_ADVANCES`], or if `silent` never
-    /// holds.
+    /// certain.
+    ///
+    /// Both conditions are plain closures, so they may read anything the
+    /// test can see; `noticed` should not need more IO than the timer's own
+    /// task does (a count set where the client's timer fires, or where its
+    /// next request is handed to the transport), or a slow loopback costs
+    /// an advance.
+    ///
+    /// # Panics
+    ///
+    /// After [`MAX_ADVANCES`] advances without `noticed`, if `silent` does
+    /// not hold within [`WAIT_LIMIT`], or if the clock is not paused.
     pub async fn fire(
         &self,
         bound: Duration,
@@ -101,13 +164,18 @@ impl HeldClock {
     }
 
     /// Runs the other tasks (and the IO driver), the clock still, until
-    /// `cond` holds; fails the test naming `what` after [`WAIT_LIMIT`].
+    /// `cond` holds; fails the test naming `what` after [`WAIT_LIMIT`] of
+    /// real time.
     pub async fn wait_for(&self, what: &str, mut cond: impl FnMut() -> bool) {
         until(what, &mut cond).await;
     }
 
     /// Gives auto-advance back; fails the test if the hold ran out (the
     /// test hung for [`HOLD_LIMIT`]).
+    ///
+    /// # Panics
+    ///
+    /// If the hold ran out, or its blocking task panicked.
     pub async fn release(mut self) {
         drop(self.stop.take());
         let holder = self.holder.take().expect("released once");
