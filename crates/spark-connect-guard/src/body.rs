@@ -13,6 +13,8 @@ use http_body::{Body, Frame, SizeHint};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tonic::Status;
 
+use spark_connect_retry::reattach::StreamStatsHandle;
+
 use crate::stats::{Counters, code_of};
 
 /// The status a drained stream ends with: clients reattach on UNAVAILABLE.
@@ -68,6 +70,9 @@ pub(crate) struct CallOpen {
     method: usize,
     /// The end was counted (status known).
     ended: bool,
+    /// The reattach layer's statistics of this call's execution, if it
+    /// carried one: added to the guard's counts when the call ends.
+    stream: Option<StreamStatsHandle>,
 }
 
 impl CallOpen {
@@ -77,7 +82,14 @@ impl CallOpen {
             counters,
             method,
             ended: false,
+            stream: None,
         }
+    }
+
+    /// Count what `stream` went through when this call ends.
+    pub(crate) fn with_stream(mut self, stream: Option<StreamStatsHandle>) -> Self {
+        self.stream = stream;
+        self
     }
 
     pub(crate) fn end(&mut self, code: usize) {
@@ -92,6 +104,9 @@ impl Drop for CallOpen {
     fn drop(&mut self) {
         // Dropped before its end: the client went away (or was cut).
         self.end(1);
+        if let Some(stream) = &self.stream {
+            self.counters.stream_ended(&stream.snapshot());
+        }
         self.counters.calls_finished.fetch_add(1, Ordering::Relaxed);
     }
 }

@@ -14,6 +14,8 @@ use tonic_health::pb::health_server::HealthServer;
 use tonic_health::server::HealthService;
 use tower::{Service, ServiceExt};
 
+use spark_connect_retry::reattach::StreamStatsHandle;
+
 use crate::body::{CallOpen, GuardBody, drained};
 use crate::stats::{Counters, code_of, method_of};
 use crate::token::ClientToken;
@@ -86,7 +88,8 @@ impl Service<Request> for Front {
                 // Trailers-only: the status is already known.
                 call.end(code_of(Some(code)));
             }
-            Ok(with_body(answer, &cut, Some(call)))
+            let stream = answer.extensions().get::<StreamStatsHandle>().cloned();
+            Ok(with_body(answer, &cut, Some(call.with_stream(stream))))
         })
     }
 }

@@ -102,6 +102,29 @@ impl Collector for GuardCollector {
             None,
             s.cut_by_drain,
         )?;
+        counter(
+            &mut enc,
+            "spark_connect_guard_re_executes",
+            "ExecutePlans sent again after the server lost one before any response",
+            None,
+            s.re_executes,
+        )?;
+        counter(
+            &mut enc,
+            "spark_connect_guard_resumed_streams",
+            "Executions that ended after reattaching at least once",
+            None,
+            s.resumed_streams,
+        )?;
+        let mut family = enc.encode_descriptor(
+            "spark_connect_guard_reattaches",
+            "Reattaches of ended executions, by cause",
+            None,
+            MetricType::Counter,
+        )?;
+        for (cause, n) in &s.reattaches {
+            ConstCounter::new(*n).encode(family.encode_family(&[("cause", *cause)])?)?;
+        }
         let mut family = enc.encode_descriptor(
             "spark_connect_guard_calls_ended",
             "Calls ended, by Spark Connect method and gRPC status code",

@@ -4,6 +4,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use spark_connect_retry::reattach::StreamStats;
+
 /// The Spark Connect methods a call is counted under; anything else is
 /// `other` (bounded labels: never an operation or session id).
 pub(crate) const METHODS: [&str; 13] = [
@@ -77,7 +79,18 @@ pub(crate) struct Counters {
     pub(crate) serving: AtomicBool,
     /// Calls ended, `[method][code]`.
     pub(crate) ended: [[AtomicU64; CODES.len()]; METHODS.len()],
+    /// Reattaches of ended executions, by [`CAUSES`].
+    pub(crate) reattaches: [AtomicU64; CAUSES.len()],
+    /// ExecutePlans sent again after NOT_FOUND, of ended executions.
+    pub(crate) re_executes: AtomicU64,
+    /// Ended executions that reattached at least once.
+    pub(crate) resumed_streams: AtomicU64,
 }
+
+/// Why the reattach layer reattached, as the `cause` label names it: a
+/// stream that ended without its result, one given up as silent, any
+/// other fault.
+pub(crate) const CAUSES: [&str; 3] = ["graceful_end", "stall", "fault"];
 
 impl std::fmt::Debug for Counters {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -88,6 +101,26 @@ impl std::fmt::Debug for Counters {
 impl Counters {
     pub(crate) fn end(&self, method: usize, code: usize) {
         self.ended[method][code].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An execution the reattach layer carried has ended: add what it
+    /// went through.
+    pub(crate) fn stream_ended(&self, s: &StreamStats) {
+        let faults = s
+            .reattaches
+            .saturating_sub(s.graceful_ends)
+            .saturating_sub(s.stalls);
+        for (slot, n) in self
+            .reattaches
+            .iter()
+            .zip([s.graceful_ends, s.stalls, faults])
+        {
+            slot.fetch_add(n, Ordering::Relaxed);
+        }
+        self.re_executes.fetch_add(s.re_executes, Ordering::Relaxed);
+        if s.reattaches > 0 {
+            self.resumed_streams.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     pub(crate) fn snapshot(&self) -> GuardStats {
@@ -112,6 +145,13 @@ impl Counters {
             refused: get(&self.refused),
             cut_by_drain: get(&self.cut_by_drain),
             ended,
+            reattaches: CAUSES
+                .iter()
+                .zip(&self.reattaches)
+                .map(|(cause, n)| (*cause, get(n)))
+                .collect(),
+            re_executes: get(&self.re_executes),
+            resumed_streams: get(&self.resumed_streams),
         }
     }
 }
@@ -155,6 +195,15 @@ pub struct GuardStats {
     /// Calls ended, by method and status code name (`CANCELLED` for a
     /// client that went away): only the pairs seen.
     pub ended: Vec<(&'static str, &'static str, u64)>,
+    /// Reattaches of the executions that have ended, by cause:
+    /// `graceful_end` (the server ended a stream before the result),
+    /// `stall` (a silent stream given up), `fault` (any other).
+    pub reattaches: Vec<(&'static str, u64)>,
+    /// ExecutePlans sent again after the server lost one before any
+    /// response, of the executions that have ended.
+    pub re_executes: u64,
+    /// Executions that have ended after reattaching at least once.
+    pub resumed_streams: u64,
 }
 
 impl GuardStats {

@@ -67,3 +67,61 @@ async fn metrics_are_off_unless_asked_for() {
     assert_eq!(guard.metrics_addr(), None);
     guard.shutdown().await;
 }
+
+/// A scripted run: a server that ends every stream after 5 responses and
+/// resets one reattached stream after 2. The guard's counts of reattaches by
+/// cause are exactly what the server saw, in its stats and in the scrape.
+#[tokio::test]
+async fn reattaches_are_counted_by_cause() {
+    use spark_connect_testkit::{Fault, Rpc};
+
+    let server = TestServer::builder()
+        .rows_per_batch(1000)
+        .max_responses_per_stream(5)
+        .start()
+        .await
+        .unwrap();
+    server.faults().push(
+        Fault::reset_connection()
+            .on(Rpc::ReattachExecute)
+            .after_responses(2),
+    );
+    let guard = Guard::builder(server.remote())
+        .metrics_listen("127.0.0.1:0".parse().unwrap())
+        .start()
+        .await
+        .unwrap();
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", guard.local_addr()))
+        .unwrap()
+        .connect_lazy();
+    let mut client = SparkConnectServiceClient::new(channel).max_decoding_message_size(usize::MAX);
+    let out = drain(&mut client, sql_request(&range_sql(20_000))).await;
+    assert_exact(&out, 20_000);
+    drop(client);
+    let reattaches = server.calls().reattach;
+    let stats = crate::support::eventually_stats(&guard, |s| s.resumed_streams == 1).await;
+    let by = |cause| {
+        stats
+            .reattaches
+            .iter()
+            .find(|(c, _)| *c == cause)
+            .unwrap()
+            .1
+    };
+    assert_eq!(by("fault"), 1, "{stats:?}");
+    assert_eq!(by("stall"), 0, "{stats:?}");
+    assert_eq!(by("graceful_end") + 1, reattaches, "{stats:?}");
+    assert_eq!(stats.re_executes, 0, "{stats:?}");
+    let text = get(guard.metrics_addr().unwrap(), "/metrics").await;
+    for line in [
+        "spark_connect_guard_reattaches_total{cause=\"fault\"} 1".to_owned(),
+        format!(
+            "spark_connect_guard_reattaches_total{{cause=\"graceful_end\"}} {}",
+            reattaches - 1
+        ),
+        "spark_connect_guard_resumed_streams_total 1".to_owned(),
+    ] {
+        assert!(text.contains(&line), "no {line:?} in\n{text}");
+    }
+    guard.shutdown().await;
+}

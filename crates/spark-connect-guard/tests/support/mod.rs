@@ -220,3 +220,19 @@ pub fn assert_exact(d: &Drained, n: i64) {
         "rows out of order or duplicated"
     );
 }
+
+/// The guard's counts once `ready` holds (a call is counted when its body
+/// is dropped, just after the client read its end); bounded: 10 s.
+pub async fn eventually_stats(
+    guard: &spark_connect_guard::Guard,
+    ready: impl Fn(&spark_connect_guard::GuardStats) -> bool,
+) -> spark_connect_guard::GuardStats {
+    for _ in 0..1000 {
+        let stats = guard.stats();
+        if ready(&stats) {
+            return stats;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the guard's counts never got there: {:?}", guard.stats());
+}
