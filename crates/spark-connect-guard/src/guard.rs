@@ -4,10 +4,14 @@ use std::net::{Ipv4Addr, SocketAddr};
 
 use spark_connect_retry::layer::{ReattachLayer, Releases};
 use spark_connect_retry::session::{Http2FlowControl, SparkError, SparkSessionBuilder};
+use spark_connect_retry::transport::{GrpcChannel, grpc_channel};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use tokio_stream::Stream;
 use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::server::Connected;
 use tower::Layer;
 
 /// The guard's HTTP/2 receive windows towards the upstream: 1 MiB per
@@ -83,7 +87,6 @@ impl GuardBuilder {
     /// Bind, and serve in the background on the current tokio runtime.
     pub async fn start(self) -> Result<Guard, GuardError> {
         let channel = self.upstream.build_channel()?;
-        let service = self.layer.releases(Releases::CallerOnly).layer(channel);
         let listener =
             TcpListener::bind(self.listen)
                 .await
@@ -95,25 +98,68 @@ impl GuardBuilder {
             addr: self.listen,
             source,
         })?;
-        let (stop, stopped) = oneshot::channel::<()>();
-        let incoming = TcpListenerStream::new(listener);
-        let task = tokio::spawn(async move {
-            let served = tonic::transport::Server::builder()
-                .tcp_nodelay(true)
-                .serve_with_incoming_shutdown(service, incoming, async {
-                    let _ = stopped.await;
-                })
-                .await;
-            if let Err(e) = served {
-                tracing::error!(error = %e, "spark-connect-guard: server failed");
-            }
-        });
-        tracing::info!(%addr, "spark-connect-guard: listening");
-        Ok(Guard {
+        Ok(serve(
+            self.layer,
             addr,
-            stop: Some(stop),
-            task: Some(task),
-        })
+            channel,
+            TcpListenerStream::new(listener),
+        ))
+    }
+
+    /// Serves on the connections `incoming` yields, towards `upstream`,
+    /// instead of binding [`listen`](Self::listen) and connecting by the
+    /// [`upstream`](Self::upstream) connection string (neither is used):
+    /// for transports the guard does not open itself, such as a simulated
+    /// network. `addr` is what [`Guard::local_addr`] reports. Give
+    /// `upstream` the guard's flow control (HTTP/2 windows of 1 MiB per
+    /// stream and 32 MiB per connection) unless the server keeps more than
+    /// 10 MiB for reattaches.
+    pub fn serve_incoming<I, IO, IE>(
+        self,
+        addr: SocketAddr,
+        upstream: tonic::transport::Channel,
+        incoming: I,
+    ) -> Guard
+    where
+        I: Stream<Item = Result<IO, IE>> + Send + 'static,
+        IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+        IE: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        serve(self.layer, addr, grpc_channel(upstream), incoming)
+    }
+}
+
+/// Serves the guard's service on `incoming`, in a task of the current
+/// runtime.
+fn serve<I, IO, IE>(
+    layer: ReattachLayer,
+    addr: SocketAddr,
+    channel: GrpcChannel,
+    incoming: I,
+) -> Guard
+where
+    I: Stream<Item = Result<IO, IE>> + Send + 'static,
+    IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+    IE: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let service = layer.releases(Releases::CallerOnly).layer(channel);
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let served = tonic::transport::Server::builder()
+            .tcp_nodelay(true)
+            .serve_with_incoming_shutdown(service, incoming, async {
+                let _ = stopped.await;
+            })
+            .await;
+        if let Err(e) = served {
+            tracing::error!(error = %e, "spark-connect-guard: server failed");
+        }
+    });
+    tracing::info!(%addr, "spark-connect-guard: listening");
+    Guard {
+        addr,
+        stop: Some(stop),
+        task: Some(task),
     }
 }
 

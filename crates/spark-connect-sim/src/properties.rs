@@ -1,0 +1,150 @@
+//! The properties every schedule must keep, checked on its
+//! [`Outcome`](crate::world::Outcome).
+//!
+//! * **Exactly once, in order**: the rows delivered are `0, 1, 2, ...`
+//!   with no gap or repeat, each batch at the `start_offset` it claims;
+//!   a query that completes delivers every row.
+//! * **Or a typed error**: a query may end with an error only when the
+//!   schedule holds a fault that loses the server's state (crash, restart,
+//!   NOT_FOUND, a lost request), and only with a documented one (see
+//!   [`TYPED_ERRORS`]); never with wrong data, and never with a stream that
+//!   just stops without `ResultComplete`.
+//! * **No hang**: the client finishes within the simulated time limit.
+//! * **No storm**: at most [`MAX_REQUESTS_PER_SECOND`] requests in any
+//!   simulated second.
+//! * **Nothing left behind**: where releases are the client's, a running
+//!   server holds no execution once the client is done.
+//! * **Stats agree**: the server saw no call the client did not send; with
+//!   no network or host fault on a direct link, it saw every one.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::schedule::{Fault, Schedule, Topology};
+use crate::world::Outcome;
+
+/// The most requests the client may send in any one simulated second.
+pub const MAX_REQUESTS_PER_SECOND: usize = 40;
+
+/// What a documented error's message holds: the Spark error classes the
+/// reattach rules end a query with when the server lost it, and the
+/// retry policy giving up.
+pub const TYPED_ERRORS: [&str; 5] = [
+    "INVALID_HANDLE.OPERATION_NOT_FOUND",
+    "INVALID_HANDLE.SESSION_NOT_FOUND",
+    "INVALID_HANDLE.SESSION_CHANGED",
+    "RESPONSE_ALREADY_RECEIVED",
+    "INVALID_CURSOR",
+];
+
+/// A property that did not hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation(pub String);
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Checks every property; the violations found (empty: it passed).
+pub fn check(schedule: &Schedule, outcome: &Outcome) -> Vec<Violation> {
+    let mut v = vec![];
+    let mut fail = |s: String| v.push(Violation(s));
+    if let Some(e) = &outcome.sim_error {
+        fail(format!("hang or host error: {e}"));
+    }
+    match &outcome.result {
+        None => fail("the client never finished".into()),
+        Some(r) => {
+            if let Some(i) = r
+                .rows
+                .iter()
+                .enumerate()
+                .position(|(i, id)| *id != i as i64)
+            {
+                fail(format!(
+                    "wrong data: row {i} is {} (lost or duplicated rows)",
+                    r.rows[i]
+                ));
+            }
+            if !r.offsets_ok {
+                fail("a batch arrived at the wrong start_offset".into());
+            }
+            match &r.error {
+                None if r.complete && r.rows.len() as i64 != schedule.rows => fail(format!(
+                    "complete with {} rows of {}",
+                    r.rows.len(),
+                    schedule.rows
+                )),
+                None if !r.complete => fail(format!(
+                    "the stream ended without ResultComplete after {} rows",
+                    r.rows.len()
+                )),
+                None => {}
+                Some((code, msg)) => {
+                    if !schedule.may_lose_state() {
+                        fail(format!(
+                            "an error without a fault that loses state: {code:?} {msg}"
+                        ));
+                    } else if !TYPED_ERRORS.iter().any(|t| msg.contains(t)) {
+                        fail(format!("an undocumented error: {code:?} {msg}"));
+                    }
+                }
+            }
+        }
+    }
+    if let Some(n) = storm(&outcome.requests) {
+        fail(format!("a storm: {n} requests within one simulated second"));
+    }
+    let releases_are_clients = schedule.topology == Topology::Direct || outcome.released;
+    if releases_are_clients
+        && let Some(live) = &outcome.live_executions
+        && !live.is_empty()
+    {
+        fail(format!("the server still holds {live:?}"));
+    }
+    let sent = |rpc: &str| outcome.requests.iter().filter(|(_, r)| r == rpc).count() as u64;
+    let calls = &outcome.server_calls;
+    let mut pairs = vec![("ExecutePlan", calls.execute, sent("ExecutePlan"))];
+    if schedule.topology == Topology::Direct {
+        pairs.push(("ReattachExecute", calls.reattach, sent("ReattachExecute")));
+        pairs.push((
+            "ReleaseExecute",
+            calls.release_all + calls.release_until,
+            sent("ReleaseExecute"),
+        ));
+    }
+    let lossless = schedule.topology == Topology::Direct
+        && !schedule.faults.iter().any(|f| {
+            matches!(
+                f,
+                Fault::Hold { .. } | Fault::Partition { .. } | Fault::Crash { .. }
+            )
+        });
+    for (rpc, seen, sent) in pairs {
+        if seen > sent {
+            fail(format!(
+                "the server saw {seen} {rpc} but the client sent {sent}"
+            ));
+        } else if lossless && seen != sent {
+            fail(format!(
+                "the client sent {sent} {rpc} on a lossless network but the server saw {seen}"
+            ));
+        }
+    }
+    v
+}
+
+/// The most requests in one simulated second, if over the bound.
+fn storm(requests: &[(Duration, String)]) -> Option<usize> {
+    let mut start = 0;
+    let mut worst = 0;
+    for end in 0..requests.len() {
+        while requests[end].0 - requests[start].0 >= Duration::from_secs(1) {
+            start += 1;
+        }
+        worst = worst.max(end - start + 1);
+    }
+    (worst > MAX_REQUESTS_PER_SECOND).then_some(worst)
+}
