@@ -5,6 +5,7 @@
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use futures_util::Stream;
 use hyper_util::rt::TokioIo;
@@ -67,12 +68,22 @@ pub async fn incoming() -> io::Result<impl Stream<Item = io::Result<SimStream>> 
     ))
 }
 
-/// A lazy channel to `host`:[`PORT`] over simulated TCP. `windows` sets
-/// the HTTP/2 receive windows (per stream, per connection).
+/// A lazy channel to `host`:[`PORT`] over simulated TCP, with the
+/// session's default HTTP/2 keepalive (a ping every 60 s, 20 s to answer,
+/// also without calls), as `sc://` connection strings set it. `windows`
+/// sets the HTTP/2 receive windows (per stream, per connection).
+///
+/// *Why keepalive:* turmoil's TCP does not retransmit, so a connection that
+/// lost a segment to a partition stays silent forever, as behind a
+/// middlebox that dropped its state. Only the keepalive closes it, and only
+/// then does tonic's channel connect afresh.
 pub fn channel(host: &str, windows: Option<(u32, u32)>) -> Channel {
     let mut endpoint = Endpoint::from_shared(format!("http://{host}:{PORT}"))
         .expect("a valid URI")
-        .tcp_nodelay(true);
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(Duration::from_secs(60))
+        .keep_alive_timeout(Duration::from_secs(20))
+        .keep_alive_while_idle(true);
     if let Some((stream, conn)) = windows {
         endpoint = endpoint
             .initial_stream_window_size(stream)

@@ -37,9 +37,9 @@ impl Default for WorldConfig {
     fn default() -> Self {
         WorldConfig {
             defect: Defect::None,
-            tick: Duration::from_millis(1),
-            limit: Duration::from_secs(900),
-            latency: (Duration::from_millis(1), Duration::from_millis(5)),
+            tick: Duration::from_millis(10),
+            limit: Duration::from_secs(300),
+            latency: (Duration::from_millis(10), Duration::from_millis(50)),
         }
     }
 }
@@ -346,6 +346,9 @@ pub fn run(schedule: &Schedule, config: &WorldConfig) -> Outcome {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .clone();
+    for (at, rpc) in &requests {
+        trace.event(*at, format!("client sent {rpc}"));
+    }
     let result = result.borrow_mut().take();
     trace.event(
         elapsed,

@@ -25,6 +25,15 @@ fn play(schedule: &Schedule, config: &WorldConfig) -> (Outcome, Vec<Violation>) 
     (outcome, violations)
 }
 
+/// Whether a candidate still fails the first property `violations` broke.
+fn same_failure<'a>(
+    violations: &'a [Violation],
+    config: &'a WorldConfig,
+) -> impl Fn(&Schedule) -> bool + 'a {
+    let property = violations[0].property;
+    move |s| play(s, config).1.iter().any(|v| v.property == property)
+}
+
 /// Runs `seeds`; on a failure prints the schedule, the violations, the
 /// shrunk schedule and the replay command. Returns the failing seeds.
 fn sample(seeds: impl Iterator<Item = u64>, config: &WorldConfig, verbose: bool) -> Vec<u64> {
@@ -52,7 +61,7 @@ fn sample(seeds: impl Iterator<Item = u64>, config: &WorldConfig, verbose: bool)
         for v in &violations {
             println!("  violation: {v}");
         }
-        let (small, runs) = shrink(&schedule, |s| !play(s, config).1.is_empty());
+        let (small, runs) = shrink(&schedule, same_failure(&violations, config));
         println!("  shrunk in {runs} runs to:\n{small}");
         println!("  replay: {}", replay(seed));
     }
@@ -138,7 +147,7 @@ fn test_planted_defect() -> Result<(), String> {
         let schedule = Schedule::from_seed(seed);
         let (_, violations) = play(&schedule, &config);
         if !violations.is_empty() {
-            let (small, runs) = shrink(&schedule, |s| !play(s, &config).1.is_empty());
+            let (small, runs) = shrink(&schedule, same_failure(&violations, &config));
             println!(
                 "planted defect found at seed {seed} ({} runs): {}\n  shrunk in {runs} runs to:\n{small}",
                 seed + 1,
