@@ -38,7 +38,7 @@ impl Default for WorldConfig {
         WorldConfig {
             defect: Defect::None,
             tick: Duration::from_millis(10),
-            limit: Duration::from_secs(300),
+            limit: Duration::from_secs(600),
             latency: (Duration::from_millis(10), Duration::from_millis(50)),
         }
     }
@@ -278,7 +278,7 @@ pub fn run(schedule: &Schedule, config: &WorldConfig) -> Outcome {
             *result.borrow_mut() = Some(out);
             // Let the releases land: wait (bounded) until the server holds
             // nothing, as a client process would live on.
-            for _ in 0..600 {
+            for _ in 0..1800 {
                 let idle = {
                     let s = servers.borrow();
                     !s.up

@@ -13,7 +13,7 @@ use spark_connect_sim::properties::{Violation, check};
 use spark_connect_sim::shrink::shrink;
 use spark_connect_sim::world::{Outcome, WorldConfig, run};
 
-const DEFAULT_SEEDS: u64 = 100;
+const DEFAULT_SEEDS: u64 = 200;
 
 fn replay(seed: u64) -> String {
     format!("SIM_SEED={seed} cargo test -p spark-connect-sim --test sim")
