@@ -161,6 +161,8 @@ pub struct QueryResult {
     pub complete: bool,
     /// The status the stream ended with, if it failed.
     pub error: Option<(tonic::Code, String)>,
+    /// When each response arrived (simulated time).
+    pub responses: Vec<Duration>,
     /// Every row id delivered was decoded from a batch whose
     /// `start_offset` matched the rows before it.
     pub offsets_ok: bool,
@@ -307,6 +309,8 @@ fn record(
     trace: &Trace,
 ) {
     use pb::execute_plan_response::ResponseType;
+    out.responses
+        .push(turmoil::sim_elapsed().unwrap_or_default());
     match &resp.response_type {
         Some(ResponseType::ArrowBatch(b)) => {
             trace.now(format!(
