@@ -130,7 +130,7 @@ pub struct Ids {
 impl Ids {
     /// Draws both from `seed`.
     pub fn from_seed(seed: u64) -> Ids {
-        let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed_1d5);
+        let mut rng = StdRng::seed_from_u64(seed ^ 0x05ee_d1d5);
         let mut uuid = || {
             let b: u128 = rng.random();
             // A version-4, variant-1 UUID.

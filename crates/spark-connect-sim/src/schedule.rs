@@ -232,7 +232,7 @@ impl Schedule {
         };
         let rows_per_batch = rng.random_range(10..300);
         let max_responses_per_stream = rng.random_bool(0.4).then(|| rng.random_range(1..8));
-        let chunk_bytes = rng.random_bool(0.25).then(|| 1024);
+        let chunk_bytes = rng.random_bool(0.25).then_some(1024);
         let mut faults = vec![];
         for i in 0..rng.random_range(0..6) {
             faults.push(Self::draw_fault(&mut rng, i == 0, topology));

@@ -159,12 +159,15 @@ fn test_planted_defect() -> Result<(), String> {
     Err(format!("the planted defect survived {bound} seeds"))
 }
 
+/// One check of this binary.
+type Test = fn() -> Result<(), String>;
+
 fn main() {
     let filter: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with('-'))
         .collect();
-    let tests: [(&str, fn() -> Result<(), String>); 3] = [
+    let tests: [(&str, Test); 3] = [
         ("determinism", test_determinism),
         ("planted_defect", test_planted_defect),
         ("sample", test_sample),
