@@ -5,18 +5,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use spark_connect_retry::layer::{ReattachLayer, Releases};
-use spark_connect_retry::session::{Http2FlowControl, SparkError, SparkSessionBuilder};
+use spark_connect_retry::session::{Http2FlowControl, SparkSessionBuilder};
+use spark_connect_retry::transport::{GrpcChannel, grpc_channel};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use tokio_stream::StreamExt;
 use tokio_stream::wrappers::TcpListenerStream;
+use tokio_stream::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
+use tonic::transport::server::Connected;
 use tonic_health::ServingStatus;
 use tonic_health::pb::health_server::HealthServer;
 use tonic_health::server::{HealthReporter, HealthService};
 use tower::Layer;
 
+use crate::error::GuardError;
 use crate::front::Front;
 use crate::health::{self, HealthCheck};
 use crate::io::GuardIo;
@@ -55,54 +59,6 @@ pub(crate) const UPSTREAM_FLOW_CONTROL: Http2FlowControl = Http2FlowControl::Fix
     stream_window: 1024 * 1024,
     connection_window: 32 * 1024 * 1024,
 };
-
-/// Why a guard could not start.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum GuardError {
-    /// The upstream connection string or its options are unusable.
-    #[error("upstream: {0}")]
-    Upstream(#[from] SparkError),
-    /// The listen address could not be bound.
-    #[error("cannot listen on {addr}: {source}")]
-    Listen {
-        /// The address asked for.
-        addr: SocketAddr,
-        /// The socket's error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A TLS certificate, key or CA is unusable (the key's bytes are never
-    /// shown).
-    #[error("TLS {what} ({source_name}): {reason}")]
-    Tls {
-        /// Which part: `certificate`, `private key`, `client CA`,
-        /// `configuration`.
-        what: &'static str,
-        /// The file it came from, or `the PEM given`.
-        source_name: String,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// A file the guard needs could not be read.
-    #[error("{what} {path}: {reason}")]
-    File {
-        /// What the file is for.
-        what: &'static str,
-        /// Its path.
-        path: String,
-        /// The error reading it.
-        reason: String,
-    },
-    /// An option has a value the guard cannot use.
-    #[error("{option}: {reason}")]
-    InvalidOption {
-        /// The option, as the builder and the CLI name it.
-        option: &'static str,
-        /// What is wrong with its value.
-        reason: &'static str,
-    },
-}
 
 /// Starts a [`Guard`].
 #[derive(Debug)]
@@ -188,9 +144,66 @@ impl GuardBuilder {
     }
 
     /// Bind, and serve in the background on the current tokio runtime.
-    pub async fn start(self) -> Result<Guard, GuardError> {
+    pub async fn start(mut self) -> Result<Guard, GuardError> {
         self.health.validate()?;
-        let channel = self.upstream.build_channel()?;
+        let channel = std::mem::take(&mut self.upstream).build_channel()?;
+        let listener =
+            TcpListener::bind(self.listen)
+                .await
+                .map_err(|source| GuardError::Listen {
+                    addr: self.listen,
+                    source,
+                })?;
+        let addr = listener.local_addr().map_err(|source| GuardError::Listen {
+            addr: self.listen,
+            source,
+        })?;
+        // Nagle is off on each accepted socket.
+        let incoming = TcpListenerStream::new(listener).map(|tcp| {
+            tcp.inspect(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            })
+        });
+        self.serve(addr, channel, incoming).await
+    }
+
+    /// Serves on the connections `incoming` yields, towards `upstream`,
+    /// instead of binding [`listen`](Self::listen) and connecting by the
+    /// [`upstream`](Self::upstream) connection string (neither is used):
+    /// for transports the guard does not open itself, such as a simulated
+    /// network. `addr` is what [`Guard::local_addr`] reports. Give
+    /// `upstream` the guard's flow control (HTTP/2 windows of 1 MiB per
+    /// stream and 32 MiB per connection) unless the server keeps more than
+    /// 10 MiB for reattaches. Health checks, the drain, TLS, the client
+    /// token and metrics work as with [`start`](Self::start).
+    pub async fn serve_incoming<I, IO, IE>(
+        self,
+        addr: SocketAddr,
+        upstream: tonic::transport::Channel,
+        incoming: I,
+    ) -> Result<Guard, GuardError>
+    where
+        I: Stream<Item = Result<IO, IE>> + Send + 'static,
+        IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+        IE: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        self.health.validate()?;
+        self.serve(addr, grpc_channel(upstream), incoming).await
+    }
+
+    /// Serves the guard's service on `incoming`, in tasks of the current
+    /// runtime.
+    async fn serve<I, IO, IE>(
+        self,
+        addr: SocketAddr,
+        channel: GrpcChannel,
+        incoming: I,
+    ) -> Result<Guard, GuardError>
+    where
+        I: Stream<Item = Result<IO, IE>> + Send + 'static,
+        IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+        IE: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
         let reporter = HealthReporter::new();
         let counters = Arc::new(Counters::default());
         let cut = CancellationToken::new();
@@ -217,27 +230,12 @@ impl GuardBuilder {
                     reason: e.to_string(),
                 })?;
         }
-        let listener =
-            TcpListener::bind(self.listen)
-                .await
-                .map_err(|source| GuardError::Listen {
-                    addr: self.listen,
-                    source,
-                })?;
-        let addr = listener.local_addr().map_err(|source| GuardError::Listen {
-            addr: self.listen,
-            source,
-        })?;
         let (stop, stopped) = oneshot::channel::<()>();
         let (killer, open) = (kill.clone(), counters.clone());
-        let incoming = TcpListenerStream::new(listener).map(move |tcp| {
-            tcp.map(|tcp| {
-                let _ = tcp.set_nodelay(true);
-                GuardIo::new(tcp, &killer, ConnectionOpen::new(open.clone()))
-            })
+        let incoming = incoming.map(move |io| {
+            io.map(|io| GuardIo::new(io, &killer, ConnectionOpen::new(open.clone())))
         });
         let task = tokio::spawn(async move {
-            // Nagle is off on each accepted socket (above).
             let served = server
                 .serve_with_incoming_shutdown(front, incoming, async {
                     let _ = stopped.await;

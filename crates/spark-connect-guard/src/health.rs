@@ -11,7 +11,7 @@ use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::{HealthCheckRequest, health_check_response};
 use tonic_health::server::HealthReporter;
 
-use crate::guard::GuardError;
+use crate::error::GuardError;
 use crate::stats::Counters;
 
 /// The service name a probe may ask for besides `""` (the whole guard);

@@ -79,6 +79,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 mod body;
+mod error;
 mod front;
 mod guard;
 mod health;
@@ -89,7 +90,8 @@ mod stats;
 mod tls;
 mod token;
 
-pub use guard::{DEFAULT_DRAIN_TIMEOUT, Guard, GuardBuilder, GuardError};
+pub use error::GuardError;
+pub use guard::{DEFAULT_DRAIN_TIMEOUT, Guard, GuardBuilder};
 pub use health::{HealthCheck, SPARK_CONNECT_SERVICE};
 pub use stats::GuardStats;
 pub use tls::GuardTls;

@@ -24,7 +24,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::{Registry, Unit};
 use tokio::net::TcpListener;
 
-use crate::guard::GuardError;
+use crate::error::GuardError;
 use crate::stats::Counters;
 
 #[derive(Debug)]

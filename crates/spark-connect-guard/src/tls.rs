@@ -8,7 +8,7 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 
-use crate::guard::GuardError;
+use crate::error::GuardError;
 
 /// The guard's certificate and key, and optionally the CA its clients'
 /// certificates must chain to (mTLS: a client without one is refused in

@@ -8,7 +8,7 @@ use http::header::AUTHORIZATION;
 use subtle::ConstantTimeEq;
 use tonic::Status;
 
-use crate::guard::GuardError;
+use crate::error::GuardError;
 
 /// A token every client must send as `authorization: Bearer <token>`
 /// (PySpark and the Spark Connect clients: `;token=...` in the connection

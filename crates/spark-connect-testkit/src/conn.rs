@@ -1,9 +1,15 @@
-//! Accepted TCP connections that a handler can reset on purpose.
+//! Accepted connections that a handler can reset on purpose.
 //!
 //! tonic puts a transport's `Connected::ConnectInfo` into every request's
 //! extensions, so each connection carries a [`KillSwitch`] there. Tripping it
-//! makes the wrapped socket set `SO_LINGER 0` and close on its next poll,
-//! which sends a real TCP RST, and makes every later read/write fail.
+//! makes the wrapped connection close on its next poll and every later
+//! read/write fail. A tokio `TcpStream` first sets `SO_LINGER 0`, so the
+//! close sends a real TCP RST; any other transport (a simulated network's
+//! stream, given to [`TestServerBuilder::serve_incoming`]) is dropped, which
+//! is whatever that transport does on a close (turmoil sends an RST when
+//! unread data is left, a FIN otherwise).
+//!
+//! [`TestServerBuilder::serve_incoming`]: crate::TestServerBuilder::serve_incoming
 
 use std::io;
 use std::pin::Pin;
@@ -63,32 +69,58 @@ impl Connections {
     }
 }
 
-/// A server-side TCP connection that can be reset by its [`KillSwitch`].
-#[derive(Debug)]
-pub(crate) struct KillableTcp {
-    inner: Option<TcpStream>,
+/// A server-side connection that can be reset by its [`KillSwitch`]: a
+/// tokio `TcpStream` (the default), or any stream a caller serves on.
+pub(crate) struct Killable<IO = TcpStream> {
+    inner: Option<IO>,
     state: Arc<KillState>,
+    /// Run on the stream just before it is dropped by a kill.
+    before_close: fn(&IO),
 }
 
-impl KillableTcp {
-    pub(crate) fn new(stream: TcpStream, registry: &Connections) -> Self {
+impl<IO> std::fmt::Debug for Killable<IO> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Killable")
+            .field("open", &self.inner.is_some())
+            .field("killed", &self.state.killed.load(Ordering::SeqCst))
+            .finish()
+    }
+}
+
+impl Killable<TcpStream> {
+    /// A loopback TCP connection: no Nagle delay, and an RST when killed.
+    pub(crate) fn tcp(stream: TcpStream, registry: &Connections) -> Self {
         // Small writes (one response) should leave at once; tests measure
         // what the client saw before a cut.
         let _ = stream.set_nodelay(true);
+        Self::with_close(stream, registry, |s| {
+            let _ = s.set_zero_linger();
+        })
+    }
+}
+
+impl<IO> Killable<IO> {
+    /// Any other transport: a kill drops it.
+    pub(crate) fn other(stream: IO, registry: &Connections) -> Self {
+        Self::with_close(stream, registry, |_| {})
+    }
+
+    fn with_close(stream: IO, registry: &Connections, before_close: fn(&IO)) -> Self {
         let state = Arc::new(KillState::default());
         registry.register(&state);
-        KillableTcp {
+        Killable {
             inner: Some(stream),
             state,
+            before_close,
         }
     }
 
     /// Returns the stream unless the switch was tripped; on the first poll
-    /// after a trip, closes the socket with `SO_LINGER 0` (an RST).
-    fn live(&mut self) -> io::Result<&mut TcpStream> {
+    /// after a trip, closes it (a TCP socket with `SO_LINGER 0`: an RST).
+    fn live(&mut self) -> io::Result<&mut IO> {
         if self.state.killed.load(Ordering::SeqCst) {
             if let Some(stream) = self.inner.take() {
-                let _ = stream.set_zero_linger();
+                (self.before_close)(&stream);
                 drop(stream);
             }
             return Err(io::Error::new(
@@ -102,7 +134,7 @@ impl KillableTcp {
     }
 }
 
-impl Connected for KillableTcp {
+impl<IO> Connected for Killable<IO> {
     type ConnectInfo = KillSwitch;
 
     fn connect_info(&self) -> KillSwitch {
@@ -110,7 +142,7 @@ impl Connected for KillableTcp {
     }
 }
 
-impl AsyncRead for KillableTcp {
+impl<IO: AsyncRead + Unpin> AsyncRead for Killable<IO> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -126,7 +158,7 @@ impl AsyncRead for KillableTcp {
     }
 }
 
-impl AsyncWrite for KillableTcp {
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Killable<IO> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,

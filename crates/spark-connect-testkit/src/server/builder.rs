@@ -4,6 +4,9 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_stream::Stream;
+
 use super::handle::TestServer;
 use super::settings::Settings;
 
@@ -142,6 +145,46 @@ impl TestServerBuilder {
     /// on the current tokio runtime.
     pub async fn start(self) -> io::Result<TestServer> {
         TestServer::start_with(self.settings).await
+    }
+
+    /// Serves on the connections `incoming` yields instead of binding a
+    /// socket, on the current tokio runtime: for a transport this crate
+    /// does not open itself, such as a simulated network (turmoil's
+    /// `TcpListener`, its accepted streams forwarded as a stream). `addr` is
+    /// what [`TestServer::addr`] and the endpoint strings report; the
+    /// [`listen_addr`](Self::listen_addr) setting is not used.
+    ///
+    /// The server and its fault script work as over loopback, but a reset
+    /// ([`Fault::reset_connection`](crate::Fault::reset_connection),
+    /// [`Fault::lose_request`](crate::Fault::lose_request),
+    /// [`Fault::restart`](crate::Fault::restart),
+    /// [`TestServer::reset_connections`]) can only drop the stream: it is
+    /// then whatever the transport does on a close (turmoil: an RST when
+    /// data is left unread, a FIN otherwise), not a TCP RST set up with
+    /// `SO_LINGER 0`.
+    ///
+    /// ```
+    /// use spark_connect_testkit::TestServer;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // Here a tokio listener stands in for the caller's transport.
+    /// let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    /// let addr = listener.local_addr()?;
+    /// let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    /// let server = TestServer::builder().serve_incoming(addr, incoming);
+    /// assert_eq!(server.addr(), addr);
+    /// server.shutdown().await;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn serve_incoming<I, IO, IE>(self, addr: SocketAddr, incoming: I) -> TestServer
+    where
+        I: Stream<Item = Result<IO, IE>> + Send + 'static,
+        IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        IE: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        TestServer::serve_incoming_with(self.settings, addr, incoming)
     }
 }
 

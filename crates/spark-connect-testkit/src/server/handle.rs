@@ -9,18 +9,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
-use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::TcpListenerStream;
+use tokio_stream::{Stream, StreamExt as _};
 use tonic::metadata::MetadataMap;
 
 use super::service::Service;
 use super::settings::{MAX_MESSAGE_BYTES, Settings};
 use super::state::{Counters, Log, RecordedCall, Shared, State, UploadCall};
 use super::tokens::Tokens;
-use crate::conn::{Connections, KillableTcp};
+use crate::conn::{Connections, Killable};
 use crate::edit::ResultEdit;
 use crate::faults::{FaultScript, Rpc, lock};
 use crate::stubs::SparkConnectServiceServer;
@@ -75,7 +76,9 @@ pub struct BufferStats {
     pub max_buffered: usize,
 }
 
-/// An embedded Spark Connect server on `127.0.0.1` with an ephemeral port.
+/// An embedded Spark Connect server on `127.0.0.1` with an ephemeral port
+/// (or on the connections a caller accepts, with
+/// [`serve_incoming`](crate::TestServerBuilder::serve_incoming)).
 ///
 /// See the [crate docs](crate) for what it implements. Dropping it stops
 /// the server (in the background); [`shutdown`](Self::shutdown) waits.
@@ -96,9 +99,35 @@ impl TestServer {
     pub(super) async fn start_with(settings: Settings) -> io::Result<TestServer> {
         let listener = TcpListener::bind(settings.listen_addr).await?;
         let addr = listener.local_addr()?;
+        let shared = Self::shared(settings);
+        let conns = shared.clone();
+        let incoming = TcpListenerStream::new(listener)
+            .map(move |r| r.map(|s| Killable::tcp(s, &conns.connections)));
+        Ok(Self::serve(addr, shared, incoming))
+    }
+
+    /// Serves on connections a caller accepts (see
+    /// [`TestServerBuilder::serve_incoming`](crate::TestServerBuilder::serve_incoming)).
+    pub(super) fn serve_incoming_with<I, IO, IE>(
+        settings: Settings,
+        addr: SocketAddr,
+        incoming: I,
+    ) -> TestServer
+    where
+        I: Stream<Item = Result<IO, IE>> + Send + 'static,
+        IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        IE: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let shared = Self::shared(settings);
+        let conns = shared.clone();
+        let incoming = incoming.map(move |r| r.map(|s| Killable::other(s, &conns.connections)));
+        Self::serve(addr, shared, incoming)
+    }
+
+    fn shared(settings: Settings) -> Arc<Shared> {
         let (stopping, _) = watch::channel(false);
         let tokens = settings.token_rotation.clone().map(Tokens::new);
-        let shared = Arc::new(Shared {
+        Arc::new(Shared {
             settings,
             server_side_session_id: Mutex::new(uuid::Uuid::new_v4().to_string()),
             state: Mutex::new(State::default()),
@@ -109,15 +138,21 @@ impl TestServer {
             stopping,
             tokens,
             edit: Mutex::new(None),
-        });
+        })
+    }
+
+    /// Serves the service on `incoming` in a task of the current runtime.
+    fn serve<I, IO, IE>(addr: SocketAddr, shared: Arc<Shared>, incoming: I) -> TestServer
+    where
+        I: Stream<Item = Result<Killable<IO>, IE>> + Send + 'static,
+        IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        IE: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
         let svc = SparkConnectServiceServer::new(Service {
             shared: shared.clone(),
         })
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        let conns = shared.clone();
-        let incoming = TcpListenerStream::new(listener)
-            .map(move |r| r.map(|s| KillableTcp::new(s, &conns.connections)));
         let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
         let serve = tokio::spawn(async move {
             let result = tonic::transport::Server::builder()
@@ -130,15 +165,17 @@ impl TestServer {
                 tracing::warn!(error = %e, "spark-connect-retry test server stopped with an error");
             }
         });
-        Ok(TestServer {
+        TestServer {
             addr,
             shared,
             shutdown_tx: Some(shutdown_tx),
             serve: Some(serve),
-        })
+        }
     }
 
-    /// The bound socket address.
+    /// The bound socket address (with
+    /// [`serve_incoming`](crate::TestServerBuilder::serve_incoming): the
+    /// address it was given).
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }

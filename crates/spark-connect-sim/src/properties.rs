@@ -1,0 +1,192 @@
+//! The properties every schedule must keep, checked on its
+//! [`Outcome`](crate::world::Outcome).
+//!
+//! * **Exactly once, in order**: the rows delivered are `0, 1, 2, ...`
+//!   with no gap or repeat, each batch at the `start_offset` it claims;
+//!   a query that completes delivers every row.
+//! * **Or a typed error**: a query may end with an error only when the
+//!   schedule holds a fault that loses the server's state (crash, restart,
+//!   NOT_FOUND, a lost request), and only with a documented one (see
+//!   [`TYPED_ERRORS`]); never with wrong data, and never with a stream that
+//!   just stops without `ResultComplete`.
+//! * **No hang**: the client finishes within the simulated time limit.
+//! * **No storm**: in any simulated second, at most
+//!   [`MAX_REQUESTS_PER_SECOND`] requests beyond two per response received
+//!   (a reattach and a release per response is what a server that ends
+//!   every stream after one response asks for).
+//! * **Nothing left behind**: where releases are the client's, a running
+//!   server holds no execution once the client is done.
+//! * **Stats agree** (direct): the server saw no call the client did not
+//!   send; with no fault that cuts a connection, it saw every one.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::schedule::{Fault, Schedule, Topology};
+use crate::world::Outcome;
+
+/// The most requests the client may send in any one simulated second,
+/// beyond two per response received in it.
+pub const MAX_REQUESTS_PER_SECOND: usize = 20;
+
+/// What a documented error's message holds: the Spark error classes the
+/// reattach rules end a query with when the server lost it, and the
+/// retry policy giving up.
+pub const TYPED_ERRORS: [&str; 5] = [
+    "INVALID_HANDLE.OPERATION_NOT_FOUND",
+    "INVALID_HANDLE.SESSION_NOT_FOUND",
+    "INVALID_HANDLE.SESSION_CHANGED",
+    "RESPONSE_ALREADY_RECEIVED",
+    "INVALID_CURSOR",
+];
+
+/// A property that did not hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// Which property: `hang`, `data`, `error`, `storm`, `leak`, `stats`.
+    pub property: &'static str,
+    /// What was seen.
+    pub detail: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "[{}] {}", self.property, self.detail)
+    }
+}
+
+/// Checks every property; the violations found (empty: it passed).
+pub fn check(schedule: &Schedule, outcome: &Outcome) -> Vec<Violation> {
+    let mut v = vec![];
+    let mut fail = |property: &'static str, detail: String| v.push(Violation { property, detail });
+    if let Some(e) = &outcome.sim_error {
+        fail("hang", format!("hang or host error: {e}"));
+    }
+    match &outcome.result {
+        None => fail("hang", "the client never finished".into()),
+        Some(r) => {
+            if let Some(i) = r
+                .rows
+                .iter()
+                .enumerate()
+                .position(|(i, id)| *id != i as i64)
+            {
+                fail(
+                    "data",
+                    format!(
+                        "wrong data: row {i} is {} (lost or duplicated rows)",
+                        r.rows[i]
+                    ),
+                );
+            }
+            if !r.offsets_ok {
+                fail("data", "a batch arrived at the wrong start_offset".into());
+            }
+            match &r.error {
+                None if r.complete && r.rows.len() as i64 != schedule.rows => fail(
+                    "data",
+                    format!("complete with {} rows of {}", r.rows.len(), schedule.rows),
+                ),
+                None if !r.complete => fail(
+                    "data",
+                    format!(
+                        "the stream ended without ResultComplete after {} rows",
+                        r.rows.len()
+                    ),
+                ),
+                None => {}
+                Some((code, msg)) => {
+                    if !schedule.may_lose_state() {
+                        fail(
+                            "error",
+                            format!("an error without a fault that loses state: {code:?} {msg}"),
+                        );
+                    } else if !TYPED_ERRORS.iter().any(|t| msg.contains(t)) {
+                        fail("error", format!("an undocumented error: {code:?} {msg}"));
+                    }
+                }
+            }
+        }
+    }
+    let responses = outcome
+        .result
+        .as_ref()
+        .map(|r| r.responses.as_slice())
+        .unwrap_or_default();
+    if let Some((n, r)) = storm(&outcome.requests, responses) {
+        fail(
+            "storm",
+            format!("a storm: {n} requests and {r} responses within one simulated second"),
+        );
+    }
+    let releases_are_clients = schedule.topology == Topology::Direct || outcome.released;
+    if releases_are_clients
+        && let Some(live) = &outcome.live_executions
+        && !live.is_empty()
+    {
+        fail("leak", format!("the server still holds {live:?}"));
+    }
+    let sent = |rpc: &str| outcome.requests.iter().filter(|(_, r)| r == rpc).count() as u64;
+    let calls = &outcome.server_calls;
+    // Through the guard the client's calls are the guard's to carry (it
+    // retries an ExecutePlan itself): only direct calls are compared.
+    let mut pairs = vec![];
+    if schedule.topology == Topology::Direct {
+        pairs.push(("ExecutePlan", calls.execute, sent("ExecutePlan")));
+        pairs.push(("ReattachExecute", calls.reattach, sent("ReattachExecute")));
+        pairs.push((
+            "ReleaseExecute",
+            calls.release_all + calls.release_until,
+            sent("ReleaseExecute"),
+        ));
+    }
+    let lossless = schedule.topology == Topology::Direct
+        && !schedule.faults.iter().any(|f| {
+            matches!(
+                f,
+                Fault::Hold { .. }
+                    | Fault::Partition { .. }
+                    | Fault::Crash { .. }
+                    | Fault::Reset { .. }
+                    | Fault::LoseRequest
+                    | Fault::Restart { .. }
+            )
+        });
+    for (rpc, seen, sent) in pairs {
+        if seen > sent {
+            fail(
+                "stats",
+                format!("the server saw {seen} {rpc} but the client sent {sent}"),
+            );
+        } else if lossless && seen != sent {
+            fail(
+                "stats",
+                format!(
+                    "the client sent {sent} {rpc} on a lossless network but the server saw {seen}"
+                ),
+            );
+        }
+    }
+    v
+}
+
+/// The worst simulated second (requests, responses), if over the bound.
+fn storm(requests: &[(Duration, String)], responses: &[Duration]) -> Option<(usize, usize)> {
+    let second = Duration::from_secs(1);
+    let mut start = 0;
+    for end in 0..requests.len() {
+        while requests[end].0 - requests[start].0 >= second {
+            start += 1;
+        }
+        let n = end - start + 1;
+        let from = requests[start].0;
+        let r = responses
+            .iter()
+            .filter(|t| **t >= from && **t < from + second)
+            .count();
+        if n > MAX_REQUESTS_PER_SECOND + 2 * r {
+            return Some((n, r));
+        }
+    }
+    None
+}

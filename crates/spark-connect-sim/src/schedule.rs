@@ -1,0 +1,334 @@
+//! A fault schedule drawn from a seed: the world's shape (direct or through
+//! the guard, result size, batch size, graceful stream ends, chunking) and
+//! a list of faults, each timed (network, host) or turn-based (the server's
+//! fault script). Printable, and shrinkable by dropping faults.
+
+use std::fmt;
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// Where the client's calls go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Topology {
+    /// Client → server.
+    Direct,
+    /// Client → guard → server; the guard is a host of its own.
+    Guard,
+}
+
+/// One link of the simulated network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Link {
+    /// The client's link to the host it calls (the server, or the guard).
+    ClientSide,
+    /// The guard's link to the server (only with [`Topology::Guard`]).
+    GuardServer,
+}
+
+/// Which stream RPC a fault of the server's script matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamRpc {
+    /// `ExecutePlan`.
+    Execute,
+    /// `ReattachExecute`.
+    Reattach,
+}
+
+/// What one fault does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    /// Turn-based, from the server's fault script: the connection is
+    /// dropped after `after` responses of the next matching stream (in the
+    /// simulation a drop, not an RST set up with `SO_LINGER 0`).
+    Reset {
+        /// The RPC it fires on.
+        rpc: StreamRpc,
+        /// Responses before it fires.
+        after: u32,
+    },
+    /// `UNAVAILABLE` after `after` responses.
+    Unavailable {
+        /// The RPC it fires on.
+        rpc: StreamRpc,
+        /// Responses before it fires.
+        after: u32,
+    },
+    /// `INVALID_CURSOR.DISCONNECTED` after `after` responses.
+    Disconnected {
+        /// The RPC it fires on.
+        rpc: StreamRpc,
+        /// Responses before it fires.
+        after: u32,
+    },
+    /// `RESOURCE_EXHAUSTED` with a `RetryInfo` of `ms`, at once.
+    RetryInfo {
+        /// The RPC it fires on.
+        rpc: StreamRpc,
+        /// The delay the server asks for.
+        ms: u64,
+    },
+    /// The stream stops sending for `ms` after `after` responses.
+    Stall {
+        /// The RPC it fires on.
+        rpc: StreamRpc,
+        /// Responses before it fires.
+        after: u32,
+        /// How long (the client's stall detection may give up first).
+        ms: u64,
+    },
+    /// `INVALID_HANDLE.OPERATION_NOT_FOUND` on the first `ExecutePlan`.
+    OperationNotFound,
+    /// `INVALID_HANDLE.SESSION_NOT_FOUND` on the first `ExecutePlan`.
+    SessionNotFound,
+    /// The first `ExecutePlan` is lost: its connection is dropped before the
+    /// server registers it.
+    LoseRequest,
+    /// The server restarts in place after `after` responses (the test kit's
+    /// restart: connections dropped, sessions and executions lost).
+    Restart {
+        /// The RPC it fires on.
+        rpc: StreamRpc,
+        /// Responses before it fires.
+        after: u32,
+    },
+    /// Timed: a black hole on `link` from `at` for `dur`, then everything
+    /// held is delivered.
+    Hold {
+        /// When it starts (simulated time).
+        at: Duration,
+        /// How long it lasts.
+        dur: Duration,
+        /// Where.
+        link: Link,
+    },
+    /// Timed: a partition of `link` (both ways, or only towards the server
+    /// side when `oneway`) from `at` for `dur`; what is sent meanwhile is
+    /// lost.
+    Partition {
+        /// When it starts.
+        at: Duration,
+        /// How long it lasts.
+        dur: Duration,
+        /// Where.
+        link: Link,
+        /// Only the direction from the caller to the callee.
+        oneway: bool,
+    },
+    /// Timed: `link`'s latency becomes `ms` from `at` on.
+    Latency {
+        /// When it starts.
+        at: Duration,
+        /// Where.
+        link: Link,
+        /// The new latency.
+        ms: u64,
+    },
+    /// Timed: the server host crashes at `at` (its process and state gone)
+    /// and starts again after `down`.
+    Crash {
+        /// When it crashes.
+        at: Duration,
+        /// How long it stays down.
+        down: Duration,
+    },
+}
+
+impl Fault {
+    /// When a timed fault starts (`None` for the server's script).
+    pub fn at(&self) -> Option<Duration> {
+        match self {
+            Fault::Hold { at, .. }
+            | Fault::Partition { at, .. }
+            | Fault::Latency { at, .. }
+            | Fault::Crash { at, .. } => Some(*at),
+            _ => None,
+        }
+    }
+
+    /// Whether this fault may legitimately end the query with an error
+    /// (the server lost the execution after responses were delivered).
+    pub fn may_lose_state(&self) -> bool {
+        matches!(
+            self,
+            Fault::Crash { .. }
+                | Fault::Restart { .. }
+                | Fault::SessionNotFound
+                | Fault::OperationNotFound
+                | Fault::LoseRequest
+        )
+    }
+}
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Fault::Reset { rpc, after } => write!(f, "reset {rpc:?} after {after}"),
+            Fault::Unavailable { rpc, after } => write!(f, "unavailable {rpc:?} after {after}"),
+            Fault::Disconnected { rpc, after } => {
+                write!(f, "INVALID_CURSOR.DISCONNECTED {rpc:?} after {after}")
+            }
+            Fault::RetryInfo { rpc, ms } => write!(f, "RetryInfo {ms}ms on {rpc:?}"),
+            Fault::Stall { rpc, after, ms } => write!(f, "stall {ms}ms {rpc:?} after {after}"),
+            Fault::OperationNotFound => write!(f, "OPERATION_NOT_FOUND on ExecutePlan"),
+            Fault::SessionNotFound => write!(f, "SESSION_NOT_FOUND on ExecutePlan"),
+            Fault::LoseRequest => write!(f, "lost ExecutePlan"),
+            Fault::Restart { rpc, after } => write!(f, "server restart {rpc:?} after {after}"),
+            Fault::Hold { at, dur, link } => {
+                write!(f, "at {at:?}: hold {link:?} for {dur:?}")
+            }
+            Fault::Partition {
+                at,
+                dur,
+                link,
+                oneway,
+            } => write!(
+                f,
+                "at {at:?}: partition {link:?}{} for {dur:?}",
+                if *oneway { " one way" } else { "" }
+            ),
+            Fault::Latency { at, link, ms } => write!(f, "at {at:?}: latency {link:?} {ms}ms"),
+            Fault::Crash { at, down } => write!(f, "at {at:?}: crash the server for {down:?}"),
+        }
+    }
+}
+
+/// One simulated run: its world and its faults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Schedule {
+    /// The seed it was drawn from (also seeds turmoil and the client's
+    /// jitter).
+    pub seed: u64,
+    /// Direct, or through the guard.
+    pub topology: Topology,
+    /// Rows of the `range` query.
+    pub rows: i64,
+    /// Rows per Arrow batch.
+    pub rows_per_batch: u64,
+    /// The server ends each stream gracefully after this many responses.
+    pub max_responses_per_stream: Option<u64>,
+    /// The client allows chunked Arrow batches of this preferred size.
+    pub chunk_bytes: Option<i64>,
+    /// The faults, in the order drawn.
+    pub faults: Vec<Fault>,
+}
+
+const RPCS: [StreamRpc; 2] = [StreamRpc::Execute, StreamRpc::Reattach];
+
+impl Schedule {
+    /// Draws a schedule from `seed` (`StdRng::seed_from_u64`).
+    pub fn from_seed(seed: u64) -> Schedule {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let topology = if rng.random_bool(0.35) {
+            Topology::Guard
+        } else {
+            Topology::Direct
+        };
+        let rows = match rng.random_range(0..4) {
+            0 => rng.random_range(1..20),
+            1 => rng.random_range(20..400),
+            _ => rng.random_range(400..3000),
+        };
+        let rows_per_batch = rng.random_range(10..300);
+        let max_responses_per_stream = rng.random_bool(0.4).then(|| rng.random_range(1..8));
+        let chunk_bytes = rng.random_bool(0.25).then_some(1024);
+        let mut faults = vec![];
+        for i in 0..rng.random_range(0..6) {
+            faults.push(Self::draw_fault(&mut rng, i == 0, topology));
+        }
+        Schedule {
+            seed,
+            topology,
+            rows,
+            rows_per_batch,
+            max_responses_per_stream,
+            chunk_bytes,
+            faults,
+        }
+    }
+
+    fn draw_fault(rng: &mut StdRng, first: bool, topology: Topology) -> Fault {
+        let rpc = RPCS[usize::from(!first && rng.random_bool(0.6))];
+        let after = rng.random_range(0..6);
+        let at = Duration::from_millis(rng.random_range(0..3000));
+        let link = if topology == Topology::Guard && rng.random_bool(0.5) {
+            Link::GuardServer
+        } else {
+            Link::ClientSide
+        };
+        match rng.random_range(0..15) {
+            0 => Fault::Reset { rpc, after },
+            1 => Fault::Unavailable { rpc, after },
+            2 => Fault::Disconnected { rpc, after },
+            3 => Fault::RetryInfo {
+                rpc,
+                ms: rng.random_range(0..3000),
+            },
+            4 => Fault::Stall {
+                rpc,
+                after,
+                ms: rng.random_range(100..15_000),
+            },
+            5 if first => Fault::OperationNotFound,
+            6 if first => Fault::SessionNotFound,
+            7 if first => Fault::LoseRequest,
+            8 => Fault::Restart { rpc, after },
+            9 | 10 => Fault::Hold {
+                at,
+                dur: Duration::from_millis(rng.random_range(10..20_000)),
+                link,
+            },
+            11 | 12 => Fault::Partition {
+                at,
+                dur: Duration::from_millis(rng.random_range(10..20_000)),
+                link,
+                oneway: rng.random_bool(0.5),
+            },
+            13 => Fault::Latency {
+                at,
+                link,
+                ms: rng.random_range(1..300),
+            },
+            14 => Fault::Crash {
+                at,
+                down: Duration::from_millis(rng.random_range(10..10_000)),
+            },
+            _ => Fault::Unavailable { rpc, after: 0 },
+        }
+    }
+
+    /// The same schedule without fault `i`.
+    pub fn without(&self, i: usize) -> Schedule {
+        let mut s = self.clone();
+        s.faults.remove(i);
+        s
+    }
+
+    /// Whether a fault may legitimately end the query with an error.
+    pub fn may_lose_state(&self) -> bool {
+        self.faults.iter().any(Fault::may_lose_state)
+    }
+}
+
+impl fmt::Display for Schedule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "seed {}: {:?}, {} rows in batches of {}, stream ends after {:?} responses, chunks {:?}",
+            self.seed,
+            self.topology,
+            self.rows,
+            self.rows_per_batch,
+            self.max_responses_per_stream,
+            self.chunk_bytes
+        )?;
+        if self.faults.is_empty() {
+            writeln!(f, "  (no faults)")?;
+        }
+        for (i, fault) in self.faults.iter().enumerate() {
+            writeln!(f, "  {i}: {fault}")?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,396 @@
+//! The simulated world of one schedule: the embedded server, the guard
+//! (optional) and the client, each a turmoil host, with real tonic, hyper,
+//! h2 and tower over simulated TCP. Only the network and the clock are
+//! simulated. Timed faults are applied between ticks; the server's
+//! turn-based faults are pushed into its fault script when it first starts.
+
+use std::cell::RefCell;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use spark_connect_guard::Guard;
+use spark_connect_retry::layer::ReattachLayer;
+use spark_connect_retry::retrying::{PySparkRetrying, Retrying};
+use spark_connect_testkit::{CallCounts, Fault as KitFault, Rpc, SparkException, TestServer};
+
+use crate::client::{ClientSetup, Defect, QueryResult, RequestLog, run_query};
+use crate::net::{self, PORT};
+use crate::schedule::{Fault, Link, Schedule, StreamRpc, Topology};
+use crate::trace::Trace;
+
+/// How the world is run (the same for every seed of a sample).
+#[derive(Debug, Clone)]
+pub struct WorldConfig {
+    /// The planted defect of the client (none by default).
+    pub defect: Defect,
+    /// turmoil's tick.
+    pub tick: Duration,
+    /// The simulated time after which a run counts as hung.
+    pub limit: Duration,
+    /// Message latency on every link, before any latency fault.
+    pub latency: (Duration, Duration),
+}
+
+impl Default for WorldConfig {
+    fn default() -> Self {
+        WorldConfig {
+            defect: Defect::None,
+            tick: Duration::from_millis(10),
+            limit: Duration::from_secs(600),
+            latency: (Duration::from_millis(10), Duration::from_millis(50)),
+        }
+    }
+}
+
+/// What one run left behind, for the properties and the trace.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The client's result; `None` when it never finished.
+    pub result: Option<QueryResult>,
+    /// turmoil's error (the time limit, a host's error), if any.
+    pub sim_error: Option<String>,
+    /// Simulated time at the end.
+    pub elapsed: Duration,
+    /// Every request the client sent, at simulated time.
+    pub requests: Vec<(Duration, String)>,
+    /// What the server counted, summed over its lives (a crash starts a new one).
+    pub server_calls: CallCounts,
+    /// The executions the server holds at the end (`None`: it is down).
+    pub live_executions: Option<Vec<String>>,
+    /// Whether the client's `release_all` was acknowledged (through the
+    /// guard, where releases are the client's).
+    pub released: bool,
+    /// The trace.
+    pub trace: Trace,
+}
+
+/// The server's lives: one [`TestServer`] per start.
+#[derive(Debug, Default)]
+struct Servers {
+    lives: Vec<TestServer>,
+    up: bool,
+}
+
+type Shared<T> = Rc<RefCell<T>>;
+
+fn kit_rpc(rpc: StreamRpc) -> Rpc {
+    match rpc {
+        StreamRpc::Execute => Rpc::ExecutePlan,
+        StreamRpc::Reattach => Rpc::ReattachExecute,
+    }
+}
+
+/// The test kit's fault for a turn-based fault (`None` for timed ones).
+fn kit_fault(fault: &Fault) -> Option<KitFault> {
+    Some(match *fault {
+        Fault::Reset { rpc, after } => KitFault::reset_connection()
+            .on(kit_rpc(rpc))
+            .after_responses(after),
+        Fault::Unavailable { rpc, after } => KitFault::unavailable()
+            .on(kit_rpc(rpc))
+            .after_responses(after),
+        Fault::Disconnected { rpc, after } => {
+            KitFault::spark(SparkException::cursor_disconnected())
+                .on(kit_rpc(rpc))
+                .after_responses(after)
+        }
+        Fault::RetryInfo { rpc, ms } => KitFault::status(tonic::Code::ResourceExhausted, "busy")
+            .retry_info(Duration::from_millis(ms))
+            .on(kit_rpc(rpc)),
+        Fault::Stall { rpc, after, ms } => KitFault::stall(Duration::from_millis(ms))
+            .on(kit_rpc(rpc))
+            .after_responses(after),
+        Fault::OperationNotFound => KitFault::operation_not_found().on(Rpc::ExecutePlan),
+        Fault::SessionNotFound => KitFault::session_not_found().on(Rpc::ExecutePlan),
+        Fault::LoseRequest => KitFault::lose_request().on(Rpc::ExecutePlan),
+        Fault::Restart { rpc, after } => {
+            KitFault::restart().on(kit_rpc(rpc)).after_responses(after)
+        }
+        Fault::Hold { .. }
+        | Fault::Partition { .. }
+        | Fault::Latency { .. }
+        | Fault::Crash { .. } => {
+            return None;
+        }
+    })
+}
+
+/// A network or host action at a simulated time.
+#[derive(Debug, Clone)]
+enum Action {
+    Hold(&'static str, &'static str),
+    Release(&'static str, &'static str),
+    Partition(&'static str, &'static str),
+    PartitionOneway(&'static str, &'static str),
+    Repair(&'static str, &'static str),
+    Latency(&'static str, &'static str, Duration),
+    Crash,
+    Bounce,
+}
+
+fn hosts(link: Link, topology: Topology) -> (&'static str, &'static str) {
+    match (link, topology) {
+        (Link::ClientSide, Topology::Direct) => ("client", "server"),
+        (Link::ClientSide, Topology::Guard) => ("client", "guard"),
+        (Link::GuardServer, _) => ("guard", "server"),
+    }
+}
+
+/// The timed faults as actions, in order of time (ties: in order drawn).
+fn actions(schedule: &Schedule) -> Vec<(Duration, Action)> {
+    let mut out = vec![];
+    for fault in &schedule.faults {
+        match *fault {
+            Fault::Hold { at, dur, link } => {
+                let (a, b) = hosts(link, schedule.topology);
+                out.push((at, Action::Hold(a, b)));
+                out.push((at + dur, Action::Release(a, b)));
+            }
+            Fault::Partition {
+                at,
+                dur,
+                link,
+                oneway,
+            } => {
+                let (a, b) = hosts(link, schedule.topology);
+                let cut = if oneway {
+                    Action::PartitionOneway(a, b)
+                } else {
+                    Action::Partition(a, b)
+                };
+                out.push((at, cut));
+                out.push((at + dur, Action::Repair(a, b)));
+            }
+            Fault::Latency { at, link, ms } => {
+                let (a, b) = hosts(link, schedule.topology);
+                out.push((at, Action::Latency(a, b, Duration::from_millis(ms))));
+            }
+            Fault::Crash { at, down } => {
+                out.push((at, Action::Crash));
+                out.push((at + down, Action::Bounce));
+            }
+            _ => {}
+        }
+    }
+    out.sort_by_key(|(at, _)| *at);
+    out
+}
+
+/// Runs `schedule` to its end (or the time limit).
+pub fn run(schedule: &Schedule, config: &WorldConfig) -> Outcome {
+    let trace = Trace::default();
+    let mut sim = turmoil::Builder::new()
+        .rng_seed(schedule.seed)
+        .tick_duration(config.tick)
+        .simulation_duration(config.limit)
+        .min_message_latency(config.latency.0)
+        .max_message_latency(config.latency.1)
+        .build();
+
+    let servers: Shared<Servers> = Rc::default();
+    let script: Vec<KitFault> = schedule.faults.iter().filter_map(kit_fault).collect();
+    {
+        let servers = servers.clone();
+        let trace = trace.clone();
+        let s = schedule.clone();
+        sim.host("server", move || {
+            let servers = servers.clone();
+            let trace = trace.clone();
+            let script = script.clone();
+            let s = s.clone();
+            async move {
+                let addr = SocketAddr::new(turmoil::lookup("server"), PORT);
+                let incoming = net::incoming().await?;
+                let mut builder = TestServer::builder().rows_per_batch(s.rows_per_batch);
+                if let Some(n) = s.max_responses_per_stream {
+                    builder = builder.max_responses_per_stream(n);
+                }
+                let server = builder.serve_incoming(addr, incoming);
+                let first = servers.borrow().lives.is_empty();
+                if first {
+                    // The script is the first life's: a crash loses what is left.
+                    for fault in script {
+                        server.faults().push(fault);
+                    }
+                }
+                trace.now(format!(
+                    "server: up (life {})",
+                    servers.borrow().lives.len()
+                ));
+                {
+                    let mut servers = servers.borrow_mut();
+                    servers.lives.push(server);
+                    servers.up = true;
+                }
+                std::future::pending::<()>().await;
+                Ok(())
+            }
+        });
+    }
+    if schedule.topology == Topology::Guard {
+        let seed = schedule.seed;
+        sim.host("guard", move || async move {
+            let addr = SocketAddr::new(turmoil::lookup("guard"), PORT);
+            let incoming = net::incoming().await?;
+            // The guard's own HTTP/2 windows towards the server.
+            let upstream = net::channel("server", Some((1024 * 1024, 32 * 1024 * 1024)));
+            let guard = Guard::builder(format!("sc://server:{PORT}"))
+                .layer(
+                    ReattachLayer::new()
+                        .retrying(Retrying::pyspark().with_seed(seed.wrapping_add(1))),
+                )
+                .serve_incoming(addr, upstream, incoming)
+                .await?;
+            std::future::pending::<()>().await;
+            drop(guard);
+            Ok(())
+        });
+    }
+    let log: RequestLog = Arc::new(Mutex::new(vec![]));
+    let result: Shared<Option<QueryResult>> = Rc::default();
+    let released = Rc::new(std::cell::Cell::new(false));
+    {
+        let setup = ClientSetup {
+            seed: schedule.seed,
+            target: match schedule.topology {
+                Topology::Direct => "server",
+                Topology::Guard => "guard",
+            },
+            rows: schedule.rows,
+            chunk_bytes: schedule.chunk_bytes,
+            layer_releases: schedule.topology == Topology::Direct,
+            defect: config.defect,
+        };
+        let log = log.clone();
+        let result = result.clone();
+        let trace = trace.clone();
+        let servers = servers.clone();
+        let released = released.clone();
+        sim.client("client", async move {
+            let out = run_query(&setup, log, &trace).await;
+            released.set(
+                trace
+                    .lines()
+                    .iter()
+                    .any(|l| l.ends_with("client: released")),
+            );
+            *result.borrow_mut() = Some(out);
+            // Let the releases land: wait (bounded) until the server holds
+            // nothing, as a client process would live on.
+            for _ in 0..1800 {
+                let idle = {
+                    let s = servers.borrow();
+                    !s.up
+                        || s.lives
+                            .last()
+                            .is_none_or(|l| l.live_executions().is_empty())
+                };
+                if idle {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            trace.now("client: done");
+            Ok(())
+        });
+    }
+
+    let mut pending = actions(schedule).into_iter().peekable();
+    let mut sim_error = None;
+    loop {
+        while let Some((at, _)) = pending.peek() {
+            if *at > sim.elapsed() {
+                break;
+            }
+            let (_, action) = pending.next().expect("peeked");
+            apply(&mut sim, &action, &servers, &trace);
+        }
+        match sim.step() {
+            Ok(true) => break,
+            Ok(false) => {}
+            Err(e) => {
+                sim_error = Some(e.to_string());
+                break;
+            }
+        }
+    }
+    let elapsed = sim.elapsed();
+    let servers = servers.borrow();
+    let mut calls = CallCounts::default();
+    for life in &servers.lives {
+        let c = life.calls();
+        calls.execute += c.execute;
+        calls.reattach += c.reattach;
+        calls.release_until += c.release_until;
+        calls.release_all += c.release_all;
+        calls.other += c.other;
+        for call in life.recorded_calls() {
+            trace.event(elapsed, format!("server saw {:?}", call.rpc));
+        }
+        for r in life.reattach_requests() {
+            trace.event(
+                elapsed,
+                format!("server saw reattach after {:?}", r.last_response_id),
+            );
+        }
+    }
+    let live_executions = servers.up.then(|| {
+        servers
+            .lives
+            .last()
+            .map(TestServer::live_executions)
+            .unwrap_or_default()
+    });
+    let requests = log
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    for (at, rpc) in &requests {
+        trace.event(*at, format!("client sent {rpc}"));
+    }
+    let result = result.borrow_mut().take();
+    trace.event(
+        elapsed,
+        format!(
+            "end: {:?} calls {calls:?} live {live_executions:?} error {sim_error:?}",
+            result
+                .as_ref()
+                .map(|r| (r.rows.len(), r.complete, r.error.clone()))
+        ),
+    );
+    Outcome {
+        result,
+        sim_error,
+        elapsed,
+        requests,
+        server_calls: calls,
+        live_executions,
+        released: released.get(),
+        trace,
+    }
+}
+
+fn apply(sim: &mut turmoil::Sim<'_>, action: &Action, servers: &Shared<Servers>, trace: &Trace) {
+    trace.event(sim.elapsed(), format!("fault: {action:?}"));
+    match *action {
+        Action::Hold(a, b) => sim.hold(a, b),
+        Action::Release(a, b) => sim.release(a, b),
+        Action::Partition(a, b) => sim.partition(a, b),
+        Action::PartitionOneway(a, b) => sim.partition_oneway(a, b),
+        Action::Repair(a, b) => sim.repair(a, b),
+        Action::Latency(a, b, d) => sim.set_link_latency(a, b, d),
+        Action::Crash => {
+            if servers.borrow().up {
+                servers.borrow_mut().up = false;
+                sim.crash("server");
+            }
+        }
+        Action::Bounce => {
+            if !servers.borrow().up {
+                sim.bounce("server");
+            }
+        }
+    }
+}
