@@ -46,68 +46,83 @@
 //!
 //! # The reattach layer
 //!
-//!  [`ReattachLayer`]: reattachable executions for any Spark Connect tonic
-//!  client, as a tower layer under its generated stub.
+//! [`ReattachLayer`]: reattachable executions for any Spark Connect tonic
+//! client, as a tower layer under its generated stub.
 //!
-//!  *Why:* only users of this crate's session got reattachable results. A
-//!  program with its own `SparkConnectServiceClient<T>`, generated from any
-//!  copy of Spark's protos, gets none: a clean stream end without
-//!  `ResultComplete` looks like the end of the result, and a reset loses it.
-//!  Under such a stub this layer makes each `ExecutePlan` a reattachable
-//!  execution driven by the same sans-I/O core as the session
-//!  ([`crate::reattach`]'s rules: resume from the last response after faults
-//!  and clean ends, NOT_FOUND, stalls, backoff, stream integrity), and
-//!  hands the stub one stream that ends with the result's real end or with a
-//!  `tonic::Status`.
+//! *Why:* only users of this crate's session got reattachable results. A
+//! program with its own `SparkConnectServiceClient<T>`, generated from any
+//! copy of Spark's protos, gets none: a clean stream end without
+//! `ResultComplete` looks like the end of the result, and a reset loses it.
+//! Under such a stub this layer makes each `ExecutePlan` a reattachable
+//! execution driven by the same sans-I/O core as the session
+//! ([`crate::reattach`]'s rules: resume from the last response after faults
+//! and clean ends, NOT_FOUND, stalls, backoff, stream integrity), and
+//! hands the stub one stream that ends with the result's real end or with a
+//! `tonic::Status`.
 //!
-//!  ```no_run
-//!  # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//!  use spark_connect_retry::layer::ReattachLayer;
-//!  use tower::Layer;
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use spark_connect_retry::layer::ReattachLayer;
+//! use tower::Layer;
 //!
-//!  let channel = tonic::transport::Endpoint::from_static("http://127.0.0.1:15002").connect_lazy();
-//!  let service = ReattachLayer::new().layer(channel);
-//!  // Any generated stub over it: `SparkConnectServiceClient::new(service)`.
-//!  # let _ = service;
-//!  # Ok(())
-//!  # }
-//!  ```
+//! let channel = tonic::transport::Endpoint::from_static("http://127.0.0.1:15002").connect_lazy();
+//! let service = ReattachLayer::new().layer(channel);
+//! // Any generated stub over it: `SparkConnectServiceClient::new(service)`.
+//! # let _ = service;
+//! # Ok(())
+//! # }
+//! ```
 //!
-//!  # What it does to the bytes
+//! ## What it does to the bytes
 //!
-//!  It never decodes and re-encodes a caller's message (our protos are a
-//!  subset of Spark's; see `wire`). For an `ExecutePlan` it reads the ids, and
-//!  appends an `operation_id` (a UUIDv4) and `reattach_options { reattachable:
-//!  true }` when they are absent; everything else, unknown fields included,
-//!  goes out byte for byte. The `ReattachExecute` and `ReleaseExecute`
-//!  requests it makes are built from the caller's session id, user context
-//!  (as sent, extensions included) and client type, and carry the caller's
-//!  request metadata (`authorization`, `x-databricks-cluster-id`, …).
-//!  Responses reach the caller as the server sent them.
+//! It never decodes and re-encodes a caller's message (our protos are a
+//! subset of Spark's; see `wire`). For an `ExecutePlan` it reads the ids, and
+//! appends an `operation_id` (a UUIDv4) and `reattach_options { reattachable:
+//! true }` when they are absent; everything else, unknown fields included,
+//! goes out byte for byte. The `ReattachExecute` and `ReleaseExecute`
+//! requests it makes are built from the caller's session id, user context
+//! (as sent, extensions included) and client type, and carry the caller's
+//! request metadata (`authorization`, `x-databricks-cluster-id`, …).
+//! Responses reach the caller as the server sent them.
 //!
-//!  A `ReattachExecute` the caller sends itself is carried on the same way:
-//!  its bytes are forwarded, and later segments are the same bytes with
-//!  `last_response_id` appended. "Not found" then ends the stream with the
-//!  server's status, since the plan is the caller's.
+//! A `ReattachExecute` the caller sends itself is carried on the same way:
+//! its bytes are forwarded, and later segments are the same bytes with
+//! `last_response_id` appended. "Not found" then ends the stream with the
+//! server's status, since the plan is the caller's.
 //!
-//!  Every other RPC passes through untouched, and so does an `ExecutePlan`
-//!  that asks for `reattachable: false` or comes compressed.
+//! Every other RPC passes through untouched, and so does an `ExecutePlan`
+//! that asks for `reattachable: false` or comes compressed.
 //!
-//!  # Releases
+//! ## Releases
 //!
-//!  [`Releases::Own`] (the default): the layer frees the server's buffer as
-//!  the session does (`release_until` after progress, `release_all` at the
-//!  end, on error and when the caller drops the stream). [`Releases::CallerOnly`]:
-//!  the layer sends no release at all and leaves them to the caller; for a
-//!  caller that reattaches by itself (PySpark, the JVM client), which may ask
-//!  again for any response after the last one *it* released
-//!  (`spark-connect-guard` uses this).
+//! [`Releases::Own`] (the default): the layer frees the server's buffer as
+//! the session does (`release_until` after progress, `release_all` at the
+//! end, on error and when the caller drops the stream). [`Releases::CallerOnly`]:
+//! the layer sends no release at all and leaves them to the caller; for a
+//! caller that reattaches by itself (PySpark, the JVM client), which may ask
+//! again for any response after the last one *it* released
+//! (`spark-connect-guard` uses this).
 //!
-//!  # Bounded buffering
+//! ## Stalls need a channel that can reconnect
 //!
-//!  The layer reads the next response only when the caller's body is polled
-//!  for it: at most one response is held between the two streams, on top of
-//!  what HTTP/2 flow control lets each connection buffer.
+//! A stall (no message within the idle timeout) reattaches over a fresh
+//! connection: the layer marks that request
+//! [`FreshConnection`](crate::reconnect::FreshConnection), which a
+//! [`ReconnectingChannel`](crate::reconnect::ReconnectingChannel) honours
+//! (and the channel `SparkSessionBuilder::build_channel` returns, which
+//! the guard uses upstream). A plain tonic `Channel` ignores the mark, so
+//! on a connection that went silent without a reset, every reattach goes
+//! to the same dead connection until HTTP/2 keepalive closes it: give such
+//! a channel keepalive (`Endpoint::http2_keep_alive_interval` and
+//! `keep_alive_timeout`), or the stall repeats until the immediate-retry
+//! bound (1 h by default) ends the stream. Found by the deterministic
+//! simulation (`docs/simulation.md`).
+//!
+//! ## Bounded buffering
+//!
+//! The layer reads the next response only when the caller's body is polled
+//! for it: at most one response is held between the two streams, on top of
+//! what HTTP/2 flow control lets each connection buffer.
 
 pub use reattach::{ReattachLayer, ReattachService, Releases};
 pub use retry::SparkConnectLayer;

@@ -93,9 +93,11 @@
 //! ([`ReattachError::ZeroIdleTimeout`]); a huge value is effectively off.
 //!
 //! The decision logic is `core::ReattachCore`, a pure state machine
-//! unit-tested beside its code; its drivers only perform its actions:
-//! [`ReattachableExecution`] for the session's typed client, and
-//! [`layer::ReattachLayer`] on raw bytes under any generated stub.
+//! unit-tested beside its code. One async driver (`driver`) performs its
+//! actions, generic over a `transport`: the typed client of
+//! [`ReattachableExecution`], or the raw bytes of
+//! [`ReattachLayer`](crate::layer::ReattachLayer) under any generated stub;
+//! one releaser (`release`) sends the releases of both.
 
 pub(crate) mod core;
 pub(crate) mod driver;
