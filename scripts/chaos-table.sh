@@ -96,6 +96,9 @@ SPARK_REMOTE_FOR_ROW="${CHAOS_SPARK_REMOTE-${SPARK_CONNECT_TEST_REMOTE:-}}"
 if [ -n "$SPARK_REMOTE_FOR_ROW" ]; then
     args+=(--spark "$SPARK_REMOTE_FOR_ROW" --proxy "$PROXY" --spark-cuts "${CHAOS_SPARK_CUTS:-4M,8M,8M}")
 fi
+# With the guard: the hand-over rows (the guard drained, or killed, mid-stream;
+# a new one on its port; the client's own reattach through it).
+if [ "$GUARD_SETTING" != 0 ]; then args+=(--handover "$ROOT/scripts/chaos/handover.toml"); fi
 if [ -n "${CHAOS_OUT:-}" ]; then args+=(--out "$CHAOS_OUT"); fi
 if [ "$#" -eq 0 ]; then
     set -- crates/spark-connect-testkit/scenarios/*.toml

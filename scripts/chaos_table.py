@@ -29,11 +29,14 @@ import os
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tomllib
+import urllib.request
 
 CELL_TIMEOUT_S = 240
 
@@ -91,6 +94,53 @@ def stop(proc):
         os.killpg(proc.pid, signal.SIGKILL)
         rest, _ = proc.communicate()
     return rest or ""
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape(port):
+    """The guard's metrics as {name: value} (unlabelled lines only)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+            text = r.read().decode()
+    except OSError:
+        return {}
+    out = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and not line.startswith("#") and "{" not in parts[0]:
+            out[parts[0]] = float(parts[1])
+    return out
+
+
+def wait_for_stream(metrics_port, reader, limit_s=120):
+    """Until the guard has an open stream that has sent bytes (the client
+    is mid-result), or the reader ends, or `limit_s` passes."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline and reader.is_alive():
+        m = scrape(metrics_port)
+        if m.get("spark_connect_guard_open_streams", 0) >= 1 and \
+                m.get("spark_connect_guard_sent_bytes_total", 0) > 0:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def start_retrying(cmd, log_path, limit_s=30):
+    """`start`, again until the port is free (a drained guard frees it at
+    once; a killed one as soon as the kernel has closed its socket)."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        try:
+            return start(cmd, log_path)
+        except RuntimeError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def proxy_cuts(summary):
@@ -200,6 +250,56 @@ class Table:
                 cells.append(text)
         self.rows.append((row, what, cells))
 
+    def handover(self, how, scenario, expect):
+        """A row of guard hand-overs: each client reads through guard A
+        (`--drain-timeout 1`), which is drained (`how` = "drained") or
+        killed ("killed") once its stream is under way; guard B starts on
+        the same port, and the client's own reattach must be exact."""
+        row = f"guard-{how}"
+        cells = []
+        for client, cmd in self.clients:
+            tag = f"{row}-{client}"
+            cells.append("—")  # alone: no guard to hand over
+            text = self.handover_cell(tag, how, cmd, scenario, expect)
+            print(f"{row} / {client} guard: {text}", file=sys.stderr, flush=True)
+            cells.append(text)
+        self.rows.append((row, f"{expect['rows']:,} rows, guard {how} mid-stream, a new one on its port", cells))
+
+    def handover_cell(self, tag, how, cmd, scenario, expect):
+        log = lambda what: os.path.join(self.log_dir, f"{tag}.{what}.log")
+        procs, result = [], {}
+        try:
+            chaos = start([self.args.chaos, "--listen", "127.0.0.1:0", scenario], log("server"))
+            procs.append(chaos[0])
+            port, metrics = free_port(), free_port()
+            guard_args = [self.args.guard, "--listen", f"127.0.0.1:{port}", "--drain-timeout", "1"]
+            a = start(guard_args + ["--metrics-listen", f"127.0.0.1:{metrics}", f"sc://{chaos[1]}"],
+                      log("guard-a"))
+            procs.append(a[0])
+            reader = threading.Thread(target=lambda: result.update(run_client(
+                shlex.split(cmd), f"sc://127.0.0.1:{port}", expect["query"], log("client"))))
+            reader.start()
+            if not wait_for_stream(metrics, reader):
+                raise RuntimeError("no stream under way through guard A")
+            if how == "drained":
+                a[0].send_signal(signal.SIGTERM)
+            else:
+                os.killpg(a[0].pid, signal.SIGKILL)
+            b = start_retrying(guard_args + [f"sc://{chaos[1]}"], log("guard-b"))
+            procs.append(b[0])
+            reader.join(CELL_TIMEOUT_S)
+        except RuntimeError as e:
+            result = {"rows": 0, "wrong": None, "seconds": None, "error": str(e)}
+        finally:
+            for p in reversed(procs):
+                stop(p)
+        ok, text = judge(expect, result or {"rows": 0, "wrong": None, "seconds": None,
+                                            "error": "the client did not finish"})
+        if ok:
+            return text
+        self.failed += 1
+        return f"**FAIL**: {text}"
+
     def markdown(self):
         head = ["row", "expected"] + [f"{c} {v}" for c, _ in self.clients for v in self.vias]
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -232,6 +332,7 @@ def main():
     p.add_argument("--spark", help="real Spark's sc:// address, for the fault-proxy row")
     p.add_argument("--proxy", help="the fault proxy program (examples/fault_proxy.rs)")
     p.add_argument("--spark-cuts", default="4M,8M,8M")
+    p.add_argument("--handover", help="the scenario of the guard hand-over rows (needs --guard)")
     p.add_argument("--out")
     p.add_argument("scenarios", nargs="*")
     args = p.parse_args()
@@ -251,6 +352,11 @@ def main():
         what = (f"error naming {expect['error']}" if "error" in expect
                 else f"{expect['rows']:,} rows")
         table.run_row(name, chaos_upstream(args.chaos, path, log_dir), expect, what)
+    if args.handover and args.guard:
+        with open(args.handover, "rb") as f:
+            expect = dict(tomllib.load(f)["expect"])
+        for how in ("drained", "killed"):
+            table.handover(how, args.handover, expect)
     if args.spark:
         if not args.proxy:
             sys.exit("--spark needs --proxy")
