@@ -4,7 +4,7 @@
 # and the guard's memory while a client reads slowly. See
 # scripts/guard_bench.py; figures in crates/spark-connect-guard/README.md.
 #
-# Usage: scripts/guard-bench.sh [RUNS]
+# Usage: scripts/guard-bench.sh [RUNS] [CLIENTS]
 #   env SPARK_CONNECT_VENV  the PySpark venv (default: where scripts/spark-install.sh puts it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
