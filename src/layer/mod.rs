@@ -93,6 +93,15 @@
 //! Every other RPC passes through untouched, and so does an `ExecutePlan`
 //! that asks for `reattachable: false` or comes compressed.
 //!
+//! When the layer gives up on a stream it carries, the caller gets the
+//! server's last status, except for a failure of the layer's own hop (a
+//! broken, refused, reset or truncated connection or stream): that one ends
+//! the stream UNAVAILABLE, message kept, as grpc-core reports it. The
+//! caller reads it from trailers without its cause, and tonic's code for
+//! most of these is UNKNOWN, which a caller that reattaches by itself takes
+//! for the server's verdict; the execution is still on the server, and a
+//! reattach resumes it exactly.
+//!
 //! ## Releases
 //!
 //! [`Releases::Own`] (the default): the layer frees the server's buffer as

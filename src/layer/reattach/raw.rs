@@ -15,11 +15,12 @@ use bytes::Bytes;
 use http::uri::PathAndQuery;
 use tonic::codec::Streaming;
 use tonic::metadata::MetadataMap;
-use tonic::{Extensions, Status};
+use tonic::{Code, Extensions, Status};
 
 use super::frame::RawCodec;
 use super::wire::{self, RequestHead};
 use super::{EXECUTE_PLAN, REATTACH_EXECUTE, RELEASE_EXECUTE, Releases};
+use crate::policy::{Failure, FailureKind};
 use crate::proto::{
     ExecutePlanRequest, ExecutePlanResponse, ReleaseExecuteRequest, execute_plan_response,
 };
@@ -235,10 +236,11 @@ fn core_response(head: wire::ResponseHead) -> ExecutePlanResponse {
 }
 
 /// The status the caller gets for `err`: the server's own status (details
-/// and metadata kept) when there is one, else one naming the rule.
+/// and metadata kept) when there is one, a failure of the layer's own hop
+/// as UNAVAILABLE ([`hop_failure`]), else one naming the rule.
 pub(crate) fn to_status(err: ReattachError) -> Status {
     match err {
-        ReattachError::Status(s) => s,
+        ReattachError::Status(s) => hop_failure(s),
         // The server's status as it came when it has rich details: gRPC
         // clients (grpc-python) refuse details whose message differs from
         // grpc-message. Without details, the message says what happened.
@@ -255,5 +257,75 @@ pub(crate) fn to_status(err: ReattachError) -> Status {
         ),
         ReattachError::InvalidOperationId(_) => Status::invalid_argument(err.to_string()),
         other => Status::internal(other.to_string()),
+    }
+}
+
+/// `status` as the caller gets it when it is a failure of the layer's own
+/// hop to the server, not the server's answer: a broken, refused or reset
+/// connection or stream, or a truncated one (a transport or ambiguous
+/// [`FailureKind`]). Those become UNAVAILABLE, their message and metadata
+/// kept; any other status is left as it is.
+///
+/// *Why:* the caller reads the status from trailers, without its source
+/// chain, and tonic reports most of these failures as UNKNOWN (`h2
+/// protocol error: error reading a body from connection`). A caller that
+/// reattaches by itself (a client behind the guard, with the layer of its
+/// own) takes a sourceless UNKNOWN for the server's verdict and fails,
+/// though its execution is still on the server and a reattach by response
+/// id resumes it exactly. grpc-core reports the same failures as
+/// UNAVAILABLE, which every Spark Connect client reattaches on; a replayed
+/// ExecutePlan carries the same operation id, so nothing runs twice.
+fn hop_failure(status: Status) -> Status {
+    let hop = matches!(
+        Failure::new(&status).kind(),
+        FailureKind::Unprocessed | FailureKind::MaybeProcessed | FailureKind::Ambiguous
+    );
+    if !hop || status.code() == Code::Unavailable {
+        return status;
+    }
+    Status::with_metadata(
+        Code::Unavailable,
+        status.message(),
+        status.metadata().clone(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_failures_reach_the_caller_as_unavailable() {
+        // A connection reset under a body read: tonic's UNKNOWN, with an
+        // I/O cause (MaybeProcessed).
+        let mut reset = Status::unknown("h2 protocol error: error reading a body from connection");
+        reset.set_source(Arc::new(std::io::Error::from(
+            std::io::ErrorKind::ConnectionReset,
+        )));
+        let out = to_status(ReattachError::Status(reset));
+        assert_eq!(out.code(), Code::Unavailable);
+        assert_eq!(
+            out.message(),
+            "h2 protocol error: error reading a body from connection"
+        );
+        // The same nested in another status's chain, as a give-up keeps
+        // its last attempt's.
+        let mut inner = Status::unknown("transport error");
+        inner.set_source(Arc::new(std::io::Error::other("refused")));
+        let mut outer = Status::unknown("transport error");
+        outer.set_source(Arc::new(inner));
+        assert_eq!(hop_failure(outer).code(), Code::Unavailable);
+        // A truncated stream (no trailers): ambiguous, so UNAVAILABLE too.
+        let cut = Status::unknown("protocol error: missing grpc-status trailer");
+        assert_eq!(hop_failure(cut).code(), Code::Unavailable);
+        // The server's own statuses are left as they came.
+        for s in [
+            Status::unknown("the server's own UNKNOWN"),
+            Status::internal("boom"),
+            Status::deadline_exceeded("late"),
+        ] {
+            let code = s.code();
+            assert_eq!(hop_failure(s).code(), code);
+        }
     }
 }

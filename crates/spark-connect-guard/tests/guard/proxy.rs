@@ -12,8 +12,9 @@ use spark_connect_retry::session::SparkSession;
 use spark_connect_stub::spark::connect::spark_connect_service_client::SparkConnectServiceClient;
 use spark_connect_testkit::{Direction, Fault, FaultProxy, Rpc, TestServer};
 use tonic_retry::retrying::RecordingSleeper;
+use tower::Layer;
 
-use crate::support::{assert_exact, drain, range_sql, retrying, sql_request};
+use crate::support::{assert_exact, drain, no_retries, patient, range_sql, retrying, sql_request};
 
 const ROWS: i64 = 2_000_000;
 
@@ -80,6 +81,67 @@ async fn a_stub_through_the_guard_is_exact_and_the_guard_releases_nothing() {
     // The stub sends no release, and neither does the guard: a client that
     // reattaches by itself may still ask for any response it did not release.
     assert_eq!(s.release_requests().len(), 0);
+    guard.shutdown().await;
+}
+
+/// A guard that gives up on a broken upstream stream (here at once: no
+/// retries) ends the client's stream UNAVAILABLE, not with tonic's UNKNOWN
+/// for a broken body, which a client takes for the server's verdict: a
+/// plain stub sees the code, and a client with a reattach layer of its own
+/// reattaches through the guard and gets every row once.
+#[tokio::test]
+async fn a_guard_that_gives_up_on_its_upstream_answers_unavailable() {
+    const ROWS: i64 = 200_000;
+    let s = TestServer::builder()
+        .rows_per_batch(2_000)
+        .start()
+        .await
+        .unwrap();
+    let guard = Guard::builder(s.remote())
+        .layer(ReattachLayer::new().retrying(no_retries()))
+        .start()
+        .await
+        .unwrap();
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", guard.local_addr()))
+        .unwrap()
+        .connect_lazy();
+    let reset = || {
+        Fault::reset_connection()
+            .on(Rpc::ExecutePlan)
+            .after_responses(5)
+    };
+
+    s.faults().push(reset());
+    let mut stub =
+        SparkConnectServiceClient::new(channel.clone()).max_decoding_message_size(usize::MAX);
+    let out = drain(&mut stub, sql_request(&range_sql(ROWS))).await;
+    let status = out.error.expect("the guard gave up on the reset");
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    let got = i64::try_from(out.ids.len()).unwrap();
+    assert!(got > 0 && got < ROWS, "{got} rows before the give-up");
+    assert!(out.ids.iter().copied().eq(0..got), "rows out of order");
+
+    s.faults().push(reset());
+    let service = ReattachLayer::new().retrying(patient()).layer(channel);
+    let mut client = SparkConnectServiceClient::new(service).max_decoding_message_size(usize::MAX);
+    assert_exact(
+        &drain(&mut client, sql_request(&range_sql(ROWS))).await,
+        ROWS,
+    );
+    assert_eq!(s.faults().pending(), 0);
+
+    let stats = guard.stats();
+    let ended = |method: &str, code: &str| {
+        stats
+            .ended
+            .iter()
+            .filter(|(m, c, _)| *m == method && *c == code)
+            .map(|(_, _, n)| n)
+            .sum::<u64>()
+    };
+    assert_eq!(ended("ExecutePlan", "UNAVAILABLE"), 2, "{stats:?}");
+    assert_eq!(ended("ReattachExecute", "OK"), 1, "{stats:?}");
+    assert_eq!(ended("ExecutePlan", "UNKNOWN"), 0, "{stats:?}");
     guard.shutdown().await;
 }
 

@@ -30,6 +30,15 @@ pub fn patient() -> Retrying {
     Retrying::pyspark_with(vec![p])
 }
 
+/// No retries at all: the first retryable failure is a give-up.
+pub fn no_retries() -> Retrying {
+    let p = RetryPolicy::pyspark_builder()
+        .max_retries(Some(0))
+        .build()
+        .expect("a valid policy");
+    Retrying::pyspark_with(vec![p])
+}
+
 /// 3 retries, 10 ms apart, sleeps recorded and never slept.
 pub fn retrying(sleeper: &RecordingSleeper) -> Retrying {
     let p = RetryPolicy::pyspark_builder()
