@@ -158,7 +158,7 @@ fn arrow_batch(
     len: u64,
     chunk: Option<usize>,
 ) -> Vec<proto::ExecutePlanResponse> {
-    let one = |data: Vec<u8>, index: Option<i64>, chunks: Option<i64>| {
+    let one = |data: bytes::Bytes, index: Option<i64>, chunks: Option<i64>| {
         response(epr::ResponseType::ArrowBatch(epr::ArrowBatch {
             row_count: len as i64,
             data,
@@ -169,14 +169,17 @@ fn arrow_batch(
     };
     match chunk {
         Some(size) if data.len() > size => {
+            let data = bytes::Bytes::from(data);
             let n = data.len().div_ceil(size) as i64;
-            data.chunks(size)
-                .enumerate()
-                .map(|(i, c)| one(c.to_vec(), Some(i as i64), Some(n)))
+            (0..n as usize)
+                .map(|i| {
+                    let end = ((i + 1) * size).min(data.len());
+                    one(data.slice(i * size..end), Some(i as i64), Some(n))
+                })
                 .collect()
         }
-        Some(_) => vec![one(data, Some(0), Some(1))],
-        None => vec![one(data, None, None)],
+        Some(_) => vec![one(data.into(), Some(0), Some(1))],
+        None => vec![one(data.into(), None, None)],
     }
 }
 
