@@ -95,7 +95,7 @@
 //! The decision logic is `core::ReattachCore`, a pure state machine
 //! unit-tested beside its code; its drivers only perform its actions:
 //! [`ReattachableExecution`] for the session's typed client, and
-//! [`layer::ReattachLayer`] on raw bytes under any generated stub.
+//! [`layer::ReattachLayer`](crate::layer::ReattachLayer) on raw bytes under any generated stub.
 
 pub(crate) mod core;
 pub(crate) mod driver;
