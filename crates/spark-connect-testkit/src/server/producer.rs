@@ -47,6 +47,10 @@ pub(super) async fn produce(
     }
 }
 
+/// The session conf of the rows per result batch (Spark's; unset, zero
+/// or negative: the server's `rows_per_batch` alone).
+const MAX_RECORDS_CONF: &str = "spark.sql.execution.arrow.maxRecordsPerBatch";
+
 /// Appends the Arrow batches of `rows` (each after an `ExecutionProgress`
 /// when configured). `true` when every batch was appended; `false` when the
 /// execution failed or ended early (cancelled, released).
@@ -77,8 +81,14 @@ async fn produce_rows(shared: &Shared, op: &Operation, rows: &Source) -> bool {
             settings.max_chunk_bytes
         }
     });
+    // Spark reads the batch size when the execution starts, too.
+    let batch_rows = shared
+        .session_conf(&op.session_id, MAX_RECORDS_CONF)
+        .and_then(|v| v.trim().parse::<i64>().ok())
+        .and_then(|n| u64::try_from(n).ok().filter(|n| *n > 0))
+        .map_or(settings.rows_per_batch, |n| n.min(settings.rows_per_batch));
     loop {
-        let len = rows.next_len(offset, settings.rows_per_batch);
+        let len = rows.next_len(offset, batch_rows);
         let data = match rows.ipc_batch(offset, len).and_then(|d| match codec {
             Some(c) => super::codec::compress(&d, c),
             None => Ok(d),
