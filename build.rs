@@ -14,6 +14,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .btree_map(".spark.connect.SQL.named_arguments")
         .btree_map(".spark.connect.SqlCommand.args")
         .btree_map(".spark.connect.SqlCommand.named_arguments")
+        // Result payloads as `bytes::Bytes`: prost slices them out of the
+        // buffer tonic decoded the message from (no copy), and arrow's
+        // `Buffer` takes the same allocation (results::decode).
+        .bytes(".spark.connect.ExecutePlanResponse.ArrowBatch.data")
         .compile_fds(fds)?;
     Ok(())
 }

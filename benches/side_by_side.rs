@@ -164,6 +164,14 @@ fn cpu_time() -> Option<Duration> {
     Some(Duration::from_millis((utime + stime) * 10))
 }
 
+/// Peak resident memory of this process (`VmHWM`, KiB; Linux), `None`
+/// elsewhere: the client's whole footprint, results kept included.
+fn peak_rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?;
+    line.trim().trim_end_matches("kB").trim().parse().ok()
+}
+
 /// The rows of a [`WIDE`] result and the sum of its random column, checking
 /// that ids run 0, 1, 2, ..., that no value is null and that every hash has
 /// 64 characters.
@@ -250,6 +258,7 @@ async fn run(args: &Args) -> Result<String, SparkError> {
     Ok(format!(
         concat!(
             "{{\"client\":\"rust\",\"case\":\"{}\",\"wall_ms\":{:.1},\"cpu_ms\":{},",
+            "\"cpu_ns_per_row\":{},\"peak_rss_kib\":{},",
             "\"rows\":{},\"sum_x\":{},\"batches\":{},\"reattaches\":{},\"retries\":{},",
             "\"transparent_retries\":{},\"releases\":{},\"proxy_cuts\":{},\"sum_r\":{},",
             "\"server\":\"{}\"}}"
@@ -257,6 +266,8 @@ async fn run(args: &Args) -> Result<String, SparkError> {
         args.case.name(),
         wall.as_secs_f64() * 1e3,
         json_or_null(cpu.map(|c| c.as_millis().to_string())),
+        json_or_null(cpu.map(|c| format!("{:.1}", c.as_nanos() as f64 / rows as f64))),
+        json_or_null(peak_rss_kib().map(|k| k.to_string())),
         rows,
         json_or_null(sum_x.map(|x| x.to_string())),
         batches.len(),

@@ -424,7 +424,14 @@ for c in cases:
         cpu = med(a, "cpu_ms")
         runs = " ".join(f"{r['wall_ms']:.0f}" for r in m if r["client"] == a)
         cpu_s = f"{cpu:.0f}" if cpu is not None else "-"
-        print(f"  {a:<13} median {w:>8.1f} ms  cpu {cpu_s:>5} ms  runs: {runs}")
+        # Our arm also reports CPU per row and its peak RSS (VmHWM).
+        per_row, rss = med(a, "cpu_ns_per_row"), med(a, "peak_rss_kib")
+        extra = ""
+        if per_row is not None:
+            extra += f"  cpu_ns_per_row {per_row:.1f}"
+        if rss is not None:
+            extra += f"  peak_rss {rss / 1024:.0f} MiB"
+        print(f"  {a:<13} median {w:>8.1f} ms  cpu {cpu_s:>5} ms{extra}  runs: {runs}")
     for name, x, y in ratios:
         wx, wy = med(x, "wall_ms"), med(y, "wall_ms")
         if wx is not None and wy is not None:

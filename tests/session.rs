@@ -9,6 +9,7 @@ mod support;
 mod session {
     mod api;
     mod artifacts;
+    mod batch_rows;
     mod compression;
     mod connector;
     mod embedded;

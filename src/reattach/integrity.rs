@@ -42,6 +42,8 @@
 
 use std::collections::HashSet;
 
+use bytes::Bytes;
+
 /// A broken stream-integrity rule (see [`crate::reattach`], "stream integrity").
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -140,8 +142,9 @@ pub(crate) struct ChunkHeader {
 /// A batch whose chunks have all arrived: its IPC bytes and declared rows.
 #[derive(Debug)]
 pub(crate) struct WholeBatch {
-    /// The joined Arrow IPC stream.
-    pub data: Vec<u8>,
+    /// The Arrow IPC stream: a lone chunk's own bytes (the buffer the
+    /// response was decoded from, not a copy), or the chunks joined.
+    pub data: Bytes,
     /// The declared `row_count`.
     pub row_count: i64,
 }
@@ -155,13 +158,17 @@ pub(crate) struct BatchAssembler {
     data: Vec<u8>,
 }
 
+/// The most [`BatchAssembler`] reserves ahead for a chunked batch, trusting
+/// the server's chunk count (64 MiB; more grows as the chunks arrive).
+const MAX_RESERVE: usize = 64 << 20;
+
 impl BatchAssembler {
     /// Add one ArrowBatch response; `rows` is the count delivered before it.
     /// `Some` when its batch is whole.
     pub(crate) fn push(
         &mut self,
         h: ChunkHeader,
-        data: Vec<u8>,
+        data: Bytes,
         rows: u64,
     ) -> Result<Option<WholeBatch>, IntegrityError> {
         let total = h.num_chunks.unwrap_or(1);
@@ -207,6 +214,13 @@ impl BatchAssembler {
                 row_count: h.row_count,
             }));
         }
+        if self.first.is_none() {
+            // Chunks but the last are as large: one allocation, not a
+            // doubling per chunk (bounded: the count is the server's word).
+            let ahead = usize::try_from(total).unwrap_or(usize::MAX);
+            self.data
+                .reserve(data.len().saturating_mul(ahead).min(MAX_RESERVE));
+        }
         self.first.get_or_insert(h);
         self.data.extend_from_slice(&data);
         self.received += 1;
@@ -216,7 +230,7 @@ impl BatchAssembler {
         self.first = None;
         self.received = 0;
         Ok(Some(WholeBatch {
-            data: std::mem::take(&mut self.data),
+            data: Bytes::from(std::mem::take(&mut self.data)),
             row_count: h.row_count,
         }))
     }
@@ -273,24 +287,24 @@ mod tests {
         let mut a = BatchAssembler::default();
         for bad in [0, -1, i64::MIN] {
             assert_eq!(
-                a.push(h(None, Some(bad), 1), vec![], 0).unwrap_err(),
+                a.push(h(None, Some(bad), 1), Bytes::new(), 0).unwrap_err(),
                 IntegrityError::BadChunkCount(bad)
             );
         }
         assert!(
-            a.push(h(Some(0), Some(2), 5), vec![1], 0)
+            a.push(h(Some(0), Some(2), 5), Bytes::from_static(&[1]), 0)
                 .unwrap()
                 .is_none()
         );
         assert!(matches!(
-            a.push(h(Some(1), Some(3), 5), vec![2], 0),
+            a.push(h(Some(1), Some(3), 5), Bytes::from_static(&[2]), 0),
             Err(IntegrityError::ChunkMismatch {
                 field: "num_chunks_in_batch",
                 ..
             })
         ));
         assert!(matches!(
-            a.push(h(Some(1), Some(2), 6), vec![2], 0),
+            a.push(h(Some(1), Some(2), 6), Bytes::from_static(&[2]), 0),
             Err(IntegrityError::ChunkMismatch {
                 field: "row_count",
                 ..
@@ -303,8 +317,11 @@ mod tests {
                 total: 2
             })
         );
-        let whole = a.push(h(Some(1), Some(2), 5), vec![2], 0).unwrap().unwrap();
-        assert_eq!((whole.data, whole.row_count), (vec![1, 2], 5));
+        let whole = a
+            .push(h(Some(1), Some(2), 5), Bytes::from_static(&[2]), 0)
+            .unwrap()
+            .unwrap();
+        assert_eq!((&whole.data[..], whole.row_count), (&[1, 2][..], 5));
         assert_eq!(a.finish(), Ok(()));
     }
 

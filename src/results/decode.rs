@@ -24,12 +24,27 @@
 //! are always built in, since the server's defaults alone can turn
 //! compression on. Their headers are checked first and a failed batch is
 //! explained per column (`ipc_scan`), as a [`ResultDecodeError`](crate::session::ResultDecodeError).
+//!
+//! No copy between the message and the arrays: `ArrowBatch.data` is a
+//! `bytes::Bytes` slicing the buffer tonic decoded the response from
+//! (`build.rs`), and the decoded columns point into that same allocation.
+//! The one exception is arrow's alignment rule: a column buffer whose
+//! address is not a multiple of its type's alignment (8 for `Int64`) is
+//! copied to an aligned one by arrow-ipc (`with_require_alignment(false)`,
+//! the default). Where a payload lands in tonic's buffer depends on the
+//! bytes before it in the message (the session id, the varint lengths),
+//! so an uncompressed batch is realigned or not as a whole; the copies
+//! are counted ([`ArrowState::buffers_copied`]). A chunked batch is
+//! joined into one fresh (aligned) allocation, so its columns are never
+//! copied again.
 
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
 
 use arrow_array::RecordBatch;
+use arrow_buffer::Buffer;
 use arrow_schema::{ArrowError, SchemaRef};
+use bytes::Bytes;
 
 use super::error::ResultError;
 use super::ipc_scan;
@@ -56,11 +71,23 @@ pub(crate) struct ArrowState {
     schema_from_batches: bool,
     queue: VecDeque<RecordBatch>,
     chunks: BatchAssembler,
+    /// Column buffers of uncompressed batches that do not point into
+    /// their response's bytes (arrow copied them to align them).
+    buffers_copied: u64,
+    /// Column buffers of uncompressed batches.
+    buffers: u64,
 }
 
 impl ArrowState {
     pub(crate) fn schema(&self) -> Option<SchemaRef> {
         self.schema.clone()
+    }
+
+    /// Column buffers of uncompressed batches decoded so far, and how many
+    /// of them arrow copied (to align them) instead of pointing into the
+    /// response's bytes.
+    pub(crate) fn buffers_copied(&self) -> (u64, u64) {
+        (self.buffers_copied, self.buffers)
     }
 
     pub(crate) fn pop(&mut self) -> Option<RecordBatch> {
@@ -124,7 +151,15 @@ impl ArrowState {
         let Some(whole) = self.chunks.push(header, b.data, rows).map_err(integrity)? else {
             return Ok(Absorbed::Nothing);
         };
-        let (batches, schema) = decode(whole.data, rows)?;
+        let Decoded {
+            batches,
+            schema,
+            buffers,
+        } = decode(whole.data, rows)?;
+        if let Some((copied, all)) = buffers {
+            self.buffers_copied += copied;
+            self.buffers += all;
+        }
         let decoded: i64 = batches.iter().map(|b| b.num_rows() as i64).sum();
         check_row_count(whole.row_count, decoded).map_err(integrity)?;
         // Only a whole, counted batch reaches the queue.
@@ -146,21 +181,28 @@ fn integrity(e: IntegrityError) -> ResultError {
     }
 }
 
+/// One IPC stream, decoded.
+pub(super) struct Decoded {
+    pub(super) batches: Vec<RecordBatch>,
+    pub(super) schema: Option<SchemaRef>,
+    /// Uncompressed: the column buffers arrow copied (to align them), and
+    /// all column buffers (`None` when compressed: every buffer is new).
+    pub(super) buffers: Option<(u64, u64)>,
+}
+
 /// Decode one IPC stream in place: `StreamDecoder` slices the batch's
-/// column buffers out of `data` (zero copy when they are aligned), where
-/// `StreamReader` over a `Cursor` copied every message body into fresh
-/// buffers. At ~160 MB per 10M-row result the copies were a visible share
-/// of the client's CPU time. A panic inside arrow (corrupt offsets, module
-/// docs) is caught here and returned as an error.
-pub(super) fn decode(
-    data: Vec<u8>,
-    first_row: u64,
-) -> Result<(Vec<RecordBatch>, Option<SchemaRef>), ResultError> {
+/// column buffers out of `data` (the response's own allocation: zero copy
+/// when they are aligned), where `StreamReader` over a `Cursor` copied
+/// every message body into fresh buffers. At ~160 MB per 10M-row result
+/// the copies were a visible share of the client's CPU time. A panic
+/// inside arrow (corrupt offsets, module docs) is caught here and returned
+/// as an error.
+pub(super) fn decode(data: Bytes, first_row: u64) -> Result<Decoded, ResultError> {
     let run = AssertUnwindSafe(move || -> Result<_, ResultError> {
         // Codec and stated lengths first: a corrupt length must not reach
         // arrow-ipc's allocation (`ipc_scan`).
-        ipc_scan::check(&data, first_row).map_err(ResultError::ResultDecode)?;
-        let whole = arrow_buffer::Buffer::from_vec(data);
+        let codec = ipc_scan::check(&data, first_row).map_err(ResultError::ResultDecode)?;
+        let whole = Buffer::from(data);
         let mut buf = whole.clone();
         let mut decoder = arrow_ipc::reader::StreamDecoder::new();
         let mut batches = Vec::new();
@@ -173,7 +215,11 @@ pub(super) fn decode(
             decoder.finish()
         };
         match all() {
-            Ok(()) => Ok((batches, decoder.schema())),
+            Ok(()) => Ok(Decoded {
+                buffers: codec.is_none().then(|| copied_buffers(&batches, &whole)),
+                schema: decoder.schema(),
+                batches,
+            }),
             // Name the column, the row, the codec when one column explains it.
             Err(e) => Err(ipc_scan::explain(whole.as_slice(), first_row)
                 .map(ResultError::ResultDecode)
@@ -193,6 +239,48 @@ pub(super) fn decode(
             ))))
         }
     }
+}
+
+/// [`decode`] of an owned payload, as batches and schema (the tests').
+#[cfg(test)]
+pub(super) fn decode_vec(
+    data: Vec<u8>,
+    first_row: u64,
+) -> Result<(Vec<RecordBatch>, Option<SchemaRef>), ResultError> {
+    decode(Bytes::from(data), first_row).map(|d| (d.batches, d.schema))
+}
+
+/// The column buffers of `batches` (children included) that do not point
+/// into `whole`, and all of them: a few pointer comparisons per column.
+fn copied_buffers(batches: &[RecordBatch], whole: &Buffer) -> (u64, u64) {
+    fn walk(data: &arrow_data::ArrayData, range: &std::ops::Range<usize>, n: &mut (u64, u64)) {
+        for b in data
+            .buffers()
+            .iter()
+            .chain(data.nulls().map(|n| n.buffer()))
+        {
+            if b.is_empty() {
+                continue;
+            }
+            n.1 += 1;
+            let start = b.as_ptr() as usize;
+            if !(range.contains(&start) && start + b.len() <= range.end) {
+                n.0 += 1;
+            }
+        }
+        for child in data.child_data() {
+            walk(child, range, n);
+        }
+    }
+    let start = whole.as_ptr() as usize;
+    let range = start..start + whole.len();
+    let mut n = (0, 0);
+    for batch in batches {
+        for column in batch.columns() {
+            walk(&column.to_data(), &range, &mut n);
+        }
+    }
+    n
 }
 
 #[cfg(test)]
@@ -233,7 +321,7 @@ mod tests {
             .map(|(i, c)| {
                 response(ArrowBatch {
                     row_count: rows,
-                    data: c.to_vec(),
+                    data: Bytes::copy_from_slice(c),
                     start_offset: Some(start),
                     chunk_index: Some(i as i64),
                     num_chunks_in_batch: Some(parts as i64),
@@ -278,7 +366,7 @@ mod tests {
         let mut s = ArrowState::default();
         let b = response(ArrowBatch {
             row_count: 10,
-            data: ipc(10),
+            data: ipc(10).into(),
             start_offset: Some(5),
             ..Default::default()
         });
@@ -296,10 +384,122 @@ mod tests {
         let mut s = ArrowState::default();
         let b = response(ArrowBatch {
             row_count: 11,
-            data: ipc(10),
+            data: ipc(10).into(),
             ..Default::default()
         });
         let err = s.absorb(b, 0).unwrap_err();
         assert!(err.to_string().contains("says 11 rows"), "{err}");
+    }
+
+    /// Whether every buffer of `batch`'s columns lies inside `within`.
+    fn points_into(batch: &RecordBatch, within: &[u8]) -> bool {
+        let (copied, all) = copied_buffers(
+            std::slice::from_ref(batch),
+            &Buffer::from(Bytes::copy_from_slice(&[])),
+        );
+        assert_eq!(copied, all);
+        let range = within.as_ptr_range();
+        batch.columns().iter().all(|c| {
+            let d = c.to_data();
+            d.buffers().iter().all(|b| {
+                range.contains(&b.as_ptr()) && b.as_ptr().wrapping_add(b.len()) <= range.end
+            })
+        })
+    }
+
+    #[test]
+    fn an_aligned_payload_is_decoded_in_place() {
+        let data = Bytes::from(ipc(1000));
+        assert!(
+            (data.as_ptr() as usize).is_multiple_of(8),
+            "a fresh allocation"
+        );
+        let mut s = ArrowState::default();
+        let b = response(ArrowBatch {
+            row_count: 1000,
+            data: data.clone(),
+            ..Default::default()
+        });
+        assert!(matches!(s.absorb(b, 0).unwrap(), Absorbed::Rows(1000)));
+        let batch = s.pop().unwrap();
+        assert!(
+            points_into(&batch, &data),
+            "the column is the payload's bytes"
+        );
+        assert_eq!(s.buffers_copied(), (0, 1));
+    }
+
+    #[test]
+    fn a_misaligned_payload_is_copied_once_to_align_it() {
+        // The payload one byte into its allocation: every Int64 buffer is
+        // misaligned, arrow copies it (and the copies are counted).
+        let mut shifted = vec![0u8];
+        shifted.extend(ipc(1000));
+        let data = Bytes::from(shifted).slice(1..);
+        let mut s = ArrowState::default();
+        let b = response(ArrowBatch {
+            row_count: 1000,
+            data: data.clone(),
+            ..Default::default()
+        });
+        assert!(matches!(s.absorb(b, 0).unwrap(), Absorbed::Rows(1000)));
+        let batch = s.pop().unwrap();
+        assert!(!points_into(&batch, &data));
+        let ids = batch.column(0).as_any().downcast_ref::<Int64Array>();
+        assert!(ids.unwrap().values().iter().copied().eq(0..1000));
+        assert_eq!(s.buffers_copied(), (1, 1));
+    }
+
+    #[test]
+    fn a_payload_decoded_from_a_message_slices_it() {
+        use prost::Message as _;
+        // As tonic hands prost a response: one allocation holding the
+        // message. Where the payload lands depends on the bytes before it
+        // (here the session id's length): aligned, nothing is copied;
+        // misaligned, arrow copies the column to align it.
+        let mut in_place = 0;
+        for pad in 0..8 {
+            let resp = ExecutePlanResponse {
+                session_id: "s".repeat(36 + pad),
+                ..response(ArrowBatch {
+                    row_count: 1000,
+                    data: ipc(1000).into(),
+                    ..Default::default()
+                })
+            };
+            let wire = Bytes::from(resp.encode_to_vec());
+            let decoded = ExecutePlanResponse::decode(wire.clone()).unwrap();
+            let Some(ResponseType::ArrowBatch(b)) = &decoded.response_type else {
+                panic!("an ArrowBatch");
+            };
+            assert!(
+                points_into_bytes(&b.data, &wire),
+                "prost sliced the message"
+            );
+            let aligned = (b.data.as_ptr() as usize).is_multiple_of(8);
+            let mut s = ArrowState::default();
+            s.absorb(decoded, 0).unwrap();
+            let batch = s.pop().unwrap();
+            assert_eq!(points_into(&batch, &wire), aligned, "pad {pad}");
+            assert_eq!(s.buffers_copied(), (u64::from(!aligned), 1), "pad {pad}");
+            in_place += usize::from(aligned);
+        }
+        assert_eq!(in_place, 1, "one session id length in 8 lands aligned");
+    }
+
+    fn points_into_bytes(part: &Bytes, whole: &Bytes) -> bool {
+        let range = whole.as_ptr_range();
+        range.contains(&part.as_ptr()) && part.as_ptr_range().end <= range.end
+    }
+
+    #[test]
+    fn joined_chunks_are_aligned_and_not_copied_again() {
+        let data = ipc(1000);
+        let mut s = ArrowState::default();
+        for r in chunked(&data, 3, 1000, 0) {
+            s.absorb(r, 0).unwrap();
+        }
+        assert_eq!(s.pop().unwrap().num_rows(), 1000);
+        assert_eq!(s.buffers_copied(), (0, 1));
     }
 }

@@ -9,7 +9,7 @@ use arrow_array::{ArrayRef, BinaryArray, Int64Array, RecordBatch, StringArray};
 use arrow_ipc::CompressionType;
 use arrow_ipc::writer::{IpcWriteOptions, StreamWriter};
 
-use super::decode::decode;
+use super::decode::decode_vec as decode;
 use super::decode_error::ResultDecodeError;
 use super::error::ResultError;
 use super::ipc_scan::messages;

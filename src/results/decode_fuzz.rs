@@ -12,7 +12,7 @@ use rand::{Rng, SeedableRng};
 
 use arrow_ipc::CompressionType;
 
-use super::decode::decode;
+use super::decode::decode_vec as decode;
 use super::decode_codec_tests::{ipc_with, not_utf8_ipc};
 use super::error::ResultError;
 

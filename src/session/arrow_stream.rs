@@ -504,6 +504,14 @@ impl Stream for ArrowStream {
                     if let Err(e) = this.arrow.finish() {
                         return Poll::Ready(Some(Err(this.fail_arrow(e))));
                     }
+                    let (copied, buffers) = this.arrow.buffers_copied();
+                    tracing::debug!(
+                        operation_id = this.operation_id,
+                        batches = this.batches,
+                        buffers,
+                        copied,
+                        "result decoded (column buffers arrow copied to align them)"
+                    );
                     match this.resume.as_mut().map(|r| r.at_end()) {
                         Some(Err(e)) => return Poll::Ready(Some(Err(this.fail_arrow(e)))),
                         _ => return Poll::Ready(None),

@@ -20,6 +20,7 @@ use crate::connect::channel::{AuthInterceptor, ChannelBuilder, DEFAULT_CONNECT_T
 use crate::connect::conn_string::ConnectionString;
 use crate::connect::egress::EgressProxy;
 use crate::connect::flow_control::Http2FlowControl;
+use crate::connect::result_batch_rows::ResultBatchRows;
 use crate::connect::result_compression::ResultCompression;
 use crate::connector::Connector;
 use crate::deadlines::{RpcDeadlines, check_timeout};
@@ -69,6 +70,7 @@ pub struct SparkSessionBuilder {
     interrupt_on_drop: bool,
     configs: BuilderConfigs,
     result_compression: Option<ResultCompression>,
+    result_batch_rows: Option<ResultBatchRows>,
     renew_stale_session: bool,
     resume_queries: bool,
     /// The builder's token provider (Debug: its name only).
@@ -223,6 +225,39 @@ impl SparkSessionBuilder {
     /// ```
     pub fn result_compression(mut self, codec: ResultCompression) -> Self {
         self.result_compression = Some(codec);
+        self
+    }
+    /// How many rows Spark puts in one result batch: sets
+    /// [`ResultBatchRows::CONF`](crate::session::ResultBatchRows::CONF)
+    /// (`spark.sql.execution.arrow.maxRecordsPerBatch`) with the builder's
+    /// configs, when the session starts. Overrides the connection string's
+    /// `result_batch_rows` and a [`config`](Self::config) of the same key;
+    /// a server that refuses it fails the call, as for any config.
+    ///
+    /// Without it (and without `result_batch_rows=` in the connection
+    /// string, or a `config` of the key), a session asks for
+    /// [`ResultBatchRows::DEFAULT`](crate::session::ResultBatchRows::DEFAULT)
+    /// (100,000 rows; Spark's own default is 10,000), and a server that
+    /// refuses that is logged once and otherwise ignored.
+    /// [`ResultBatchRows::ServerDefault`](crate::session::ResultBatchRows::ServerDefault)
+    /// (`result_batch_rows=server`) sets nothing.
+    ///
+    /// ```
+    /// use spark_connect_retry::session::{ResultBatchRows, SparkSession};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let spark = SparkSession::builder()
+    ///     .remote("sc://localhost:15002")
+    ///     .result_batch_rows(ResultBatchRows::ServerDefault) // Spark's 10,000
+    ///     .build();
+    /// assert!(spark.is_ok());
+    /// let bad = SparkSession::builder().remote("sc://localhost/;result_batch_rows=-1").build();
+    /// assert!(bad.unwrap_err().to_string().contains("\"-1\""));
+    /// # }
+    /// ```
+    pub fn result_batch_rows(mut self, rows: ResultBatchRows) -> Self {
+        self.result_batch_rows = Some(rows);
         self
     }
     /// Move a stale session to a fresh server-side session for *new* calls
@@ -483,6 +518,7 @@ impl SparkSessionBuilder {
             let key = ResultCompression::CONF.to_owned();
             self.configs.set(key, codec.as_str().to_owned());
         }
+        let default_configs = self.batch_rows(&config);
         if self.configs.0.iter().any(|(k, _)| k.trim().is_empty()) {
             return Err(SparkError::InvalidOption {
                 field: "config",
@@ -515,6 +551,8 @@ impl SparkSessionBuilder {
                 arrow_chunk_size: chunk,
                 interrupt_on_drop: self.interrupt_on_drop,
                 configs: self.configs,
+                default_configs,
+                default_configs_refused: Default::default(),
                 renew_stale_session: self.renew_stale_session,
                 resume_queries: self.resume_queries,
                 credentials,
@@ -549,6 +587,29 @@ impl SparkSessionBuilder {
                 reason,
             })?;
         Ok((config, flow_control))
+    }
+
+    /// Rows per result batch: an explicit setting joins the builder's
+    /// configs (refusal fails the call); the default is returned, to be set
+    /// apart (refusal logged once), unless a config of the key was given.
+    fn batch_rows(&mut self, config: &ConnectionString) -> BuilderConfigs {
+        let mut defaults = BuilderConfigs::default();
+        let key = ResultBatchRows::CONF;
+        match self.result_batch_rows.or(config.result_batch_rows()) {
+            Some(rows) => {
+                if let Some(v) = rows.conf_value() {
+                    self.configs.set(key.to_owned(), v);
+                }
+            }
+            None => {
+                if !self.configs.0.iter().any(|(k, _)| k == key)
+                    && let Some(v) = ResultBatchRows::DEFAULT.conf_value()
+                {
+                    defaults.set(key.to_owned(), v);
+                }
+            }
+        }
+        defaults
     }
 
     /// The session's channel and credentials.

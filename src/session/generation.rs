@@ -23,6 +23,9 @@ pub(crate) struct Generation {
     pub(super) stale: AtomicBool,
     /// Set once the builder's configs were applied to this session.
     pub(super) configured: tokio::sync::OnceCell<()>,
+    /// The client's default confs were set (or refused) on this session,
+    /// when sent alone (no builder configs).
+    pub(super) defaults_set: std::sync::atomic::AtomicBool,
 }
 
 impl Generation {
@@ -32,6 +35,7 @@ impl Generation {
             server_side: Mutex::new(None),
             stale: AtomicBool::new(false),
             configured: tokio::sync::OnceCell::new(),
+            defaults_set: Default::default(),
         }
     }
     /// The client session id.

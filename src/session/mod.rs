@@ -58,6 +58,7 @@ mod view;
 pub use crate::connect::channel;
 pub use crate::connect::conn_string;
 pub use crate::connect::flow_control::Http2FlowControl;
+pub use crate::connect::result_batch_rows::ResultBatchRows;
 pub use crate::connect::result_compression::ResultCompression;
 #[cfg(feature = "tls")]
 pub use crate::connect::tls;

@@ -23,6 +23,11 @@ pub(crate) struct Options {
     pub(crate) interrupt_on_drop: bool,
     /// Spark configs set on every server-side session before its first call.
     pub(crate) configs: BuilderConfigs,
+    /// The client's own defaults, set after `configs` on every server-side
+    /// session; a server that refuses them is logged once and ignored.
+    pub(crate) default_configs: BuilderConfigs,
+    /// A refusal of `default_configs` was logged.
+    pub(crate) default_configs_refused: std::sync::atomic::AtomicBool,
     /// Move a stale session to a fresh server-side session for new calls.
     pub(crate) renew_stale_session: bool,
     /// Resume queries whose execution the server lost (verified).

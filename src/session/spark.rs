@@ -292,6 +292,24 @@ impl SparkSession {
         F: Fn(SparkClient, tonic::Request<Req>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<Resp>, Status>>,
     {
+        let retrying = self.inner.options.retrying.clone();
+        self.send_with(retrying, deadline, req, call).await
+    }
+
+    /// [`send`](Self::send) under `retrying` instead of the session's loop
+    /// (a call that is only worth one attempt).
+    pub(super) async fn send_with<Req, Resp, F, Fut>(
+        &self,
+        retrying: crate::retrying::Retrying,
+        deadline: Option<Duration>,
+        req: Req,
+        call: &F,
+    ) -> Result<Resp, Status>
+    where
+        Req: Clone + UnaryRequest,
+        F: Fn(SparkClient, tonic::Request<Req>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<Resp>, Status>>,
+    {
         let span = tracing::info_span!(
             "spark_connect",
             rpc.system = "grpc",
@@ -302,10 +320,7 @@ impl SparkSession {
             session_id = req.session_id(),
         );
         let token = &CallToken::new(self.inner.options.credentials.as_ref());
-        self.inner
-            .options
-            .retrying
-            .clone()
+        retrying
             .with_method(Req::PATH)
             .run::<_, std::convert::Infallible, _, _>(|| {
                 let used = token.slot();

@@ -412,7 +412,7 @@ fn chunks(rows: i64, parts: usize, first_id: usize) -> Vec<ExecutePlanResponse> 
                 &format!("c{}", first_id + i),
                 ArrowBatch {
                     row_count: rows,
-                    data: c.to_vec(),
+                    data: c.to_vec().into(),
                     start_offset: Some(0),
                     chunk_index: Some(i as i64),
                     num_chunks_in_batch: Some(parts as i64),
@@ -454,7 +454,7 @@ async fn a_batch_whose_row_count_disagrees_is_never_delivered() {
             "b1",
             ArrowBatch {
                 row_count: 11,
-                data: ipc(10),
+                data: ipc(10).into(),
                 start_offset: Some(0),
                 ..Default::default()
             },
@@ -484,7 +484,7 @@ async fn a_negative_chunk_count_is_an_error() {
             "b1",
             ArrowBatch {
                 row_count: 10,
-                data: ipc(10),
+                data: ipc(10).into(),
                 num_chunks_in_batch: Some(-2),
                 ..Default::default()
             },
@@ -500,7 +500,7 @@ async fn a_negative_chunk_count_is_an_error() {
 async fn a_duplicate_response_id_with_a_start_offset_is_an_error() {
     let b = |start| ArrowBatch {
         row_count: 10,
-        data: ipc(10),
+        data: ipc(10).into(),
         start_offset: Some(start),
         ..Default::default()
     };
@@ -534,7 +534,7 @@ async fn corrupt_arrow_data_is_a_typed_error_on_the_callers_task() {
             "b1",
             ArrowBatch {
                 row_count: 1,
-                data,
+                data: data.into(),
                 start_offset: Some(0),
                 ..Default::default()
             },

@@ -205,7 +205,9 @@ async fn plans_over_the_servers_threshold_go_compressed() {
         .start()
         .await
         .unwrap();
-    let spark = SparkSession::connect(&s.remote()).unwrap();
+    // No Config call of the client's own (rows per batch): the count is the plan confs'.
+    let spark =
+        SparkSession::connect(&format!("{}/;result_batch_rows=server", s.remote())).unwrap();
     // Small: plain, and the confs are not even read.
     assert_exact(&run(&spark, QUERY).await.unwrap(), 300_000);
     assert!(!sent_compressed(&s.last_execute_request().unwrap()));
@@ -227,7 +229,9 @@ async fn a_server_without_the_confs_gets_plain_plans() {
             b = b.conf(k, v);
         }
         let s = b.start().await.unwrap();
-        let spark = SparkSession::connect(&s.remote()).unwrap();
+        // No Config call of the client's own (rows per batch): the count is the plan confs'.
+        let spark =
+            SparkSession::connect(&format!("{}/;result_batch_rows=server", s.remote())).unwrap();
         for _ in 0..2 {
             assert_exact(&run(&spark, &large_query()).await.unwrap(), 300_000);
             assert!(!sent_compressed(&s.last_execute_request().unwrap()));

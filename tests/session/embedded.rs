@@ -7,7 +7,7 @@ use spark_connect_retry::policy::PySparkPolicy;
 use spark_connect_retry::policy::RetryPolicy;
 use spark_connect_retry::retrying::PySparkRetrying;
 use spark_connect_retry::retrying::Retrying;
-use spark_connect_retry::session::{SparkError, SparkSession};
+use spark_connect_retry::session::{ResultBatchRows, SparkError, SparkSession};
 use spark_connect_testkit::held_clock::HeldClock;
 use spark_connect_testkit::{CutMode, CutSchedule, Direction, FaultProxy};
 use spark_connect_testkit::{Fault, Rpc, TestServer};
@@ -147,7 +147,13 @@ async fn unary_rpcs_are_retried_under_the_policy() {
     s.faults()
         .push(Fault::reset_connection().on(Rpc::AnalyzePlan));
     let sleeper = RecordingSleeper::new();
-    let spark = session(&s, &sleeper);
+    let spark = SparkSession::builder()
+        .remote(s.remote())
+        // Not about batch sizes: no Config call of the client's own.
+        .result_batch_rows(ResultBatchRows::ServerDefault)
+        .retrying(fast_retrying(&sleeper))
+        .build()
+        .unwrap();
     spark.config_set(&[("a", "b")]).await.unwrap();
     assert_eq!(spark.spark_version().await.unwrap(), "4.3.0");
     assert_eq!(sleeper.sleeps_ms(), vec![50, 200, 50]);

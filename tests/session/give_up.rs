@@ -7,7 +7,7 @@
 use std::error::Error as _;
 use std::task::{Context, Poll};
 
-use spark_connect_retry::session::{ServerError, SparkError, SparkSession};
+use spark_connect_retry::session::{ResultBatchRows, ServerError, SparkError, SparkSession};
 use spark_connect_retry::transport::grpc_channel;
 use spark_connect_testkit::TestServer;
 use tonic::transport::{Channel, Endpoint};
@@ -145,6 +145,8 @@ async fn an_upload_against_a_closed_port_says_what_it_tried() {
     let sleeper = RecordingSleeper::new();
     let spark = SparkSession::builder()
         .remote(format!("sc://{addr}"))
+        // Not about batch sizes: no Config call of the client's own.
+        .result_batch_rows(ResultBatchRows::ServerDefault)
         .channel(channel)
         .retrying(recorded(&sleeper, 1))
         .build()

@@ -13,7 +13,7 @@ use spark_connect_retry::policy::PySparkPolicy;
 use spark_connect_retry::policy::RetryPolicy;
 use spark_connect_retry::retrying::PySparkRetrying;
 use spark_connect_retry::retrying::{RETRIES_EXCEEDED, Retrying};
-use spark_connect_retry::session::SparkSession;
+use spark_connect_retry::session::{ResultBatchRows, SparkSession};
 use spark_connect_testkit::{Fault, Rpc, TestServer};
 use tonic::Status;
 use tonic_retry::retrying::RecordingSleeper;
@@ -101,6 +101,8 @@ async fn a_session_retry_names_the_call_attempt_status_wait_and_policy() {
         .push(Fault::unavailable().on(Rpc::Config).times(1));
     let spark = SparkSession::builder()
         .remote(format!("sc://{}", server.addr()))
+        // Not about batch sizes: no Config call of the client's own.
+        .result_batch_rows(ResultBatchRows::ServerDefault)
         .retrying(quick_retrying())
         .build()
         .unwrap();

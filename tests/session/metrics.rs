@@ -11,7 +11,9 @@ use spark_connect_retry::policy::PySparkPolicy;
 use spark_connect_retry::policy::RetryPolicy;
 use spark_connect_retry::retrying::PySparkRetrying;
 use spark_connect_retry::retrying::Retrying;
-use spark_connect_retry::session::{ArrowStream, SparkSession, SparkSessionBuilder};
+use spark_connect_retry::session::{
+    ArrowStream, ResultBatchRows, SparkSession, SparkSessionBuilder,
+};
 use spark_connect_testkit::held_clock::HeldClock;
 use spark_connect_testkit::{Fault, Rpc, TestServer};
 use tonic_retry::retrying::RecordingSleeper;
@@ -36,6 +38,8 @@ fn builder(s: &TestServer, pipeline: &Pipeline, sleeper: &RecordingSleeper) -> S
         .unwrap();
     SparkSession::builder()
         .remote(s.remote())
+        // Not about batch sizes: no Config call of the client's own.
+        .result_batch_rows(ResultBatchRows::ServerDefault)
         .retrying(
             Retrying::pyspark_with(vec![policy])
                 .with_sleeper(sleeper.clone())

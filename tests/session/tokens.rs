@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use arrow_array::{Array, Int64Array};
-use spark_connect_retry::session::{SparkError, SparkSession};
+use spark_connect_retry::session::{ResultBatchRows, SparkError, SparkSession};
 use spark_connect_retry::token::Token;
 use spark_connect_retry::token::{AccessToken, TokenError, TokenFuture, TokenProvider};
 use spark_connect_testkit::{Rpc, TestServer, TokenRotation};
@@ -80,6 +80,8 @@ fn local(server: &TestServer) -> String {
 fn session(server: &TestServer, provider: Arc<Mirror>, sleeper: &RecordingSleeper) -> SparkSession {
     SparkSession::builder()
         .remote(local(server))
+        // Not about batch sizes: no Config call of the client's own.
+        .result_batch_rows(ResultBatchRows::ServerDefault)
         .token_provider(provider)
         .retrying(recorded(sleeper, 1))
         .build()

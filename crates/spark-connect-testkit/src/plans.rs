@@ -73,7 +73,7 @@ pub fn sql_command(query: &str) -> proto::Plan {
 
 /// Decodes the Arrow IPC stream of one `ArrowBatch` response.
 pub fn decode(batch: &ArrowBatch) -> Result<Vec<RecordBatch>, ArrowError> {
-    StreamReader::try_new(Cursor::new(batch.data.as_slice()), None)?.collect()
+    StreamReader::try_new(Cursor::new(&batch.data[..]), None)?.collect()
 }
 
 /// The values of Int64 column `column` across the `ArrowBatch` responses in

@@ -120,6 +120,15 @@ pub enum ConnectionStringError {
         /// The value given (at most its first 32 characters).
         value: String,
     },
+    /// `result_batch_rows` is not `server` or a row count in
+    /// `0..=2147483647` (the value is quoted: a number, never a secret).
+    #[error(
+        "connection string parameter 'result_batch_rows' is {value:?}: expected server or a row count in 0..=2147483647"
+    )]
+    ResultBatchRows {
+        /// The value given (at most its first 32 characters).
+        value: String,
+    },
     /// The user agent is longer than 2,048 characters once percent-encoded.
     #[error(
         "user agent is {encoded_len} characters once percent-encoded; at most {MAX_USER_AGENT_LEN} are allowed"

@@ -27,6 +27,7 @@
 //! | `grpc_http2_bdp_probe` | `false` | `true` / `false`, any case; `true` (hyper's adaptive window) excludes both window sizes |
 //! | `tls_ca_file` | none (the platform's roots) | a PEM file of CA certificates to trust instead; turns TLS on |
 //! | `result_compression` | none (the server's default) | `none` / `zstd` / `lz4`, any case: sets `spark.sql.execution.arrow.compression.codec` when the session starts ([`ResultCompression`](crate::session::ResultCompression)) |
+//! | `result_batch_rows` | `100000` ([`ResultBatchRows::DEFAULT`](crate::session::ResultBatchRows::DEFAULT)) | `server` (set nothing: the server's value) or a row count in `0..=2147483647`: sets `spark.sql.execution.arrow.maxRecordsPerBatch` when the session starts ([`ResultBatchRows`](crate::session::ResultBatchRows)) |
 //! | `tls_cert_file`, `tls_key_file` | none | a PEM client certificate and its key (mutual TLS), both or neither; turns TLS on |
 //! | anything else | — | sent as gRPC metadata on every call |
 //!
@@ -95,7 +96,8 @@
 //!   case. A token with host `localhost` goes over plaintext, as upstream does.
 //! * **`result_compression`** is this client's own key (PySpark sets the conf with
 //!   `spark.conf.set`); an invalid value is the one error that quotes it (a codec name).
-//! * **Secrets in errors.** Errors never quote a value (but see `result_compression`), only the name of the offending part
+//!   So is **`result_batch_rows`** (its invalid value is quoted too: a number).
+//! * **Secrets in errors.** Errors never quote a value (but see `result_compression`, `result_batch_rows`), only the name of the offending part
 //!   (scheme, host, port, path, parameter position or key). Authority text is never quoted
 //!   either, because a malformed string such as `sc://h:1;token=x` puts a token there.
 //!   [`ConnectionString`]'s `Debug` redacts the token and metadata values.
@@ -108,6 +110,7 @@ use tonic::metadata::MetadataMap;
 use uuid::Uuid;
 
 use super::flow_control::Http2FlowControl;
+use super::result_batch_rows::ResultBatchRows;
 use super::result_compression::ResultCompression;
 use crate::token::Token;
 
@@ -184,6 +187,7 @@ pub struct ConnectionString {
     metadata: MetadataMap,
     tls_files: TlsFiles,
     result_compression: Option<ResultCompression>,
+    result_batch_rows: Option<ResultBatchRows>,
 }
 
 /// The `tls_*` file parameters.
@@ -231,6 +235,7 @@ impl fmt::Debug for ConnectionString {
             .field("metadata_keys", &metadata_keys)
             .field("tls_files", &self.tls_files)
             .field("result_compression", &self.result_compression)
+            .field("result_batch_rows", &self.result_batch_rows)
             .finish()
     }
 }
@@ -309,6 +314,7 @@ impl ConnectionString {
             metadata: MetadataMap::new(),
             tls_files: TlsFiles::default(),
             result_compression: None,
+            result_batch_rows: None,
         };
         let mut windows = WindowParams::default();
         let mut user_agent = None;
@@ -367,6 +373,7 @@ impl ConnectionString {
                     }
                     BDP_PROBE_KEY => windows.bdp_probe = parse_bool(BDP_PROBE_KEY, &value)?,
                     "result_compression" => cs.result_compression = Some(value.parse()?),
+                    "result_batch_rows" => cs.result_batch_rows = Some(value.parse()?),
                     "tls_ca_file" => {
                         cs.tls_files.ca = Some(non_empty("tls_ca_file", value)?.into())
                     }
@@ -556,6 +563,12 @@ impl ConnectionString {
     /// The `result_compression` parameter, if given.
     pub fn result_compression(&self) -> Option<ResultCompression> {
         self.result_compression
+    }
+
+    /// The `result_batch_rows` parameter, if given (when not, a session
+    /// asks for [`ResultBatchRows::DEFAULT`](crate::session::ResultBatchRows::DEFAULT)).
+    pub fn result_batch_rows(&self) -> Option<ResultBatchRows> {
+        self.result_batch_rows
     }
 
     /// Extra gRPC metadata (the unknown parameters), sent on every call. Values are marked

@@ -57,10 +57,22 @@ impl TestServerBuilder {
         self
     }
 
-    /// Rows per `ArrowBatch` response (default [`DEFAULT_ROWS_PER_BATCH`](crate::DEFAULT_ROWS_PER_BATCH);
-    /// 0 is treated as 1).
+    /// The most rows per `ArrowBatch` response (default [`DEFAULT_ROWS_PER_BATCH`](crate::DEFAULT_ROWS_PER_BATCH);
+    /// 0 is treated as 1): the server's own cap, as Spark's
+    /// `spark.connect.grpc.arrow.maxBatchSize` caps a batch's bytes. A
+    /// session's `spark.sql.execution.arrow.maxRecordsPerBatch`, when set
+    /// and positive, makes batches smaller still (never larger).
     pub fn rows_per_batch(mut self, rows: u64) -> Self {
         self.settings.rows_per_batch = rows.max(1);
+        self
+    }
+
+    /// Refuse a Config `Set` of session conf `key` with Spark's
+    /// `CANNOT_MODIFY_CONFIG` (as Spark does for a static conf, and as a
+    /// server without the conf might): the whole `Set` fails, nothing of
+    /// it is applied.
+    pub fn refuse_conf(mut self, key: impl Into<String>) -> Self {
+        self.settings.refused_confs.insert(key.into());
         self
     }
 
@@ -122,7 +134,9 @@ impl TestServerBuilder {
     /// every new session starts with it, and the `Config` RPC reads and
     /// overrides it per session. The server honours
     /// `spark.sql.execution.arrow.compression.codec` (`zstd`, `lz4`,
-    /// `none`): result batches are compressed Arrow IPC, as Spark 4.1+.
+    /// `none`): result batches are compressed Arrow IPC, as Spark 4.1+;
+    /// and `spark.sql.execution.arrow.maxRecordsPerBatch` (see
+    /// [`rows_per_batch`](Self::rows_per_batch)).
     pub fn conf(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.settings.default_conf.insert(key.into(), value.into());
         self

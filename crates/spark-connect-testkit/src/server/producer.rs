@@ -47,6 +47,10 @@ pub(super) async fn produce(
     }
 }
 
+/// The session conf of the rows per result batch (Spark's; unset, zero
+/// or negative: the server's `rows_per_batch` alone).
+const MAX_RECORDS_CONF: &str = "spark.sql.execution.arrow.maxRecordsPerBatch";
+
 /// Appends the Arrow batches of `rows` (each after an `ExecutionProgress`
 /// when configured). `true` when every batch was appended; `false` when the
 /// execution failed or ended early (cancelled, released).
@@ -77,8 +81,14 @@ async fn produce_rows(shared: &Shared, op: &Operation, rows: &Source) -> bool {
             settings.max_chunk_bytes
         }
     });
+    // Spark reads the batch size when the execution starts, too.
+    let batch_rows = shared
+        .session_conf(&op.session_id, MAX_RECORDS_CONF)
+        .and_then(|v| v.trim().parse::<i64>().ok())
+        .and_then(|n| u64::try_from(n).ok().filter(|n| *n > 0))
+        .map_or(settings.rows_per_batch, |n| n.min(settings.rows_per_batch));
     loop {
-        let len = rows.next_len(offset, settings.rows_per_batch);
+        let len = rows.next_len(offset, batch_rows);
         let data = match rows.ipc_batch(offset, len).and_then(|d| match codec {
             Some(c) => super::codec::compress(&d, c),
             None => Ok(d),
@@ -158,7 +168,7 @@ fn arrow_batch(
     len: u64,
     chunk: Option<usize>,
 ) -> Vec<proto::ExecutePlanResponse> {
-    let one = |data: Vec<u8>, index: Option<i64>, chunks: Option<i64>| {
+    let one = |data: bytes::Bytes, index: Option<i64>, chunks: Option<i64>| {
         response(epr::ResponseType::ArrowBatch(epr::ArrowBatch {
             row_count: len as i64,
             data,
@@ -169,14 +179,17 @@ fn arrow_batch(
     };
     match chunk {
         Some(size) if data.len() > size => {
+            let data = bytes::Bytes::from(data);
             let n = data.len().div_ceil(size) as i64;
-            data.chunks(size)
-                .enumerate()
-                .map(|(i, c)| one(c.to_vec(), Some(i as i64), Some(n)))
+            (0..n as usize)
+                .map(|i| {
+                    let end = ((i + 1) * size).min(data.len());
+                    one(data.slice(i * size..end), Some(i as i64), Some(n))
+                })
                 .collect()
         }
-        Some(_) => vec![one(data, Some(0), Some(1))],
-        None => vec![one(data, None, None)],
+        Some(_) => vec![one(data.into(), Some(0), Some(1))],
+        None => vec![one(data.into(), None, None)],
     }
 }
 

@@ -114,6 +114,22 @@ fn answer_config(
 ) -> Result<proto::ConfigResponse, Status> {
     let session_id = &req.session_id;
     let op = req.operation.as_ref().and_then(|o| o.op_type.as_ref());
+    if let Some(proto::config_request::operation::OpType::Set(set)) = op
+        && let Some(p) = set
+            .pairs
+            .iter()
+            .find(|p| shared.settings.refused_confs.contains(&p.key))
+    {
+        let e = SparkException::new(
+            "CANNOT_MODIFY_CONFIG",
+            "46110",
+            format!(
+                "Cannot modify the value of the Spark config: \"{}\".",
+                p.key
+            ),
+        );
+        return Err(shared.spark_status(&e, Some(session_id)));
+    }
     let applied = {
         let mut st = lock(&shared.state);
         let Some(session) = st.sessions.get_mut(session_id) else {

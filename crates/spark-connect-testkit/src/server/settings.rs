@@ -54,6 +54,8 @@ pub(crate) struct Settings {
     pub(crate) default_conf: std::collections::BTreeMap<String, String>,
     /// Read `Plan.compressed_operation` (else: `CANNOT_PARSE`).
     pub(crate) compressed_plans: bool,
+    /// Session confs a Config `Set` is refused for (`CANNOT_MODIFY_CONFIG`).
+    pub(crate) refused_confs: std::collections::BTreeSet<String>,
 }
 
 impl Default for Settings {
@@ -65,6 +67,7 @@ impl Default for Settings {
             max_bytes_per_stream: None,
             max_stream_duration: Some(DEFAULT_MAX_STREAM_DURATION),
             rows_per_batch: DEFAULT_ROWS_PER_BATCH,
+            refused_confs: Default::default(),
             batch_delay: Duration::ZERO,
             execution_progress: false,
             schema_response: true,
