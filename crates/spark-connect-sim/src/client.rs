@@ -7,7 +7,6 @@
 use std::future::Future;
 use std::io::Cursor;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -22,6 +21,7 @@ use spark_connect_retry::retrying::{PySparkRetrying, Retrying};
 use spark_connect_stub::spark::connect as pb;
 use tower::{Layer, Service};
 
+use crate::net::{PUSHBACK, RequestLog};
 use crate::trace::Trace;
 
 /// A deliberately broken client, to show that the simulation can fail.
@@ -34,9 +34,6 @@ pub enum Defect {
     /// the network, so the server resumes from the start.
     DropLastResponseId,
 }
-
-/// Every request the client sent, by RPC, at simulated time.
-pub type RequestLog = Arc<Mutex<Vec<(Duration, String)>>>;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -85,13 +82,23 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let defect = self.defect;
+        let log = self.log.clone();
         Box::pin(async move {
             let req = if defect == Defect::DropLastResponseId && rpc == "ReattachExecute" {
                 drop_last_response_id(req).await?
             } else {
                 req
             };
-            inner.call(req).await.map_err(Into::into)
+            let resp = inner.call(req).await.map_err(Into::into)?;
+            // A trailers-only RESOURCE_EXHAUSTED: a pushback (RetryInfo) the
+            // retry must honour; logged apart from the requests.
+            if resp.headers().get("grpc-status").map(|v| v.as_bytes()) == Some(b"8") {
+                let at = turmoil::sim_elapsed().unwrap_or_default();
+                log.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push((at, PUSHBACK.to_owned()));
+            }
+            Ok(resp)
         })
     }
 }
@@ -155,6 +162,10 @@ impl Ids {
 /// How the query ended, as the stub saw it.
 #[derive(Debug, Clone, Default)]
 pub struct QueryResult {
+    /// The first row id the query must deliver.
+    pub start: i64,
+    /// How many rows it must deliver.
+    pub expected: i64,
     /// Every row id delivered, in order of delivery.
     pub rows: Vec<i64>,
     /// Whether `ResultComplete` arrived.
@@ -234,6 +245,7 @@ pub async fn run_query(setup: &ClientSetup, log: RequestLog, trace: &Trace) -> Q
     };
     let mut out = QueryResult {
         offsets_ok: true,
+        expected: setup.rows,
         ..Default::default()
     };
     trace.now(format!(

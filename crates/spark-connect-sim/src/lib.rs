@@ -15,6 +15,7 @@ pub mod client;
 pub mod net;
 pub mod properties;
 pub mod schedule;
+pub mod session;
 pub mod shrink;
 pub mod trace;
 pub mod world;

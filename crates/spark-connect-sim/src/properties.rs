@@ -14,6 +14,8 @@
 //!   [`MAX_REQUESTS_PER_SECOND`] requests beyond two per response received
 //!   (a reattach and a release per response is what a server that ends
 //!   every stream after one response asks for).
+//! * **RetryInfo honoured** (the stub): after a `RESOURCE_EXHAUSTED` with a
+//!   `RetryInfo`, no request but a release before the delay it asked for.
 //! * **Nothing left behind**: where releases are the client's, a running
 //!   server holds no execution once the client is done.
 //! * **Stats agree** (direct): the server saw no call the client did not
@@ -22,7 +24,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::schedule::{Fault, Schedule, Topology};
+use crate::client::QueryResult;
+use crate::schedule::{ClientKind, Fault, Schedule, Topology};
 use crate::world::Outcome;
 
 /// The most requests the client may send in any one simulated second,
@@ -43,7 +46,8 @@ pub const TYPED_ERRORS: [&str; 5] = [
 /// A property that did not hold.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Violation {
-    /// Which property: `hang`, `data`, `error`, `storm`, `leak`, `stats`.
+    /// Which property: `hang`, `data`, `error`, `storm`, `retry_info`,
+    /// `leak`, `stats`.
     pub property: &'static str,
     /// What was seen.
     pub detail: String,
@@ -62,64 +66,58 @@ pub fn check(schedule: &Schedule, outcome: &Outcome) -> Vec<Violation> {
     if let Some(e) = &outcome.sim_error {
         fail("hang", format!("hang or host error: {e}"));
     }
-    match &outcome.result {
+    match &outcome.results {
         None => fail("hang", "the client never finished".into()),
-        Some(r) => {
-            if let Some(i) = r
-                .rows
-                .iter()
-                .enumerate()
-                .position(|(i, id)| *id != i as i64)
-            {
-                fail(
-                    "data",
-                    format!(
-                        "wrong data: row {i} is {} (lost or duplicated rows)",
-                        r.rows[i]
-                    ),
-                );
-            }
-            if !r.offsets_ok {
-                fail("data", "a batch arrived at the wrong start_offset".into());
-            }
-            match &r.error {
-                None if r.complete && r.rows.len() as i64 != schedule.rows => fail(
-                    "data",
-                    format!("complete with {} rows of {}", r.rows.len(), schedule.rows),
-                ),
-                None if !r.complete => fail(
-                    "data",
-                    format!(
-                        "the stream ended without ResultComplete after {} rows",
-                        r.rows.len()
-                    ),
-                ),
-                None => {}
-                Some((code, msg)) => {
-                    if !schedule.may_lose_state() {
-                        fail(
-                            "error",
-                            format!("an error without a fault that loses state: {code:?} {msg}"),
-                        );
-                    } else if !TYPED_ERRORS.iter().any(|t| msg.contains(t)) {
-                        fail("error", format!("an undocumented error: {code:?} {msg}"));
-                    }
-                }
+        Some(results) => {
+            for (k, r) in results.iter().enumerate() {
+                check_query(schedule, k, r, &mut fail);
             }
         }
     }
-    let responses = outcome
-        .result
-        .as_ref()
-        .map(|r| r.responses.as_slice())
-        .unwrap_or_default();
-    if let Some((n, r)) = storm(&outcome.requests, responses) {
+    let mut responses: Vec<Duration> = outcome
+        .results
+        .iter()
+        .flatten()
+        .flat_map(|r| r.responses.iter().copied())
+        .collect();
+    responses.sort();
+    if let Some((n, r)) = storm(&outcome.requests, &responses) {
         fail(
             "storm",
             format!("a storm: {n} requests and {r} responses within one simulated second"),
         );
     }
-    let releases_are_clients = schedule.topology == Topology::Direct || outcome.released;
+    // RetryInfo is a floor: no request but a release before the delay the
+    // server asked for (the shortest of the schedule's, as a pushback is
+    // not matched to its fault).
+    let floor = schedule
+        .faults
+        .iter()
+        .filter_map(|f| match f {
+            Fault::RetryInfo { ms, .. } => Some(Duration::from_millis(*ms)),
+            _ => None,
+        })
+        .min();
+    if let Some(floor) = floor {
+        for at in &outcome.pushbacks {
+            if let Some((next, rpc)) = outcome
+                .requests
+                .iter()
+                .find(|(t, rpc)| t >= at && rpc != "ReleaseExecute")
+                && *next < *at + floor
+            {
+                fail(
+                    "retry_info",
+                    format!(
+                        "{rpc} {:?} after a RESOURCE_EXHAUSTED asking for at least {floor:?}",
+                        *next - *at
+                    ),
+                );
+            }
+        }
+    }
+    let stub = schedule.client == ClientKind::Stub;
+    let releases_are_clients = (stub && schedule.topology == Topology::Direct) || outcome.released;
     if releases_are_clients
         && let Some(live) = &outcome.live_executions
         && !live.is_empty()
@@ -131,7 +129,21 @@ pub fn check(schedule: &Schedule, outcome: &Outcome) -> Vec<Violation> {
     // Through the guard the client's calls are the guard's to carry (it
     // retries an ExecutePlan itself): only direct calls are compared.
     let mut pairs = vec![];
-    if schedule.topology == Topology::Direct {
+    // A query whose `sql()` failed has no stream, so no counters: its
+    // calls are unknown, and the session is then not compared.
+    let all_stats = outcome.stream_stats.iter().all(Option::is_some);
+    if schedule.topology == Topology::Direct && !stub && all_stats {
+        // The session's own counters: each query's ExecutePlan, its
+        // re-executes and reattaches. The requests it sent are not named
+        // (they are counted from HTTP/2 frames), so these stand in.
+        let stats: Vec<_> = outcome.stream_stats.iter().flatten().collect();
+        let queries = outcome.results.as_ref().map_or(0, Vec::len) as u64;
+        let execs = queries + stats.iter().map(|s| s.re_executes).sum::<u64>();
+        let reattaches = stats.iter().map(|s| s.reattaches).sum::<u64>();
+        pairs.push(("ExecutePlan", calls.execute, execs));
+        pairs.push(("ReattachExecute", calls.reattach, reattaches));
+    }
+    if schedule.topology == Topology::Direct && stub {
         pairs.push(("ExecutePlan", calls.execute, sent("ExecutePlan")));
         pairs.push(("ReattachExecute", calls.reattach, sent("ReattachExecute")));
         pairs.push((
@@ -168,6 +180,66 @@ pub fn check(schedule: &Schedule, outcome: &Outcome) -> Vec<Violation> {
         }
     }
     v
+}
+
+/// The data and error properties of query `k`.
+fn check_query(
+    schedule: &Schedule,
+    k: usize,
+    r: &QueryResult,
+    fail: &mut impl FnMut(&'static str, String),
+) {
+    if let Some(i) = r
+        .rows
+        .iter()
+        .enumerate()
+        .position(|(i, id)| *id != r.start + i as i64)
+    {
+        fail(
+            "data",
+            format!(
+                "query {k}: wrong data: row {i} is {} (lost, duplicated or another query's rows)",
+                r.rows[i]
+            ),
+        );
+    }
+    if !r.offsets_ok {
+        fail(
+            "data",
+            format!("query {k}: a batch arrived at the wrong start_offset"),
+        );
+    }
+    match &r.error {
+        None if r.complete && r.rows.len() as i64 != r.expected => fail(
+            "data",
+            format!(
+                "query {k}: complete with {} rows of {}",
+                r.rows.len(),
+                r.expected
+            ),
+        ),
+        None if !r.complete => fail(
+            "data",
+            format!(
+                "query {k}: the stream ended without ResultComplete after {} rows",
+                r.rows.len()
+            ),
+        ),
+        None => {}
+        Some((code, msg)) => {
+            if !schedule.may_lose_state() {
+                fail(
+                    "error",
+                    format!("query {k}: an error without a fault that loses state: {code:?} {msg}"),
+                );
+            } else if !TYPED_ERRORS.iter().any(|t| msg.contains(t)) {
+                fail(
+                    "error",
+                    format!("query {k}: an undocumented error: {code:?} {msg}"),
+                );
+            }
+        }
+    }
 }
 
 /// The worst simulated second (requests, responses), if over the bound.

@@ -18,6 +18,20 @@ pub enum Topology {
     Guard,
 }
 
+/// The client under test.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientKind {
+    /// The generated stub over the `ReattachLayer` (one query).
+    Stub,
+    /// A `SparkSession` built from `sc://` with a connector on simulated
+    /// TCP, running one SQL query per entry at once (the rows of each), then
+    /// closed.
+    Session {
+        /// Rows of each query; all run at the same time on one session.
+        queries: Vec<i64>,
+    },
+}
+
 /// One link of the simulated network.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Link {
@@ -212,6 +226,9 @@ pub struct Schedule {
     pub chunk_bytes: Option<i64>,
     /// The faults, in the order drawn.
     pub faults: Vec<Fault>,
+    /// The client (drawn from a stream of its own, so that the world and
+    /// the faults of a seed are the same for either client).
+    pub client: ClientKind,
 }
 
 const RPCS: [StreamRpc; 2] = [StreamRpc::Execute, StreamRpc::Reattach];
@@ -237,6 +254,7 @@ impl Schedule {
         for i in 0..rng.random_range(0..6) {
             faults.push(Self::draw_fault(&mut rng, i == 0, topology));
         }
+        let client = Self::draw_client(seed, rows);
         Schedule {
             seed,
             topology,
@@ -245,7 +263,22 @@ impl Schedule {
             max_responses_per_stream,
             chunk_bytes,
             faults,
+            client,
         }
+    }
+
+    /// The client: the stub for about half of the seeds, else a session
+    /// running one to three queries at once (the first of `rows` rows).
+    fn draw_client(seed: u64, rows: i64) -> ClientKind {
+        let mut rng = StdRng::seed_from_u64(seed ^ 0xc1_1e47);
+        if rng.random_bool(0.5) {
+            return ClientKind::Stub;
+        }
+        let mut queries = vec![rows];
+        for _ in 1..rng.random_range(1..4) {
+            queries.push(rng.random_range(1..2000));
+        }
+        ClientKind::Session { queries }
     }
 
     fn draw_fault(rng: &mut StdRng, first: bool, topology: Topology) -> Fault {
@@ -323,6 +356,9 @@ impl fmt::Display for Schedule {
             self.max_responses_per_stream,
             self.chunk_bytes
         )?;
+        if let ClientKind::Session { queries } = &self.client {
+            writeln!(f, "  client: a session running {queries:?} rows at once")?;
+        }
         if self.faults.is_empty() {
             writeln!(f, "  (no faults)")?;
         }

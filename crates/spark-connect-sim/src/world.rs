@@ -12,12 +12,14 @@ use std::time::Duration;
 
 use spark_connect_guard::Guard;
 use spark_connect_retry::layer::ReattachLayer;
+use spark_connect_retry::reattach::StreamStats;
 use spark_connect_retry::retrying::{PySparkRetrying, Retrying};
 use spark_connect_testkit::{CallCounts, Fault as KitFault, Rpc, SparkException, TestServer};
 
-use crate::client::{ClientSetup, Defect, QueryResult, RequestLog, run_query};
-use crate::net::{self, PORT};
-use crate::schedule::{Fault, Link, Schedule, StreamRpc, Topology};
+use crate::client::{ClientSetup, Defect, QueryResult, run_query};
+use crate::net::{self, PORT, PUSHBACK, RequestLog};
+use crate::schedule::{ClientKind, Fault, Link, Schedule, StreamRpc, Topology};
+use crate::session::{SessionResult, run_session};
 use crate::trace::Trace;
 
 /// How the world is run (the same for every seed of a sample).
@@ -47,20 +49,27 @@ impl Default for WorldConfig {
 /// What one run left behind, for the properties and the trace.
 #[derive(Debug)]
 pub struct Outcome {
-    /// The client's result; `None` when it never finished.
-    pub result: Option<QueryResult>,
+    /// Each query's result (one for the stub); `None` when the client
+    /// never finished.
+    pub results: Option<Vec<QueryResult>>,
+    /// The session's counters of each query's stream (empty for the stub).
+    pub stream_stats: Vec<Option<StreamStats>>,
     /// turmoil's error (the time limit, a host's error), if any.
     pub sim_error: Option<String>,
     /// Simulated time at the end.
     pub elapsed: Duration,
     /// Every request the client sent, at simulated time.
     pub requests: Vec<(Duration, String)>,
+    /// When the client was answered `RESOURCE_EXHAUSTED` at once (the stub,
+    /// under the layer).
+    pub pushbacks: Vec<Duration>,
     /// What the server counted, summed over its lives (a crash starts a new one).
     pub server_calls: CallCounts,
     /// The executions the server holds at the end (`None`: it is down).
     pub live_executions: Option<Vec<String>>,
     /// Whether the client's `release_all` was acknowledged (through the
-    /// guard, where releases are the client's).
+    /// guard, where releases are the client's), or the session's `close()`
+    /// succeeded.
     pub released: bool,
     /// The trace.
     pub trace: Trace,
@@ -249,7 +258,7 @@ pub fn run(schedule: &Schedule, config: &WorldConfig) -> Outcome {
         });
     }
     let log: RequestLog = Arc::new(Mutex::new(vec![]));
-    let result: Shared<Option<QueryResult>> = Rc::default();
+    let result: Shared<Option<SessionResult>> = Rc::default();
     let released = Rc::new(std::cell::Cell::new(false));
     {
         let setup = ClientSetup {
@@ -268,14 +277,28 @@ pub fn run(schedule: &Schedule, config: &WorldConfig) -> Outcome {
         let trace = trace.clone();
         let servers = servers.clone();
         let released = released.clone();
+        let kind = schedule.client.clone();
         sim.client("client", async move {
-            let out = run_query(&setup, log, &trace).await;
-            released.set(
-                trace
-                    .lines()
-                    .iter()
-                    .any(|l| l.ends_with("client: released")),
-            );
+            let out = match &kind {
+                ClientKind::Stub => {
+                    let out = run_query(&setup, log, &trace).await;
+                    released.set(
+                        trace
+                            .lines()
+                            .iter()
+                            .any(|l| l.ends_with("client: released")),
+                    );
+                    SessionResult {
+                        queries: vec![out],
+                        ..SessionResult::default()
+                    }
+                }
+                ClientKind::Session { queries } => {
+                    let out = run_session(setup.seed, setup.target, queries, log, &trace).await;
+                    released.set(out.closed);
+                    out
+                }
+            };
             *result.borrow_mut() = Some(out);
             // Let the releases land: wait (bounded) until the server holds
             // nothing, as a client process would live on.
@@ -326,6 +349,11 @@ pub fn run(schedule: &Schedule, config: &WorldConfig) -> Outcome {
         calls.release_until += c.release_until;
         calls.release_all += c.release_all;
         calls.other += c.other;
+        calls.config += c.config;
+        calls.analyze += c.analyze;
+        calls.interrupt += c.interrupt;
+        calls.release_session += c.release_session;
+        calls.fetch_error_details += c.fetch_error_details;
         for call in life.recorded_calls() {
             trace.event(elapsed, format!("server saw {:?}", call.rpc));
         }
@@ -343,10 +371,16 @@ pub fn run(schedule: &Schedule, config: &WorldConfig) -> Outcome {
             .map(TestServer::live_executions)
             .unwrap_or_default()
     });
-    let requests = log
+    let (pushbacks, requests): (Vec<_>, Vec<_>) = log
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .clone();
+        .iter()
+        .cloned()
+        .partition(|(_, what)| what == PUSHBACK);
+    let pushbacks: Vec<Duration> = pushbacks.into_iter().map(|(at, _)| at).collect();
+    for at in &pushbacks {
+        trace.event(*at, "client saw RESOURCE_EXHAUSTED");
+    }
     for (at, rpc) in &requests {
         trace.event(*at, format!("client sent {rpc}"));
     }
@@ -354,17 +388,28 @@ pub fn run(schedule: &Schedule, config: &WorldConfig) -> Outcome {
     trace.event(
         elapsed,
         format!(
-            "end: {:?} calls {calls:?} live {live_executions:?} error {sim_error:?}",
-            result
-                .as_ref()
-                .map(|r| (r.rows.len(), r.complete, r.error.clone()))
+            "end: {:?} calls {calls:?} live {:?} error {sim_error:?}",
+            result.as_ref().map(|r| r
+                .queries
+                .iter()
+                .map(|q| (q.rows.len(), q.complete, q.error.clone()))
+                .collect::<Vec<_>>()),
+            // Counted, not listed: the list is sorted by the ids' values,
+            // which the OS RNG draws for the session.
+            live_executions.as_ref().map(Vec::len)
         ),
     );
+    let (results, stream_stats) = match result {
+        Some(r) => (Some(r.queries), r.stats),
+        None => (None, vec![]),
+    };
     Outcome {
-        result,
+        results,
+        stream_stats,
         sim_error,
         elapsed,
         requests,
+        pushbacks,
         server_calls: calls,
         live_executions,
         released: released.get(),

@@ -4,6 +4,9 @@
 //! `SIM_SEEDS=N` runs seeds `0..N` (default a sample of about a minute in
 //! a debug build), or `a..b`; `SIM_SEED=n` replays one seed with its full
 //! trace. `SIM_DEFECT_SEEDS` bounds the planted defect's search.
+//! `SIM_FIRST_FAILURE=1` stops the sample at its first failing seed and
+//! prints `first failure: seed N (M seeds) [property]`, without shrinking
+//! (`scripts/sim-mutants.sh`).
 
 use std::time::Instant;
 
@@ -37,6 +40,7 @@ fn same_failure<'a>(
 /// Runs `seeds`; on a failure prints the schedule, the violations, the
 /// shrunk schedule and the replay command. Returns the failing seeds.
 fn sample(seeds: impl Iterator<Item = u64>, config: &WorldConfig, verbose: bool) -> Vec<u64> {
+    let first_only = std::env::var("SIM_FIRST_FAILURE").is_ok_and(|v| v == "1");
     let mut failed = vec![];
     let started = Instant::now();
     let mut n = 0;
@@ -61,15 +65,24 @@ fn sample(seeds: impl Iterator<Item = u64>, config: &WorldConfig, verbose: bool)
         for v in &violations {
             println!("  violation: {v}");
         }
+        if first_only {
+            println!(
+                "first failure: seed {seed} ({n} seeds) [{}]",
+                violations[0].property
+            );
+            println!("  replay: {}", replay(seed));
+            break;
+        }
         let (small, runs) = shrink(&schedule, same_failure(&violations, config));
         println!("  shrunk in {runs} runs to:\n{small}");
         println!("  replay: {}", replay(seed));
     }
     let wall = started.elapsed();
     println!(
-        "{n} schedules in {:.2?} ({:.2} ms each, {:.0} simulated s in all), {} failed",
+        "{n} schedules in {:.2?} ({:.2} ms each, {:.0} seeds/s, {:.0} simulated s in all), {} failed",
         wall,
         wall.as_secs_f64() * 1000.0 / n.max(1) as f64,
+        n as f64 / wall.as_secs_f64().max(1e-9),
         sim_secs,
         failed.len()
     );

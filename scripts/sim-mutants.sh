@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Plants each defect of crates/spark-connect-sim/mutations/*.patch in a scratch
+# git worktree (detached at HEAD, outside the repository), builds the
+# simulation there in the `sim` profile (the shared target directory keeps the
+# dependencies), plays seeds 0, 1, 2, ... until the first failure (at most
+# SIM_MUTANT_SEEDS, default 10000), and prints a table: mutation, seeds to the
+# first failure, the failing property. A defect that survives every seed is
+# "survived". The scratch worktree is removed at the end.
+#
+#   scripts/sim-mutants.sh [PATCH...]     # default: every patch
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+MAX="${SIM_MUTANT_SEEDS:-10000}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+OUT="$CARGO_TARGET_DIR/sim-mutants"
+mkdir -p "$OUT"
+if [ "$#" -gt 0 ]; then patches=("$@"); else patches=("$ROOT"/crates/spark-connect-sim/mutations/*.patch); fi
+
+SCRATCH="$(mktemp -d "${TMPDIR:-/tmp}/sim-mutant.XXXXXX")"
+cleanup() { git -C "$ROOT" worktree remove --force "$SCRATCH" >/dev/null 2>&1 || rm -rf "$SCRATCH"; }
+trap cleanup EXIT
+git worktree add --detach "$SCRATCH" HEAD >/dev/null
+
+rows=()
+for patch in "${patches[@]}"; do
+    name="$(basename "$patch" .patch)"
+    git -C "$SCRATCH" checkout -q -- .
+    git -C "$SCRATCH" apply "$patch"
+    t0=$SECONDS
+    if ! (cd "$SCRATCH" && cargo test --profile sim -p spark-connect-sim --test sim --no-run) >"$OUT/$name.build.log" 2>&1; then
+        rows+=("| $name | build failed | see $OUT/$name.build.log |")
+        continue
+    fi
+    bin="$(sed -n 's/.*Executable tests\/sim.rs (\(.*\))$/\1/p' "$OUT/$name.build.log" | tail -n1)"
+    built=$((SECONDS - t0))
+    t1=$SECONDS
+    SIM_FIRST_FAILURE=1 SIM_SEEDS="0..$MAX" "$bin" sample >"$OUT/$name.log" 2>&1 || true
+    line="$(grep -m1 '^first failure:' "$OUT/$name.log" || true)"
+    if [ -n "$line" ]; then
+        # first failure: seed N (M seeds) [property]
+        seeds="$(sed -n 's/.*(\([0-9]*\) seeds).*/\1/p' <<<"$line")"
+        property="$(sed -n 's/.*\[\(.*\)\]$/\1/p' <<<"$line")"
+        seed="$(sed -n 's/^first failure: seed \([0-9]*\).*/\1/p' <<<"$line")"
+        detail="$(grep -m1 '  violation:' "$OUT/$name.log" | sed 's/^  violation: //; s/|/\\|/g' | cut -c1-140)"
+        rows+=("| $name | $seeds (seed $seed) | $property: $detail |")
+    else
+        rows+=("| $name | survived $MAX | - |")
+    fi
+    echo "sim-mutants: $name: built in ${built} s, played in $((SECONDS - t1)) s: ${line:-survived}" >&2
+done
+
+echo "| mutation | seeds to first failure | failing property |"
+echo "|---|---|---|"
+printf '%s\n' "${rows[@]}"
