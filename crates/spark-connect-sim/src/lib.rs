@@ -2,9 +2,9 @@
 //! embedded server over turmoil's simulated network.
 //!
 //! Real tonic, hyper, h2 and tower run over simulated TCP; only the
-//! network and the clock are simulated. Each seed draws a [`Schedule`]
+//! network and the clock are simulated. Each seed draws a [`Schedule`](schedule::Schedule)
 //! (the world's shape and its faults), [`world::run`] plays it, the
-//! [`properties`] are checked on what it left, and its [`Trace`] hashes
+//! [`properties`] are checked on what it left, and its [`Trace`](trace::Trace) hashes
 //! what happened so that two runs of one seed can be compared. A failing
 //! schedule is [shrunk](shrink::shrink) to the fewest faults that still
 //! fail. See `docs/simulation.md` at the workspace root.
@@ -19,6 +19,3 @@ pub mod session;
 pub mod shrink;
 pub mod trace;
 pub mod world;
-
-pub use schedule::Schedule;
-pub use trace::Trace;

@@ -1,5 +1,5 @@
 //! The properties every schedule must keep, checked on its
-//! [`Outcome`](crate::world::Outcome).
+//! [`Outcome`].
 //!
 //! * **Exactly once, in order**: the rows delivered are `0, 1, 2, ...`
 //!   with no gap or repeat, each batch at the `start_offset` it claims;

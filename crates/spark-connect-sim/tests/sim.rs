@@ -10,9 +10,9 @@
 
 use std::time::Instant;
 
-use spark_connect_sim::Schedule;
 use spark_connect_sim::client::Defect;
 use spark_connect_sim::properties::{Violation, check};
+use spark_connect_sim::schedule::Schedule;
 use spark_connect_sim::shrink::shrink;
 use spark_connect_sim::world::{Outcome, WorldConfig, run};
 

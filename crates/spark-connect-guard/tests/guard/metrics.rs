@@ -34,9 +34,7 @@ async fn the_scrape_shows_the_guards_counts_with_bounded_labels() {
         .await
         .unwrap();
     let metrics = guard.metrics_addr().expect("a metrics endpoint");
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", guard.local_addr()))
-        .unwrap()
-        .connect_lazy();
+    let channel = crate::support::channel_to(guard.local_addr());
     let mut client = SparkConnectServiceClient::new(channel).max_decoding_message_size(usize::MAX);
     let out = drain(&mut client, sql_request(&range_sql(10_000))).await;
     assert_exact(&out, 10_000);
@@ -91,9 +89,7 @@ async fn reattaches_are_counted_by_cause() {
         .start()
         .await
         .unwrap();
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", guard.local_addr()))
-        .unwrap()
-        .connect_lazy();
+    let channel = crate::support::channel_to(guard.local_addr());
     let mut client = SparkConnectServiceClient::new(channel).max_decoding_message_size(usize::MAX);
     let out = drain(&mut client, sql_request(&range_sql(20_000))).await;
     assert_exact(&out, 20_000);

@@ -71,9 +71,7 @@ async fn a_stub_through_the_guard_is_exact_and_the_guard_releases_nothing() {
         Fault::lose_request().on(Rpc::ReattachExecute),
     ])
     .await;
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", guard.local_addr()))
-        .unwrap()
-        .connect_lazy();
+    let channel = crate::support::channel_to(guard.local_addr());
     let mut client = SparkConnectServiceClient::new(channel).max_decoding_message_size(usize::MAX);
     let out = drain(&mut client, sql_request(&range_sql(ROWS))).await;
     assert_exact(&out, ROWS);
@@ -102,9 +100,7 @@ async fn a_guard_that_gives_up_on_its_upstream_answers_unavailable() {
         .start()
         .await
         .unwrap();
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", guard.local_addr()))
-        .unwrap()
-        .connect_lazy();
+    let channel = crate::support::channel_to(guard.local_addr());
     let reset = || {
         Fault::reset_connection()
             .on(Rpc::ExecutePlan)
@@ -274,10 +270,7 @@ async fn the_upstream_token_is_sent_and_never_logged() {
             .start()
             .await
             .unwrap();
-        let channel =
-            tonic::transport::Endpoint::from_shared(format!("http://{}", guard.local_addr()))
-                .unwrap()
-                .connect_lazy();
+        let channel = crate::support::channel_to(guard.local_addr());
         let mut client =
             SparkConnectServiceClient::new(channel).max_decoding_message_size(usize::MAX);
         let out = drain(&mut client, sql_request(&range_sql(300_000))).await;

@@ -152,9 +152,7 @@ async fn a_wrong_or_missing_token_is_refused_at_once_with_unauthenticated() {
         .start()
         .await
         .unwrap();
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", guard.local_addr()))
-        .unwrap()
-        .connect_lazy();
+    let channel = crate::support::channel_to(guard.local_addr());
     for (auth, says) in [
         (None, "no client token"),
         (Some("Bearer wrong-token"), "the client token is wrong"),

@@ -17,17 +17,28 @@ use tonic_retry::retrying::RecordingSleeper;
 
 pub const SESSION: &str = "6f1c6a7e-2b9d-4c1a-9d8e-0a1b2c3d4e5f";
 
+/// A lazy channel to `addr` (a guard's, a proxy's), over plain HTTP/2.
+pub fn channel_to(addr: std::net::SocketAddr) -> tonic::transport::Channel {
+    tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .expect("a valid URI")
+        .connect_lazy()
+}
+
+/// PySpark's policy with `retries` retries, `from_ms` to `to_ms` apart, no jitter.
+fn policy(retries: u32, from_ms: f64, to_ms: f64) -> RetryPolicy {
+    RetryPolicy::pyspark_builder()
+        .max_retries(Some(retries))
+        .initial_backoff_ms(from_ms)
+        .max_backoff_ms(Some(to_ms))
+        .jitter_ms(0.0)
+        .build()
+        .expect("a valid policy")
+}
+
 /// 40 retries, real sleeps from 20 ms to 200 ms: a client that waits
 /// (seconds) for a guard to come back.
 pub fn patient() -> Retrying {
-    let p = RetryPolicy::pyspark_builder()
-        .max_retries(Some(40))
-        .initial_backoff_ms(20.0)
-        .max_backoff_ms(Some(200.0))
-        .jitter_ms(0.0)
-        .build()
-        .expect("a valid policy");
-    Retrying::pyspark_with(vec![p])
+    Retrying::pyspark_with(vec![policy(40, 20.0, 200.0)])
 }
 
 /// No retries at all: the first retryable failure is a give-up.
@@ -41,14 +52,7 @@ pub fn no_retries() -> Retrying {
 
 /// 3 retries, 10 ms apart, sleeps recorded and never slept.
 pub fn retrying(sleeper: &RecordingSleeper) -> Retrying {
-    let p = RetryPolicy::pyspark_builder()
-        .max_retries(Some(3))
-        .initial_backoff_ms(10.0)
-        .max_backoff_ms(Some(10.0))
-        .jitter_ms(0.0)
-        .build()
-        .expect("a valid policy");
-    Retrying::pyspark_with(vec![p])
+    Retrying::pyspark_with(vec![policy(3, 10.0, 10.0)])
         .with_sleeper(sleeper.clone())
         .with_seed(5)
 }
