@@ -84,7 +84,10 @@ impl EgressProxy {
 
     /// The connector that tunnels to `authority` (`host:port`) through the
     /// chosen proxy, or `None` to connect directly.
-    pub(crate) fn connector(&self, authority: &str) -> Result<Option<Connector>, InvalidProxyUrl> {
+    pub(crate) fn connector_for(
+        &self,
+        authority: &str,
+    ) -> Result<Option<Connector>, InvalidProxyUrl> {
         self.check()?;
         let matcher = match self {
             EgressProxy::Direct => return Ok(None),
@@ -157,11 +160,11 @@ mod tests {
     fn direct_and_an_explicit_proxy_win_over_the_environment() {
         assert!(
             EgressProxy::Direct
-                .connector("spark:15002")
+                .connector_for("spark:15002")
                 .unwrap()
                 .is_none()
         );
         let explicit = EgressProxy::Url("http://127.0.0.1:3128".into());
-        assert!(explicit.connector("spark:15002").unwrap().is_some());
+        assert!(explicit.connector_for("spark:15002").unwrap().is_some());
     }
 }
