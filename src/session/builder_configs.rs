@@ -46,20 +46,24 @@ impl SparkSession {
             return Ok(());
         }
         if configs.is_empty() {
-            if g.defaults_set.load(Ordering::Acquire) {
-                return Ok(());
-            }
-            return match self.set_configs_once(g, defaults).await {
-                Ok(()) => {
-                    g.defaults_set.store(true, Ordering::Release);
-                    Ok(())
-                }
-                Err(e) if refused(&e) => {
-                    g.defaults_set.store(true, Ordering::Release);
-                    self.note_default_refused(&e);
-                    Ok(())
-                }
-                // Down or busy: the call itself retries and reports it.
+            // One Config for every call that finds the defaults unset,
+            // however many start at once: they wait for the one in flight.
+            let set = g
+                .defaults_set
+                .get_or_try_init(|| async {
+                    match self.set_configs_once(g, defaults).await {
+                        Err(e) if refused(&e) => {
+                            self.note_default_refused(&e);
+                            Ok(())
+                        }
+                        other => other,
+                    }
+                })
+                .await;
+            return match set {
+                Ok(()) => Ok(()),
+                // Down or busy: the call itself retries and reports it (and
+                // the defaults are tried again before the next call).
                 Err(e) if e.server_error().is_some() && !stale(&e) => Ok(()),
                 // Stale, a TLS or token failure: the call would meet it too.
                 Err(e) => Err(e),

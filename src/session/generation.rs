@@ -25,7 +25,7 @@ pub(crate) struct Generation {
     pub(super) configured: tokio::sync::OnceCell<()>,
     /// The client's default confs were set (or refused) on this session,
     /// when sent alone (no builder configs).
-    pub(super) defaults_set: std::sync::atomic::AtomicBool,
+    pub(super) defaults_set: tokio::sync::OnceCell<()>,
 }
 
 impl Generation {
@@ -35,7 +35,7 @@ impl Generation {
             server_side: Mutex::new(None),
             stale: AtomicBool::new(false),
             configured: tokio::sync::OnceCell::new(),
-            defaults_set: Default::default(),
+            defaults_set: tokio::sync::OnceCell::new(),
         }
     }
     /// The client session id.

@@ -29,7 +29,7 @@ pub struct InvalidToken {
 
 impl InvalidToken {
     /// What is wrong with it.
-    pub fn reason(&self) -> &'static str {
+    pub(crate) fn reason(&self) -> &'static str {
         self.reason
     }
 }

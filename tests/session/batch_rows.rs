@@ -162,3 +162,17 @@ async fn a_server_that_refuses_the_default_works_and_says_so_once() {
     let err = batches(&spark).await.unwrap_err();
     assert_eq!(err.error_class(), Some("CANNOT_MODIFY_CONFIG"), "{err}");
 }
+
+/// Queries that start at once on a fresh session share one Config call for
+/// the default: the first sends it, the others wait for its answer.
+#[tokio::test]
+async fn queries_starting_at_once_send_the_default_once() {
+    let s = server().await;
+    let spark = SparkSession::builder().remote(s.remote()).build().unwrap();
+    let (a, b, c) = tokio::join!(batches(&spark), batches(&spark), batches(&spark));
+    for out in [a, b, c] {
+        assert_eq!(sizes(&out.unwrap()), vec![100_000; 3]);
+    }
+    assert_eq!(s.calls().config, 1, "{:?}", s.calls());
+    assert_eq!(conf(&s, &spark).as_deref(), Some("100000"));
+}

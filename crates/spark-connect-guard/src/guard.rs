@@ -38,7 +38,7 @@ use crate::token::ClientToken;
 /// exit. Nothing is lost past it: a stream ended with UNAVAILABLE resumes
 /// on the next guard (the guard releases nothing), so the drain only saves
 /// short calls a reattach, and most interactive calls end within seconds.
-pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(25);
+pub(crate) const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(25);
 
 /// After the drain timeout and the UNAVAILABLE statuses, how long
 /// connections get to close before they are closed under the clients.
@@ -111,7 +111,7 @@ impl GuardBuilder {
     }
 
     /// How long [`Guard::drain`] lets open streams run before it ends them
-    /// with UNAVAILABLE (default [`DEFAULT_DRAIN_TIMEOUT`], 25 s; zero ends
+    /// with UNAVAILABLE (default 25 s: Kubernetes kills 30 s after SIGTERM; zero ends
     /// them at once).
     pub fn drain_timeout(mut self, timeout: Duration) -> Self {
         self.drain_timeout = timeout;

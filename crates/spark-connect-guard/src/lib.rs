@@ -91,7 +91,7 @@ mod tls;
 mod token;
 
 pub use error::GuardError;
-pub use guard::{DEFAULT_DRAIN_TIMEOUT, Guard, GuardBuilder};
+pub use guard::{Guard, GuardBuilder};
 pub use health::{HealthCheck, SPARK_CONNECT_SERVICE};
 pub use stats::GuardStats;
 pub use tls::GuardTls;

@@ -16,7 +16,6 @@ use std::sync::atomic::AtomicU64;
 use arrow_array::{Array, Int64Array};
 use spark_connect_retry::reattach::StreamStats;
 use spark_connect_retry::retrying::{PySparkRetrying, Retrying};
-use spark_connect_retry::session::ResultBatchRows;
 use spark_connect_retry::session::{SparkError, SparkSession};
 
 use crate::client::QueryResult;
@@ -128,11 +127,6 @@ pub async fn run_session(
         .remote(format!("sc://{target}:{PORT}"))
         .connector(crate::net::connector(log, dials.clone()))
         .retrying(Retrying::pyspark().with_seed(seed))
-        // The schedule chooses the batch sizes. The session's default of
-        // 100,000 rows per batch costs a Config call before the first query,
-        // one per query when several start at once (a finding, left to fix
-        // in the session): here it would only add to the storm count.
-        .result_batch_rows(ResultBatchRows::ServerDefault)
         .build();
     let spark = match built {
         Ok(s) => s,

@@ -68,12 +68,12 @@ use tokio::task::JoinHandle;
 /// How long a hold lasts at most, in real time: a hung test then gets its
 /// auto-advance back, its own (paused) timeouts fire, and
 /// [`HeldClock::release`] reports the hang.
-pub const HOLD_LIMIT: Duration = Duration::from_secs(120);
+pub(crate) const HOLD_LIMIT: Duration = Duration::from_secs(120);
 
 /// How long, in real time, [`HeldClock::fire`] waits for its conditions
 /// before it fails the test (a bound for a hang, not a measure of speed).
 /// [`HeldClock::wait_for`] has the same bound.
-pub const WAIT_LIMIT: Duration = Duration::from_secs(30);
+pub(crate) const WAIT_LIMIT: Duration = Duration::from_secs(30);
 
 /// Scheduler rounds run before and after each advance: each lets every task
 /// that can run do so and polls the IO driver once, so bytes already on the
@@ -81,7 +81,7 @@ pub const WAIT_LIMIT: Duration = Duration::from_secs(30);
 const SETTLE_ROUNDS: usize = 32;
 
 /// Advances [`HeldClock::fire`] makes at most before it fails the test.
-pub const MAX_ADVANCES: u32 = 4;
+pub(crate) const MAX_ADVANCES: u32 = 4;
 
 /// Holds off tokio's auto-advance of the paused clock while alive (see the
 /// module docs). Create it first thing in a
@@ -143,8 +143,8 @@ impl HeldClock {
     ///
     /// # Panics
     ///
-    /// After [`MAX_ADVANCES`] advances without `noticed`, if `silent` does
-    /// not hold within [`WAIT_LIMIT`], or if the clock is not paused.
+    /// After 4 advances without `noticed`, if `silent` does
+    /// not hold within 30 s of real time, or if the clock is not paused.
     pub async fn fire(
         &self,
         bound: Duration,
@@ -164,14 +164,14 @@ impl HeldClock {
     }
 
     /// Runs the other tasks (and the IO driver), the clock still, until
-    /// `cond` holds; fails the test naming `what` after [`WAIT_LIMIT`] of
+    /// `cond` holds; fails the test naming `what` after 30 s of
     /// real time.
     pub async fn wait_for(&self, what: &str, mut cond: impl FnMut() -> bool) {
         until(what, &mut cond).await;
     }
 
     /// Gives auto-advance back; fails the test if the hold ran out (the
-    /// test hung for [`HOLD_LIMIT`]).
+    /// test hung for 120 s).
     ///
     /// # Panics
     ///
@@ -188,7 +188,7 @@ impl HeldClock {
 }
 
 /// Runs the other tasks (and the IO driver) until `cond` holds; panics
-/// naming `what` after [`WAIT_LIMIT`] of real time.
+/// naming `what` after 30 s of real time.
 async fn until(what: &str, cond: &mut impl FnMut() -> bool) {
     let start = std::time::Instant::now();
     while !cond() {

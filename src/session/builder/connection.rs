@@ -17,7 +17,7 @@ impl SparkSessionBuilder {
     /// certificate, instead of the platform's roots; turns TLS on. May be
     /// given several times, and beside the connection string's
     /// `tls_ca_file`. Checked at [`build`](Self::build). See
-    /// [`tls`](super::tls).
+    /// [`tls`](crate::session::tls).
     ///
     /// ```
     /// use spark_connect_retry::session::{SparkError, SparkSession};
