@@ -210,8 +210,12 @@ impl Body for GuardBody {
         }
     }
 
+    /// Ends with the inner body: a trailers-only answer (the status in its
+    /// headers, no body) must go out as one HEADERS frame that ends the
+    /// stream. grpc-java fails a stream whose headers are followed by an
+    /// empty DATA frame ending it ("unexpected EOS on empty DATA frame").
     fn is_end_stream(&self) -> bool {
-        self.done
+        self.done || self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {

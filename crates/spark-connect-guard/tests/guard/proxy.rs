@@ -193,6 +193,58 @@ async fn a_cut_between_client_and_guard_is_resumed_by_the_clients_own_reattach()
     guard.shutdown().await;
 }
 
+/// What a raw HTTP/2 client got for one gRPC call: the headers or trailers
+/// that held its status, and whether they came alone in the response's
+/// headers (trailers-only).
+struct RawAnswer {
+    end: http::HeaderMap,
+    trailers_only: bool,
+}
+
+impl RawAnswer {
+    fn status(&self) -> &str {
+        self.end["grpc-status"].to_str().unwrap()
+    }
+}
+
+/// One gRPC call to `addr` over a fresh HTTP/2 connection with `body` sent
+/// as it is (framing included), read to its end.
+async fn raw_call(addr: std::net::SocketAddr, rpc: &str, body: bytes::Bytes) -> RawAnswer {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (h2, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(conn);
+    let mut h2 = h2.ready().await.unwrap();
+    let req = http::Request::post(format!(
+        "http://{addr}/spark.connect.SparkConnectService/{rpc}"
+    ))
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .body(())
+    .unwrap();
+    let (resp, mut send) = h2.send_request(req, false).unwrap();
+    send.send_data(body.clone(), true).unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(10), resp)
+        .await
+        .expect("no answer")
+        .unwrap();
+    let (parts, mut recv) = resp.into_parts();
+    // Before any body is read: did the HEADERS frame end the stream?
+    let trailers_only = recv.is_end_stream();
+    while let Some(d) = recv.data().await {
+        d.unwrap();
+    }
+    let end = if parts.headers.contains_key("grpc-status") {
+        parts.headers
+    } else {
+        recv.trailers().await.unwrap().unwrap_or_default()
+    };
+    assert!(
+        end.contains_key("grpc-status"),
+        "{rpc} {body:?}: no grpc-status"
+    );
+    RawAnswer { end, trailers_only }
+}
+
 #[tokio::test]
 async fn malformed_grpc_from_a_client_gets_a_status() {
     let s = TestServer::start().await.unwrap();
@@ -205,45 +257,46 @@ async fn malformed_grpc_from_a_client_gets_a_status() {
         ("ReattachExecute", &[0, 0, 0, 0, 1, 0x08, 0, 0, 0, 0, 0]),
     ];
     for (rpc, body) in cases {
-        let tcp = tokio::net::TcpStream::connect(guard.local_addr())
-            .await
-            .unwrap();
-        let (h2, conn) = h2::client::handshake(tcp).await.unwrap();
-        tokio::spawn(conn);
-        let mut h2 = h2.ready().await.unwrap();
-        let req = http::Request::post(format!(
-            "http://{}/spark.connect.SparkConnectService/{rpc}",
-            guard.local_addr()
-        ))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .body(())
-        .unwrap();
-        let (resp, mut send) = h2.send_request(req, false).unwrap();
-        send.send_data(bytes::Bytes::from_static(body), true)
-            .unwrap();
-        let resp = tokio::time::timeout(Duration::from_secs(10), resp)
-            .await
-            .expect("no answer")
-            .unwrap();
-        let (parts, mut recv) = resp.into_parts();
-        let mut status = parts.headers.get("grpc-status").cloned();
-        while let Some(d) = recv.data().await {
-            d.unwrap();
-        }
-        if status.is_none() {
-            status = recv
-                .trailers()
-                .await
-                .unwrap()
-                .and_then(|t| t.get("grpc-status").cloned());
-        }
-        let status = status.unwrap_or_else(|| panic!("{rpc} {body:?}: no grpc-status"));
-        assert_ne!(status, "0", "{rpc} {body:?}");
+        let answer = raw_call(guard.local_addr(), rpc, bytes::Bytes::from_static(body)).await;
+        assert_ne!(answer.status(), "0", "{rpc} {body:?}");
     }
     // The guard still serves.
     let ids = session_rows(&guard.remote(), 10_000).await;
     assert_eq!(ids.len(), 10_000);
+    guard.shutdown().await;
+}
+
+/// A status the guard knows before any response (here: a reattach to an
+/// execution the server does not have) goes out trailers-only, as one
+/// HEADERS frame that ends the stream. Headers followed by an empty DATA
+/// frame that ends it are a protocol error to grpc-java: the JVM client
+/// failed with INTERNAL ("unexpected EOS on empty DATA frame") instead of
+/// the server's INVALID_HANDLE.
+#[tokio::test]
+async fn a_status_before_any_response_is_sent_trailers_only() {
+    use prost::Message;
+    use spark_connect_stub::spark::connect as stub;
+    let s = TestServer::start().await.unwrap();
+    let guard = guard_for(&s, &RecordingSleeper::new()).await;
+    let reattach = stub::ReattachExecuteRequest {
+        session_id: crate::support::SESSION.into(),
+        user_context: Some(stub::UserContext {
+            user_id: "u".into(),
+            ..Default::default()
+        }),
+        operation_id: "00000000-0000-4000-8000-000000000001".into(),
+        ..Default::default()
+    };
+    let msg = reattach.encode_to_vec();
+    let mut body = vec![0];
+    body.extend_from_slice(&u32::try_from(msg.len()).unwrap().to_be_bytes());
+    body.extend_from_slice(&msg);
+    let answer = raw_call(guard.local_addr(), "ReattachExecute", body.into()).await;
+    // The server's own answer (the session is unknown to it), as it came.
+    assert_ne!(answer.status(), "0");
+    let message = answer.end["grpc-message"].to_str().unwrap();
+    assert!(message.contains("INVALID_HANDLE"), "{message}");
+    assert!(answer.trailers_only, "the status came after the headers");
     guard.shutdown().await;
 }
 
