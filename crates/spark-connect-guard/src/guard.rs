@@ -94,6 +94,23 @@ impl GuardBuilder {
         self
     }
 
+    /// Reach the upstream through this HTTP CONNECT proxy
+    /// (`http://[user:password@]host:port`) instead of the one
+    /// `HTTPS_PROXY` / `ALL_PROXY` / `NO_PROXY` choose, as
+    /// [`SparkSessionBuilder::egress_proxy`] does. A URL that cannot be
+    /// used fails [`start`](Self::start) with an error that never contains
+    /// it.
+    pub fn egress_proxy(mut self, url: impl Into<String>) -> Self {
+        self.upstream = self.upstream.egress_proxy(url);
+        self
+    }
+
+    /// Reach the upstream directly, whatever `HTTPS_PROXY` says.
+    pub fn no_egress_proxy(mut self) -> Self {
+        self.upstream = self.upstream.no_egress_proxy();
+        self
+    }
+
     /// The reattach layer's retry policy, deadlines and stall detection
     /// (default: PySpark's, with a 10 s idle timeout). Its releases are
     /// always left to the clients (see the crate docs).

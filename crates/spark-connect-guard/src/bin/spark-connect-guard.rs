@@ -5,7 +5,8 @@
 //! spark-connect-guard [--listen ADDR] [--idle-timeout-ms MS]
 //!     [--health-interval-ms MS] [--health-timeout-ms MS] [--health-failures N]
 //!     [--drain-timeout SECONDS] [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]
-//!     [--client-token-file FILE] [--metrics-listen ADDR] UPSTREAM
+//!     [--client-token-file FILE] [--metrics-listen ADDR]
+//!     [--egress-proxy URL | --no-egress-proxy] UPSTREAM
 //! ```
 //!
 //! It prints one line on stdout once it accepts connections,
@@ -27,7 +28,7 @@ use spark_connect_retry::reattach::ReattachOptions;
 
 /// A local Spark Connect proxy: every ExecutePlan through it becomes a
 /// reattachable execution, exact through upstream faults.
-#[derive(Debug, Parser)]
+#[derive(Parser)]
 #[command(name = "spark-connect-guard", version)]
 struct Args {
     /// Where to listen (default 127.0.0.1:0, a free loopback port). An
@@ -69,6 +70,16 @@ struct Args {
     #[cfg(feature = "metrics")]
     #[arg(long, value_name = "ADDR")]
     metrics_listen: Option<SocketAddr>,
+    /// Reach the upstream through this HTTP CONNECT proxy,
+    /// `http://[user:password@]host:port`. Default: $HTTPS_PROXY (else
+    /// $ALL_PROXY) unless $NO_PROXY names the upstream. Credentials are
+    /// better given in the environment, which the process list does not
+    /// show; neither is ever logged.
+    #[arg(long, value_name = "URL", conflicts_with = "no_egress_proxy")]
+    egress_proxy: Option<String>,
+    /// Reach the upstream directly, whatever $HTTPS_PROXY says.
+    #[arg(long)]
+    no_egress_proxy: bool,
     /// The upstream server, an `sc://` connection string (TLS, token and
     /// keepalive as its parameters say). Default: $SPARK_REMOTE.
     upstream: Option<String>,
@@ -157,7 +168,8 @@ async fn run(args: Args) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// TLS and the client token, from the flags and the environment.
+/// TLS, the client token, metrics and the egress proxy, from the flags
+/// and the environment.
 fn secure(mut builder: GuardBuilder, args: &Args) -> Result<GuardBuilder, GuardError> {
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         let mut tls = GuardTls::from_pem_files(cert, key)?;
@@ -180,6 +192,11 @@ fn secure(mut builder: GuardBuilder, args: &Args) -> Result<GuardBuilder, GuardE
     #[cfg(feature = "metrics")]
     if let Some(addr) = args.metrics_listen {
         builder = builder.metrics_listen(addr);
+    }
+    if let Some(url) = &args.egress_proxy {
+        builder = builder.egress_proxy(url.clone());
+    } else if args.no_egress_proxy {
+        builder = builder.no_egress_proxy();
     }
     Ok(builder)
 }
