@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! cargo bench --bench raw_drain -- \
-//!     --remote sc://127.0.0.1:15010 --case arrow10m|first_batch [--reattachable] [--keep]
+//!     --remote sc://127.0.0.1:15010 --case arrow10m|first_batch [--reattachable] [--keep] \
+//!     [--batch-rows N]
 //! ```
 //!
 //! `scripts/side-by-side.sh` runs it as the `raw` arm next to this crate's
@@ -26,6 +27,11 @@
 //! frees it); `--keep` keeps every payload until after the timer, as a
 //! client that returns the result must (163 MB for 10M rows: the memory is
 //! fresh, and faulting it in costs the process CPU).
+//!
+//! `--batch-rows N` asks the server for N rows per Arrow batch (a Config
+//! call setting `spark.sql.execution.arrow.maxRecordsPerBatch`, before the
+//! timer), as this crate's session does by default; without it the
+//! server's own value (Spark: 10,000) stays.
 
 mod support;
 
@@ -39,7 +45,7 @@ use spark_connect_retry::proto::{self, ExecutePlanRequest, Plan, Relation};
 
 const ROWS: i64 = 10_000_000;
 const QUERY: &str = "SELECT id, id*2 AS x FROM range(10000000)";
-const USAGE: &str = "usage: raw_drain --remote sc://HOST:PORT --case arrow10m|first_batch [--reattachable] [--keep]";
+const USAGE: &str = "usage: raw_drain --remote sc://HOST:PORT --case arrow10m|first_batch [--reattachable] [--keep] [--batch-rows N]";
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -49,11 +55,12 @@ struct Args {
     case: String,
     reattachable: bool,
     keep: bool,
+    batch_rows: Option<u32>,
 }
 
 fn parse_args() -> Result<Args, String> {
     let (mut remote, mut case) = (std::env::var("SPARK_REMOTE").ok(), None);
-    let (mut reattachable, mut keep) = (false, false);
+    let (mut reattachable, mut keep, mut batch_rows) = (false, false, None);
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -61,6 +68,10 @@ fn parse_args() -> Result<Args, String> {
             "--case" => case = args.next(),
             "--reattachable" => reattachable = true,
             "--keep" => keep = true,
+            "--batch-rows" => {
+                let n = args.next().ok_or("--batch-rows needs a row count")?;
+                batch_rows = Some(n.parse().map_err(|e| format!("--batch-rows {n:?}: {e}"))?);
+            }
             // `cargo bench` passes `--bench`; the driver passes `--proxy-cuts 0`.
             "--bench" => {}
             "--proxy-cuts" => {
@@ -79,6 +90,7 @@ fn parse_args() -> Result<Args, String> {
         case,
         reattachable,
         keep,
+        batch_rows,
     })
 }
 
@@ -130,6 +142,25 @@ async fn run(args: &Args) -> Result<String, BoxError> {
         })
         .await?
         .into_inner();
+    if let Some(rows) = args.batch_rows {
+        use proto::config_request::{Operation, Set, operation::OpType};
+        client
+            .config(proto::ConfigRequest {
+                session_id: session_id.clone(),
+                user_context: user_context.clone(),
+                operation: Some(Operation {
+                    op_type: Some(OpType::Set(Set {
+                        pairs: vec![proto::KeyValue {
+                            key: "spark.sql.execution.arrow.maxRecordsPerBatch".into(),
+                            value: Some(rows.to_string()),
+                        }],
+                        silent: None,
+                    })),
+                }),
+                ..Default::default()
+            })
+            .await?;
+    }
     let request_options = if reattachable {
         vec![RequestOption {
             request_option: Some(request_option::RequestOption::ReattachOptions(

@@ -26,6 +26,14 @@
 # spark.sql.execution.arrow.compression.codec (both before the timer).
 # Without it the server's default (none) stays and nothing is set.
 #
+# A case name may end in `_bN` (before any codec: arrow10m_b100000_zstd):
+# every arm then asks for N rows per Arrow batch, ours by
+# `;result_batch_rows=N`, PySpark by spark.conf.set of
+# spark.sql.execution.arrow.maxRecordsPerBatch, the raw arms by a Config
+# call (all before the timer); the official client sits it out (it has no
+# such setting). Without it each arm keeps its own default: ours asks for
+# 100,000 rows, PySpark and the raw arms leave Spark's 10,000.
+#
 # A case name may end in `_bwN` (before any `_rttN`: wide2m_bw100_rtt20):
 # every arm of that case then goes through the fault proxy limited to N
 # Mbit/s each way (`fault_proxy --bandwidth-mbps N`: a token bucket per
@@ -63,9 +71,11 @@
 #                    run once per round trip, as CASE (0) and CASE_rttN (default: none)
 #   SBS_BW_MBPS      comma-separated bandwidths in Mbit/s (e.g. 0,100,1000): each CASE
 #                    is run once per bandwidth, as CASE (0) and CASE_bwN (default: none)
+#   SBS_BATCH_ROWS   comma-separated rows per batch (e.g. 0,100000): each CASE is run
+#                    once per value, as CASE_b100000, ... (0: no suffix)
 #   SBS_CODECS       comma-separated codecs (e.g. none,zstd): each CASE is run once per
 #                    codec, as CASE_none, CASE_zstd, ... (default: none given, no suffix)
-#                    Expansion order: codec, then bandwidth, then round trip.
+#                    Expansion order: batch rows, codec, bandwidth, round trip.
 #   SBS_PAUSE        seconds between runs, so the server settles (default 1)
 #   SBS_INTERLEAVE   1: run pair i of every case before pair i+1 of any (so a case and
 #                    its `_nginx` twin see the same drift), round i starting at arm i
@@ -121,6 +131,7 @@ expand() {
     done
     CASES=("${expanded[@]}")
 }
+expand b "${SBS_BATCH_ROWS:-}"
 expand "" "${SBS_CODECS:-}"
 expand bw "${SBS_BW_MBPS:-}"
 expand rtt "${SBS_RTT_MS:-}"
@@ -290,6 +301,11 @@ run_one() {
         case="${BASH_REMATCH[1]}"
         codec="${BASH_REMATCH[2]}"
     fi
+    local batch_rows=""
+    if [[ "$case" =~ ^(.+)_b([0-9]+)$ ]]; then
+        case="${BASH_REMATCH[1]}"
+        batch_rows="${BASH_REMATCH[2]}"
+    fi
     PROXY_JSON="null"
     if [ "$case" = cuts10m ]; then
         start_proxy "$tag" "$CUTS" $((rtt / 2)) "$upstream" "$bw"
@@ -314,6 +330,12 @@ run_one() {
         py_codec=(--codec "$codec")
         if [ "$client" != pyspark ]; then params="$params;result_compression=$codec"; fi
     fi
+    local -a py_batch=() raw_batch=()
+    if [ -n "$batch_rows" ]; then
+        py_batch=(--batch-rows "$batch_rows")
+        raw_batch=(--batch-rows "$batch_rows")
+        if [ "$client" = rust ] || [ "$client" = base ]; then params="$params;result_batch_rows=$batch_rows"; fi
+    fi
     if [ -n "$params" ]; then remote="$remote/$params"; fi
     if [ "$client" = rust ] || [ "$client" = base ]; then
         local exe="$BENCH"
@@ -323,17 +345,17 @@ run_one() {
         # The base executable calls itself rust.
         line="${line/\"client\":\"rust\"/\"client\":\"$client\"}"
     elif [ "$client" = raw ]; then
-        line="$("$RAW" --remote "$remote" --case "$case")" ||
+        line="$("$RAW" --remote "$remote" --case "$case" "${raw_batch[@]}")" ||
             die "raw $case failed (run $tag)"
     elif [ "$client" = raw_client ]; then
-        line="$("$RAW" --remote "$remote" --case "$case" --reattachable --keep)" ||
+        line="$("$RAW" --remote "$remote" --case "$case" --reattachable --keep "${raw_batch[@]}")" ||
             die "raw_client $case failed (run $tag)"
     elif [ "$client" = official ]; then
         line="$("$OFFICIAL" --remote "$remote" --case "$case" 2>"$OUT/official-$tag.err")" ||
             die "official $case failed (run $tag): $(tail -n5 "$OUT/official-$tag.err")"
     else
         line="$("${py_env[@]}" "$PY" "$ROOT/scripts/side_by_side_pyspark.py" --remote "$remote" --case "$case" \
-            --proxy-cuts "$cuts" --first-batch-api "$FIRST_BATCH_API" "${py_codec[@]}" 2>"$OUT/py-$tag.err")" ||
+            --proxy-cuts "$cuts" --first-batch-api "$FIRST_BATCH_API" "${py_codec[@]}" "${py_batch[@]}" 2>"$OUT/py-$tag.err")" ||
             die "pyspark $case failed (run $tag): $(tail -n5 "$OUT/py-$tag.err")"
     fi
     if [ "$proxied" = 1 ]; then stop_proxy "$tag"; fi
@@ -344,7 +366,8 @@ d = json.loads(sys.argv[1]); d["warmup"] = sys.argv[2] == "1"; d["run"] = sys.ar
 d["proxy"] = json.loads(sys.argv[4]); d["load1"] = float(sys.argv[5])
 d["case"] = sys.argv[6]; d["rtt_ms"] = int(sys.argv[7]); d["via"] = sys.argv[8]
 d["bw_mbps"] = int(sys.argv[9]); d["codec"] = sys.argv[10] or None
-print(json.dumps(d))' "$line" "$warmup" "$tag" "$PROXY_JSON" "$(load1)" "$full_case" "$rtt" "$via" "$bw" "$codec" |
+d["batch_rows"] = int(sys.argv[11]) if sys.argv[11] else None
+print(json.dumps(d))' "$line" "$warmup" "$tag" "$PROXY_JSON" "$(load1)" "$full_case" "$rtt" "$via" "$bw" "$codec" "$batch_rows" |
         tee -a "$RESULTS" >&2
     sleep "$PAUSE"
 }
@@ -357,9 +380,9 @@ run_pair() {
     [ "$i" -le 0 ] && warm=1
     local -a arms=(rust:rust pyspark:py)
     # The raw drains and the official client: the plain 10M-row cases only.
-    if [[ "$case" =~ ^(arrow10m|first_batch)(_nginx)?(_bw[0-9]+)?(_rtt[0-9]+)?$ ]]; then
+    if [[ "$case" =~ ^(arrow10m|first_batch)(_b[0-9]+)?(_nginx)?(_bw[0-9]+)?(_rtt[0-9]+)?$ ]]; then
         arms+=(raw:raw raw_client:rawc)
-        if [ -n "$OFFICIAL" ] && ! [[ "$case" =~ _nginx(_bw[0-9]+)?(_rtt[0-9]+)?$ ]]; then
+        if [ -n "$OFFICIAL" ] && ! [[ "$case" =~ (_b[0-9]+|_nginx)(_bw[0-9]+)?(_rtt[0-9]+)?$ ]]; then
             arms+=(official:official)
         fi
     fi

@@ -6,7 +6,7 @@ Run with the cached venv's python (scripts/spark-install.sh):
 
     python scripts/side_by_side_pyspark.py --remote sc://127.0.0.1:15010 \
         --case arrow10m|cuts10m|first_batch|wide2m|wide200k [--proxy-cuts N] \
-        [--codec none|zstd|lz4]
+        [--codec none|zstd|lz4] [--batch-rows N]
 
 Like the Rust side, the session is built and one warm-up round trip made
 (`spark.version`, an AnalyzePlan) before the timer starts; the timer covers
@@ -34,7 +34,9 @@ Cases:
                bound of what PySpark can do.
 --codec sets spark.sql.execution.arrow.compression.codec with spark.conf.set
 before the timer (what this crate's `result_compression=` does at session
-start); without it the server's default (none) stays.
+start); without it the server's default (none) stays. --batch-rows sets
+spark.sql.execution.arrow.maxRecordsPerBatch the same way (what this
+crate's `result_batch_rows=` does); without it Spark's 10,000 stays.
 
 Note that spark.sql() in PySpark 4.3 Connect first runs a SqlCommand
 (one round trip) and toArrow() asks for the schema (AnalyzePlan) before
@@ -102,6 +104,7 @@ def main() -> int:
     ap.add_argument("--case", default=os.environ.get("SBS_CASE"),
                     choices=["arrow10m", "cuts10m", "first_batch", "wide2m", "wide200k"])
     ap.add_argument("--codec", choices=["none", "zstd", "lz4"])
+    ap.add_argument("--batch-rows", type=int)
     ap.add_argument("--proxy-cuts", type=int, default=0)
     ap.add_argument("--first-batch-api", choices=["iterator", "arrow"], default="iterator")
     a = ap.parse_args()
@@ -115,6 +118,8 @@ def main() -> int:
     version = spark.version  # warm-up round trip (AnalyzePlan), untimed
     if a.codec:
         spark.conf.set("spark.sql.execution.arrow.compression.codec", a.codec)
+    if a.batch_rows:
+        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(a.batch_rows))
     query = WIDE.format(n=WIDE_ROWS[a.case]) + os.environ.get("SBS_QUERY_SUFFIX", "") \
         if a.case in WIDE_ROWS else QUERY
 
@@ -175,6 +180,7 @@ def main() -> int:
         "proxy_cuts": a.proxy_cuts,
         "sum_r": sum_r,
         "codec": a.codec,
+        "batch_rows": a.batch_rows,
         "first_batch_api": a.first_batch_api if a.case == "first_batch" else None,
         "server": version,
     }), flush=True)
