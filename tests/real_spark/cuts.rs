@@ -144,14 +144,14 @@ on_both!(
     black_hole_keepalive_off
 );
 
-/// `n` rows through `proxy` with default settings, exact; the counters and
-/// the time it took.
+/// `n` rows through `remote` (a proxy's) with default settings, exact; the
+/// counters and the time it took.
 async fn exact_through(
     srv: Srv,
-    proxy: &FaultProxy,
+    remote: &str,
     n: i64,
 ) -> (spark_connect_retry::reattach::StreamStats, Duration) {
-    let spark = session(&proxy.remote());
+    let spark = session(remote);
     let started = Instant::now();
     let (check, stats) =
         tokio::time::timeout(Duration::from_secs(120), query_rows_on(srv, &spark, n))
@@ -176,7 +176,11 @@ async fn lost_execute_plan(srv: Srv) {
         .start()
         .await
         .unwrap();
-    let (stats, took) = exact_through(srv, &proxy, 100_000).await;
+    // The server's batch size: the ExecutePlan is then the session's first
+    // request (by default a Config asking for larger batches goes first,
+    // and the proxy would lose that instead).
+    let remote = format!("{}/;result_batch_rows=server", proxy.remote());
+    let (stats, took) = exact_through(srv, &remote, 100_000).await;
     assert_eq!(stats.re_executes, 1, "{stats:?}");
     eprintln!("{srv:?}: lost ExecutePlan: 100k rows exact in {took:.2?}");
     proxy.shutdown().await;
@@ -201,7 +205,7 @@ async fn refused_connections(srv: Srv) {
         .start()
         .await
         .unwrap();
-    let (stats, took) = exact_through(srv, &proxy, 3_000_000).await;
+    let (stats, took) = exact_through(srv, &proxy.remote(), 3_000_000).await;
     assert_eq!(proxy.stats().refused, 2);
     eprintln!("{srv:?}: two refused connections: 3M rows exact in {took:.2?}, {stats:?}",);
     proxy.shutdown().await;

@@ -111,7 +111,8 @@ pub(super) fn restart(name: String, port: String) -> tokio::task::JoinHandle<Res
         for _ in 0..30 {
             let out = std::process::Command::new("bash")
                 .args(["scripts/spark-server.sh", "start", &name, &port])
-                .env("SPARK_CONNECT_DRIVER_MEMORY", "1g")
+                // As .ci/run starts it.
+                .env("SPARK_CONNECT_DRIVER_MEMORY", "2g")
                 .output()
                 .unwrap();
             if out.status.success() {
