@@ -91,7 +91,8 @@
 //! server's status, since the plan is the caller's.
 //!
 //! Every other RPC passes through untouched, and so does an `ExecutePlan`
-//! that asks for `reattachable: false` or comes compressed.
+//! that asks for `reattachable: false` or comes compressed; only a failure
+//! of the hop to the server becomes UNAVAILABLE, as below.
 //!
 //! When the layer gives up on a stream it carries, the caller gets the
 //! server's last status, except for a failure of the layer's own hop (a

@@ -28,13 +28,16 @@ fn main() {
     let args = Arguments::from_args();
     let proxy = std::env::var(EGRESS).ok();
     let require = std::env::var("SPARK_CONNECT_REQUIRE_REAL").as_deref() == Ok("1");
-    let real = Trial::test("the_upstream_stays_exact_through_a_real_egress_proxy_restart", {
-        let proxy = proxy.clone();
-        move || match proxy {
-            Some(url) => run(through_a_real_egress_proxy(url)),
-            None => Err(format!("{EGRESS} is not set (SPARK_CONNECT_REQUIRE_REAL=1)").into()),
-        }
-    })
+    let real = Trial::test(
+        "the_upstream_stays_exact_through_a_real_egress_proxy_restart",
+        {
+            let proxy = proxy.clone();
+            move || match proxy {
+                Some(url) => run(through_a_real_egress_proxy(url)),
+                None => Err(format!("{EGRESS} is not set (SPARK_CONNECT_REQUIRE_REAL=1)").into()),
+            }
+        },
+    )
     .with_ignored_flag(proxy.is_none() && !require);
     let trials = vec![
         Trial::test("a_bad_egress_proxy_url_exits_2_naming_no_secret", || {
@@ -132,7 +135,11 @@ fn exit_of(args: &[&str]) -> (Option<i32>, String) {
     for _ in 0..300 {
         if let Some(status) = child.try_wait().expect("wait") {
             let mut text = String::new();
-            let _ = child.stderr.take().expect("stderr").read_to_string(&mut text);
+            let _ = child
+                .stderr
+                .take()
+                .expect("stderr")
+                .read_to_string(&mut text);
             return (status.code(), text);
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -229,7 +236,10 @@ async fn https_proxy_and_the_flags() {
 
 /// The proxy's port, from its URL.
 fn proxy_port(url: &str) -> &str {
-    url.rsplit(':').next().expect("a port").trim_end_matches('/')
+    url.rsplit(':')
+        .next()
+        .expect("a port")
+        .trim_end_matches('/')
 }
 
 async fn through_a_real_egress_proxy(url: String) {

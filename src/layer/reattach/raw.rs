@@ -275,7 +275,7 @@ pub(crate) fn to_status(err: ReattachError) -> Status {
 /// id resumes it exactly. grpc-core reports the same failures as
 /// UNAVAILABLE, which every Spark Connect client reattaches on; a replayed
 /// ExecutePlan carries the same operation id, so nothing runs twice.
-fn hop_failure(status: Status) -> Status {
+pub(crate) fn hop_failure(status: Status) -> Status {
     let hop = matches!(
         Failure::new(&status).kind(),
         FailureKind::Unprocessed | FailureKind::MaybeProcessed | FailureKind::Ambiguous

@@ -82,6 +82,58 @@ async fn a_stub_through_the_guard_is_exact_and_the_guard_releases_nothing() {
     guard.shutdown().await;
 }
 
+/// A call the guard passes through (here ReleaseExecute and Config) whose
+/// upstream connection is reset ends UNAVAILABLE, as the client's own
+/// connection failing would have: every Spark Connect client retries it.
+/// Not tonic's UNKNOWN ("transport error"), which clients take for the
+/// server's verdict.
+#[tokio::test]
+async fn a_passed_through_call_cut_upstream_ends_unavailable() {
+    use spark_connect_stub::spark::connect as stub;
+    let s = TestServer::start().await.unwrap();
+    let guard = Guard::builder(s.remote())
+        .layer(ReattachLayer::new().retrying(no_retries()))
+        .start()
+        .await
+        .unwrap();
+    let mut stub = SparkConnectServiceClient::new(crate::support::channel_to(guard.local_addr()));
+    let user_context = Some(stub::UserContext {
+        user_id: "u".into(),
+        ..Default::default()
+    });
+    s.faults()
+        .push(Fault::reset_connection().on(Rpc::ReleaseExecute));
+    let release = stub
+        .release_execute(stub::ReleaseExecuteRequest {
+            session_id: crate::support::SESSION.into(),
+            user_context: user_context.clone(),
+            operation_id: "00000000-0000-4000-8000-000000000002".into(),
+            release: Some(stub::release_execute_request::Release::ReleaseAll(
+                stub::release_execute_request::ReleaseAll {},
+            )),
+            ..Default::default()
+        })
+        .await
+        .expect_err("the upstream was reset");
+    assert_eq!(release.code(), tonic::Code::Unavailable, "{release:?}");
+    s.faults().push(Fault::reset_connection().on(Rpc::Config));
+    let config = stub
+        .config(stub::ConfigRequest {
+            session_id: crate::support::SESSION.into(),
+            user_context,
+            operation: Some(stub::config_request::Operation {
+                op_type: Some(stub::config_request::operation::OpType::GetAll(
+                    stub::config_request::GetAll::default(),
+                )),
+            }),
+            ..Default::default()
+        })
+        .await
+        .expect_err("the upstream was reset");
+    assert_eq!(config.code(), tonic::Code::Unavailable, "{config:?}");
+    guard.shutdown().await;
+}
+
 /// A guard that gives up on a broken upstream stream (here at once: no
 /// retries) ends the client's stream UNAVAILABLE, not with tonic's UNKNOWN
 /// for a broken body, which a client takes for the server's verdict: a
