@@ -158,8 +158,9 @@ pub fn check(schedule: &Schedule, outcome: &Outcome) -> Vec<Violation> {
     // retries an ExecutePlan itself): only direct calls are compared.
     let mut pairs = vec![];
     // A query whose `sql()` failed has no stream, so no counters: its
-    // calls are unknown, and the session is then not compared.
-    let all_stats = outcome.stream_stats.iter().all(Option::is_some);
+    // calls are unknown, and the session is then not compared; nor is a
+    // session that never finished (it left no counters at all).
+    let all_stats = outcome.results.is_some() && outcome.stream_stats.iter().all(Option::is_some);
     if schedule.topology == Topology::Direct && !stub && all_stats {
         // The session's own counters: each query's ExecutePlan, its
         // re-executes and reattaches. The requests it sent are not named
