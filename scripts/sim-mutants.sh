@@ -18,8 +18,28 @@ OUT="$CARGO_TARGET_DIR/sim-mutants"
 mkdir -p "$OUT"
 if [ "$#" -gt 0 ]; then patches=("$@"); else patches=("$ROOT"/crates/spark-connect-sim/mutations/*.patch); fi
 
+# The crates the patches touch (package names), whose `sim` artifacts the
+# mutants leave behind.
+patched=()
+for patch in "${patches[@]}"; do
+    while read -r path; do
+        case "$path" in
+            crates/*) dir="crates/$(cut -d/ -f2 <<<"$path")" ;;
+            *) dir="." ;;
+        esac
+        patched+=(-p "$(sed -n 's/^name = "\(.*\)"$/\1/p' "$ROOT/$dir/Cargo.toml" | head -n1)")
+    done < <(sed -n 's|^+++ b/||p' "$patch")
+done
+
 SCRATCH="$(mktemp -d "${TMPDIR:-/tmp}/sim-mutant.XXXXXX")"
-cleanup() { git -C "$ROOT" worktree remove --force "$SCRATCH" >/dev/null 2>&1 || rm -rf "$SCRATCH"; }
+cleanup() {
+    git -C "$ROOT" worktree remove --force "$SCRATCH" >/dev/null 2>&1 || rm -rf "$SCRATCH"
+    # The scratch builds share the target directory, and cargo records a
+    # crate's sources relative to the crate: after a mutant was built, the
+    # repository's own (older) sources of that crate look built, and the
+    # next `sim` build here would link the mutant. Drop those artifacts.
+    cargo clean --profile sim "${patched[@]}" >/dev/null 2>&1 || true
+}
 trap cleanup EXIT
 git worktree add --detach "$SCRATCH" HEAD >/dev/null
 

@@ -4,9 +4,11 @@
 //! from the seed. A planted defect can be put under the layer to show
 //! that the simulation fails when the client is wrong.
 
+use std::cell::RefCell;
 use std::future::Future;
 use std::io::Cursor;
 use std::pin::Pin;
+use std::rc::Rc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -172,11 +174,63 @@ pub struct QueryResult {
     pub complete: bool,
     /// The status the stream ended with, if it failed.
     pub error: Option<(tonic::Code, String)>,
-    /// When each response arrived (simulated time).
-    pub responses: Vec<Duration>,
     /// Every row id delivered was decoded from a batch whose
     /// `start_offset` matched the rows before it.
     pub offsets_ok: bool,
+}
+
+/// When one query's responses reached the caller, and when it ended
+/// (simulated time).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueryTimes {
+    /// When its result stream was open (the stub: `execute_plan` answered;
+    /// the session: `sql()` returned, after its unary calls).
+    pub opened: Option<Duration>,
+    /// Each response delivered (the stub: every response; the session:
+    /// every Arrow batch).
+    pub responses: Vec<Duration>,
+    /// When the query ended: complete, failed, or its stream stopped.
+    pub ended: Option<Duration>,
+}
+
+/// Each query's [`QueryTimes`], written as it happens and shared with the
+/// world: a run cut at the time limit still shows how far each query got.
+#[derive(Debug, Clone, Default)]
+pub struct Timeline {
+    inner: Rc<RefCell<Vec<QueryTimes>>>,
+}
+
+impl Timeline {
+    /// Query `k` delivered a response now.
+    pub fn response(&self, k: usize) {
+        let now = turmoil::sim_elapsed().unwrap_or_default();
+        self.query(k, |q| q.responses.push(now));
+    }
+
+    /// Query `k`'s result stream is open now.
+    pub fn opened(&self, k: usize) {
+        let now = turmoil::sim_elapsed().unwrap_or_default();
+        self.query(k, |q| q.opened = Some(now));
+    }
+
+    /// Query `k` ended now.
+    pub fn ended(&self, k: usize) {
+        let now = turmoil::sim_elapsed().unwrap_or_default();
+        self.query(k, |q| q.ended = Some(now));
+    }
+
+    /// Every query's times so far.
+    pub fn queries(&self) -> Vec<QueryTimes> {
+        self.inner.borrow().clone()
+    }
+
+    fn query(&self, k: usize, f: impl FnOnce(&mut QueryTimes)) {
+        let mut queries = self.inner.borrow_mut();
+        if queries.len() <= k {
+            queries.resize_with(k + 1, QueryTimes::default);
+        }
+        f(&mut queries[k]);
+    }
 }
 
 /// What the client needs to know.
@@ -197,8 +251,14 @@ pub struct ClientSetup {
     pub defect: Defect,
 }
 
-/// Runs the query through the stub and records what arrived.
-pub async fn run_query(setup: &ClientSetup, log: RequestLog, trace: &Trace) -> QueryResult {
+/// Runs the query through the stub and records what arrived (its times in
+/// `times`, as query 0).
+pub async fn run_query(
+    setup: &ClientSetup,
+    log: RequestLog,
+    trace: &Trace,
+    times: &Timeline,
+) -> QueryResult {
     let ids = Ids::from_seed(setup.seed);
     let channel = crate::net::channel(setup.target, None);
     let logged = Logged::new(channel, log, setup.defect);
@@ -261,13 +321,18 @@ pub async fn run_query(setup: &ClientSetup, log: RequestLog, trace: &Trace) -> Q
                 status.message()
             ));
             out.error = Some((status.code(), status.message().to_owned()));
+            times.ended(0);
             return out;
         }
     };
+    times.opened(0);
     let mut chunks: Vec<u8> = vec![];
     loop {
         match stream.message().await {
-            Ok(Some(resp)) => record(&resp, &mut out, &mut chunks, trace),
+            Ok(Some(resp)) => {
+                times.response(0);
+                record(&resp, &mut out, &mut chunks, trace);
+            }
             Ok(None) => {
                 trace.now("client: stream ended");
                 break;
@@ -283,6 +348,7 @@ pub async fn run_query(setup: &ClientSetup, log: RequestLog, trace: &Trace) -> Q
             }
         }
     }
+    times.ended(0);
     drop(stream);
     if !setup.layer_releases {
         let release = pb::ReleaseExecuteRequest {
@@ -321,8 +387,6 @@ fn record(
     trace: &Trace,
 ) {
     use pb::execute_plan_response::ResponseType;
-    out.responses
-        .push(turmoil::sim_elapsed().unwrap_or_default());
     match &resp.response_type {
         Some(ResponseType::ArrowBatch(b)) => {
             trace.now(format!(

@@ -27,6 +27,14 @@ pub const PUSHBACK: &str = "answer RESOURCE_EXHAUSTED";
 /// The port every simulated service listens on.
 pub const PORT: u16 = 15002;
 
+/// The HTTP/2 keepalive of [`channel`]: a ping after this long without a
+/// frame received (the session's default, as `sc://` strings set it).
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(60);
+
+/// How long [`channel`]'s keepalive ping may go unanswered before the
+/// connection is closed.
+pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
 /// A simulated TCP connection that tonic's server accepts.
 #[derive(Debug)]
 pub struct SimStream(pub TcpStream);
@@ -91,8 +99,8 @@ pub fn channel(host: &str, windows: Option<(u32, u32)>) -> Channel {
     let mut endpoint = Endpoint::from_shared(format!("http://{host}:{PORT}"))
         .expect("a valid URI")
         .tcp_nodelay(true)
-        .http2_keep_alive_interval(Duration::from_secs(60))
-        .keep_alive_timeout(Duration::from_secs(20))
+        .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+        .keep_alive_timeout(KEEPALIVE_TIMEOUT)
         .keep_alive_while_idle(true);
     if let Some((stream, conn)) = windows {
         endpoint = endpoint

@@ -20,11 +20,22 @@
 //!   server holds no execution once the client is done.
 //! * **Stats agree** (direct): the server saw no call the client did not
 //!   send; with no fault that cuts a connection, it saw every one.
+//! * **Recovery** ([`crate::recovery`]): after a fault heals, each query
+//!   makes progress again within a bound derived from the client's idle
+//!   timeout, its policy's backoff and its channels' keepalive; while
+//!   nothing is wrong it is never silent for longer.
+//! * **A replay is refused**: a server that re-sends a response the client
+//!   already has ([`Fault::Replay`]) never yields a row twice: the query is
+//!   exact, or ends with the typed integrity error for a repeated response
+//!   id ([`is_replay_error`]).
 
 use std::fmt;
 use std::time::Duration;
 
+use spark_connect_retry::reattach::{IntegrityError, ReattachError};
+
 use crate::client::QueryResult;
+use crate::recovery::{self, Bound};
 use crate::schedule::{ClientKind, Fault, Schedule, Topology};
 use crate::world::Outcome;
 
@@ -46,8 +57,8 @@ pub const TYPED_ERRORS: [&str; 5] = [
 /// A property that did not hold.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Violation {
-    /// Which property: `hang`, `data`, `error`, `storm`, `retry_info`,
-    /// `leak`, `stats`.
+    /// Which property: `data`, `error`, `recovery`, `hang`, `storm`,
+    /// `retry_info`, `leak`, `stats` (checked in this order).
     pub property: &'static str,
     /// What was seen.
     pub detail: String,
@@ -59,26 +70,43 @@ impl fmt::Display for Violation {
     }
 }
 
-/// Checks every property; the violations found (empty: it passed).
+/// Whether `msg` is the client's typed error for a response id received
+/// twice (the reattach rules' `[RESULT_INTEGRITY]` error for a replayed
+/// response), as the stub, the guard and the session word it.
+pub fn is_replay_error(msg: &str) -> bool {
+    const ID: &str = "00000000-0000-0000-0000-000000000000";
+    let text = ReattachError::from(IntegrityError::DuplicateResponseId(ID.into())).to_string();
+    let quoted = format!("{ID:?}");
+    match text.split_once(quoted.as_str()) {
+        Some((before, after)) => msg.contains(before) && msg.contains(after),
+        None => false,
+    }
+}
+
+/// Checks every property; the violations found (empty: it passed). The
+/// most specific come first: a query's data and error, then recovery (a
+/// run cut at the time limit is also a query that stopped recovering).
 pub fn check(schedule: &Schedule, outcome: &Outcome) -> Vec<Violation> {
     let mut v = vec![];
+    if let Some(results) = &outcome.results {
+        for (k, r) in results.iter().enumerate() {
+            check_query(schedule, k, r, &mut |property, detail| {
+                v.push(Violation { property, detail });
+            });
+        }
+    }
+    v.extend(recovery::check(schedule, outcome, &Bound::of_clients()));
     let mut fail = |property: &'static str, detail: String| v.push(Violation { property, detail });
     if let Some(e) = &outcome.sim_error {
         fail("hang", format!("hang or host error: {e}"));
     }
-    match &outcome.results {
-        None => fail("hang", "the client never finished".into()),
-        Some(results) => {
-            for (k, r) in results.iter().enumerate() {
-                check_query(schedule, k, r, &mut fail);
-            }
-        }
+    if outcome.results.is_none() {
+        fail("hang", "the client never finished".into());
     }
     let mut responses: Vec<Duration> = outcome
-        .results
+        .timelines
         .iter()
-        .flatten()
-        .flat_map(|r| r.responses.iter().copied())
+        .flat_map(|t| t.responses.iter().copied())
         .collect();
     responses.sort();
     if let Some((n, r)) = storm(&outcome.requests, &responses) {
@@ -130,8 +158,9 @@ pub fn check(schedule: &Schedule, outcome: &Outcome) -> Vec<Violation> {
     // retries an ExecutePlan itself): only direct calls are compared.
     let mut pairs = vec![];
     // A query whose `sql()` failed has no stream, so no counters: its
-    // calls are unknown, and the session is then not compared.
-    let all_stats = outcome.stream_stats.iter().all(Option::is_some);
+    // calls are unknown, and the session is then not compared; nor is a
+    // session that never finished (it left no counters at all).
+    let all_stats = outcome.results.is_some() && outcome.stream_stats.iter().all(Option::is_some);
     if schedule.topology == Topology::Direct && !stub && all_stats {
         // The session's own counters: each query's ExecutePlan, its
         // re-executes and reattaches. The requests it sent are not named
@@ -226,6 +255,9 @@ fn check_query(
             ),
         ),
         None => {}
+        // A replaying server: the typed error for a repeated response id,
+        // whatever else the schedule holds.
+        Some((_, msg)) if schedule.faults.contains(&Fault::Replay) && is_replay_error(msg) => {}
         Some((code, msg)) => {
             if !schedule.may_lose_state() {
                 fail(

@@ -2,6 +2,11 @@
 //! the guard, result size, batch size, graceful stream ends, chunking) and
 //! a list of faults, each timed (network, host) or turn-based (the server's
 //! fault script). Printable, and shrinkable by dropping faults.
+//!
+//! *Why a seed draws from one RNG:* the same seed must give the same
+//! schedule on every machine, and a schedule must be printable and
+//! shrinkable as plain data. Faults added later are drawn after the older
+//! ones, so that a seed's older faults stay what they were.
 
 use std::fmt;
 use std::time::Duration;
@@ -107,6 +112,24 @@ pub enum Fault {
         /// Responses before it fires.
         after: u32,
     },
+    /// Turn-based, repeating: `UNAVAILABLE` after every `every` responses
+    /// of a stream, `times` times in all (the first on an `ExecutePlan`,
+    /// the others on the `ReattachExecute`s that follow): more failures than
+    /// the retry policy's budget, each after progress. A client that
+    /// restores its budget on progress is exact; one that keeps one budget
+    /// for the whole execution waits longer after each, then gives up.
+    Repeat {
+        /// Responses of each stream before it fires (at least 1: progress
+        /// between failures).
+        every: u32,
+        /// Failures in all.
+        times: u32,
+    },
+    /// Turn-based, hostile: the next `ReattachExecute` first re-sends the
+    /// response the client last acknowledged, same `response_id`
+    /// (the test kit's `Fault::replay`). A client must not deliver it
+    /// twice: the query is exact, or ends with the typed integrity error.
+    Replay,
     /// Timed: a black hole on `link` from `at` for `dur`, then everything
     /// held is delivered.
     Hold {
@@ -189,6 +212,13 @@ impl fmt::Display for Fault {
             Fault::SessionNotFound => write!(f, "SESSION_NOT_FOUND on ExecutePlan"),
             Fault::LoseRequest => write!(f, "lost ExecutePlan"),
             Fault::Restart { rpc, after } => write!(f, "server restart {rpc:?} after {after}"),
+            Fault::Repeat { every, times } => {
+                write!(
+                    f,
+                    "unavailable after every {every} responses, {times} times"
+                )
+            }
+            Fault::Replay => write!(f, "replay of the acknowledged response on ReattachExecute"),
             Fault::Hold { at, dur, link } => {
                 write!(f, "at {at:?}: hold {link:?} for {dur:?}")
             }
@@ -233,6 +263,11 @@ pub struct Schedule {
 
 const RPCS: [StreamRpc; 2] = [StreamRpc::Execute, StreamRpc::Reattach];
 
+/// The share of seeds with a [`Fault::Repeat`].
+const REPEAT_SHARE: f64 = 0.12;
+/// The share of seeds with a [`Fault::Replay`].
+const REPLAY_SHARE: f64 = 0.15;
+
 impl Schedule {
     /// Draws a schedule from `seed` (`StdRng::seed_from_u64`).
     pub fn from_seed(seed: u64) -> Schedule {
@@ -250,21 +285,45 @@ impl Schedule {
         let rows_per_batch = rng.random_range(10..300);
         let max_responses_per_stream = rng.random_bool(0.4).then(|| rng.random_range(1..8));
         let chunk_bytes = rng.random_bool(0.25).then_some(1024);
-        let mut faults = vec![];
-        for i in 0..rng.random_range(0..6) {
-            faults.push(Self::draw_fault(&mut rng, i == 0, topology));
-        }
-        let client = Self::draw_client(seed, rows);
-        Schedule {
+        let mut s = Schedule {
             seed,
             topology,
             rows,
             rows_per_batch,
             max_responses_per_stream,
             chunk_bytes,
-            faults,
-            client,
+            faults: vec![],
+            client: ClientKind::Stub,
+        };
+        for i in 0..rng.random_range(0..6) {
+            s.faults.push(Self::draw_fault(&mut rng, i == 0, topology));
         }
+        if rng.random_bool(REPEAT_SHARE) {
+            s.draw_repeat(&mut rng);
+        }
+        if rng.random_bool(REPLAY_SHARE) {
+            s.faults.push(Fault::Replay);
+        }
+        s.client = Self::draw_client(seed, s.rows);
+        s
+    }
+
+    /// Adds a [`Fault::Repeat`] of 16 to 24 failures (more than the retry
+    /// policy's 15), one every 1 to 3 responses, on a result long enough
+    /// for all of them (2,000 to 3,000 rows in batches of 10 to 25: at least
+    /// 80 responses) and with graceful stream ends, if any, after more
+    /// responses than `every` (a stream that ends first spends a firing).
+    fn draw_repeat(&mut self, rng: &mut StdRng) {
+        let every = rng.random_range(1..=3);
+        let times = rng.random_range(16..=24);
+        self.rows = rng.random_range(2000..3000);
+        self.rows_per_batch = rng.random_range(10..=25);
+        if let Some(m) = self.max_responses_per_stream.as_mut()
+            && *m <= u64::from(every)
+        {
+            *m = u64::from(every) + rng.random_range(1..4);
+        }
+        self.faults.push(Fault::Repeat { every, times });
     }
 
     /// The client: the stub for about half of the seeds, else a session

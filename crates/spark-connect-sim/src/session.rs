@@ -18,7 +18,7 @@ use spark_connect_retry::reattach::StreamStats;
 use spark_connect_retry::retrying::{PySparkRetrying, Retrying};
 use spark_connect_retry::session::{SparkError, SparkSession};
 
-use crate::client::QueryResult;
+use crate::client::{QueryResult, Timeline};
 use crate::net::{PORT, RequestLog};
 use crate::trace::Trace;
 
@@ -49,12 +49,13 @@ fn error_of(e: &SparkError) -> (tonic::Code, String) {
     (code, e.to_string())
 }
 
-/// Runs query `k` (of `rows` rows) on `spark`.
+/// Runs query `k` (of `rows` rows) on `spark`, its times in `times`.
 async fn query(
     spark: &SparkSession,
     k: usize,
     rows: i64,
     trace: &Trace,
+    times: &Timeline,
 ) -> (QueryResult, Option<StreamStats>) {
     let start = query_start(k);
     let mut out = QueryResult {
@@ -69,9 +70,11 @@ async fn query(
         Err(e) => {
             trace.now(format!("client: query {k} sql() failed: {e}"));
             out.error = Some(error_of(&e));
+            times.ended(k);
             return (out, None);
         }
     };
+    times.opened(k);
     trace.now(format!(
         "client: query {k} operation {}",
         stream.operation_id()
@@ -79,8 +82,7 @@ async fn query(
     loop {
         match stream.next_batch().await {
             Some(Ok(batch)) => {
-                out.responses
-                    .push(turmoil::sim_elapsed().unwrap_or_default());
+                times.response(k);
                 let Some(ids) = batch
                     .column_by_name("id")
                     .and_then(|c| c.as_any().downcast_ref::<Int64Array>())
@@ -109,18 +111,21 @@ async fn query(
             }
         }
     }
+    times.ended(k);
     let stats = stream.stats();
     trace.now(format!("client: query {k} stats {stats:?}"));
     (out, Some(stats))
 }
 
-/// Builds the session against `target`, runs `queries` at once, closes it.
+/// Builds the session against `target`, runs `queries` at once (their
+/// times in `times`), closes it.
 pub async fn run_session(
     seed: u64,
     target: &str,
     queries: &[i64],
     log: RequestLog,
     trace: &Trace,
+    times: &Timeline,
 ) -> SessionResult {
     let dials = Arc::new(AtomicU64::new(0));
     let built = SparkSession::builder()
@@ -132,6 +137,7 @@ pub async fn run_session(
         Ok(s) => s,
         Err(e) => {
             trace.now(format!("client: session build failed: {e}"));
+            times.ended(0);
             let err = QueryResult {
                 error: Some(error_of(&e)),
                 ..Default::default()
@@ -146,7 +152,7 @@ pub async fn run_session(
     let runs = queries
         .iter()
         .enumerate()
-        .map(|(k, rows)| query(&spark, k, *rows, trace));
+        .map(|(k, rows)| query(&spark, k, *rows, trace, times));
     let (results, stats): (Vec<_>, Vec<_>) = futures_util::future::join_all(runs)
         .await
         .into_iter()

@@ -16,7 +16,7 @@ use spark_connect_retry::reattach::StreamStats;
 use spark_connect_retry::retrying::{PySparkRetrying, Retrying};
 use spark_connect_testkit::{CallCounts, Fault as KitFault, Rpc, SparkException, TestServer};
 
-use crate::client::{ClientSetup, Defect, QueryResult, run_query};
+use crate::client::{ClientSetup, Defect, QueryResult, QueryTimes, Timeline, run_query};
 use crate::net::{self, PORT, PUSHBACK, RequestLog};
 use crate::schedule::{ClientKind, Fault, Link, Schedule, StreamRpc, Topology};
 use crate::session::{SessionResult, run_session};
@@ -63,6 +63,12 @@ pub struct Outcome {
     /// When the client was answered `RESOURCE_EXHAUSTED` at once (the stub,
     /// under the layer).
     pub pushbacks: Vec<Duration>,
+    /// Each firing of the server's scripted faults: when (simulated time, to
+    /// the tick) and what it did (the test kit's description).
+    pub firings: Vec<(Duration, String)>,
+    /// When each query delivered each response and when it ended, as far
+    /// as it got (also when the run hit the time limit).
+    pub timelines: Vec<QueryTimes>,
     /// What the server counted, summed over its lives (a crash starts a new one).
     pub server_calls: CallCounts,
     /// The executions the server holds at the end (`None`: it is down).
@@ -91,9 +97,10 @@ fn kit_rpc(rpc: StreamRpc) -> Rpc {
     }
 }
 
-/// The test kit's fault for a turn-based fault (`None` for timed ones).
-fn kit_fault(fault: &Fault) -> Option<KitFault> {
-    Some(match *fault {
+/// The test kit's faults for a turn-based fault, in script order (none
+/// for timed ones).
+pub(crate) fn kit_faults(fault: &Fault) -> Vec<KitFault> {
+    vec![match *fault {
         Fault::Reset { rpc, after } => KitFault::reset_connection()
             .on(kit_rpc(rpc))
             .after_responses(after),
@@ -117,13 +124,30 @@ fn kit_fault(fault: &Fault) -> Option<KitFault> {
         Fault::Restart { rpc, after } => {
             KitFault::restart().on(kit_rpc(rpc)).after_responses(after)
         }
+        Fault::Repeat { every, times } => {
+            // The first on the ExecutePlan, the rest on the reattaches
+            // that follow: each after `every` responses of its stream.
+            let first = KitFault::unavailable()
+                .on(Rpc::ExecutePlan)
+                .after_responses(every);
+            let rest = KitFault::unavailable()
+                .on(Rpc::ReattachExecute)
+                .after_responses(every)
+                .times(times.saturating_sub(1));
+            return if times > 1 {
+                vec![first, rest]
+            } else {
+                vec![first]
+            };
+        }
+        Fault::Replay => KitFault::replay(),
         Fault::Hold { .. }
         | Fault::Partition { .. }
         | Fault::Latency { .. }
         | Fault::Crash { .. } => {
-            return None;
+            return vec![];
         }
-    })
+    }]
 }
 
 /// A network or host action at a simulated time.
@@ -199,7 +223,7 @@ pub fn run(schedule: &Schedule, config: &WorldConfig) -> Outcome {
         .build();
 
     let servers: Shared<Servers> = Rc::default();
-    let script: Vec<KitFault> = schedule.faults.iter().filter_map(kit_fault).collect();
+    let script: Vec<KitFault> = schedule.faults.iter().flat_map(kit_faults).collect();
     {
         let servers = servers.clone();
         let trace = trace.clone();
@@ -260,6 +284,7 @@ pub fn run(schedule: &Schedule, config: &WorldConfig) -> Outcome {
     let log: RequestLog = Arc::new(Mutex::new(vec![]));
     let result: Shared<Option<SessionResult>> = Rc::default();
     let released = Rc::new(std::cell::Cell::new(false));
+    let timeline = Timeline::default();
     {
         let setup = ClientSetup {
             seed: schedule.seed,
@@ -278,10 +303,11 @@ pub fn run(schedule: &Schedule, config: &WorldConfig) -> Outcome {
         let servers = servers.clone();
         let released = released.clone();
         let kind = schedule.client.clone();
+        let timeline = timeline.clone();
         sim.client("client", async move {
             let out = match &kind {
                 ClientKind::Stub => {
-                    let out = run_query(&setup, log, &trace).await;
+                    let out = run_query(&setup, log, &trace, &timeline).await;
                     released.set(
                         trace
                             .lines()
@@ -294,7 +320,9 @@ pub fn run(schedule: &Schedule, config: &WorldConfig) -> Outcome {
                     }
                 }
                 ClientKind::Session { queries } => {
-                    let out = run_session(setup.seed, setup.target, queries, log, &trace).await;
+                    let out =
+                        run_session(setup.seed, setup.target, queries, log, &trace, &timeline)
+                            .await;
                     released.set(out.closed);
                     out
                 }
@@ -322,6 +350,7 @@ pub fn run(schedule: &Schedule, config: &WorldConfig) -> Outcome {
 
     let mut pending = actions(schedule).into_iter().peekable();
     let mut sim_error = None;
+    let mut firings = vec![];
     loop {
         while let Some((at, _)) = pending.peek() {
             if *at > sim.elapsed() {
@@ -330,7 +359,9 @@ pub fn run(schedule: &Schedule, config: &WorldConfig) -> Outcome {
             let (_, action) = pending.next().expect("peeked");
             apply(&mut sim, &action, &servers, &trace);
         }
-        match sim.step() {
+        let stepped = sim.step();
+        record_firings(&servers, &mut firings, sim.elapsed(), &trace);
+        match stepped {
             Ok(true) => break,
             Ok(false) => {}
             Err(e) => {
@@ -399,6 +430,14 @@ pub fn run(schedule: &Schedule, config: &WorldConfig) -> Outcome {
             live_executions.as_ref().map(Vec::len)
         ),
     );
+    let mut timelines = timeline.queries();
+    let queries = match &schedule.client {
+        ClientKind::Stub => 1,
+        ClientKind::Session { queries } => queries.len(),
+    };
+    if timelines.len() < queries {
+        timelines.resize_with(queries, QueryTimes::default);
+    }
     let (results, stream_stats) = match result {
         Some(r) => (Some(r.queries), r.stats),
         None => (None, vec![]),
@@ -410,10 +449,37 @@ pub fn run(schedule: &Schedule, config: &WorldConfig) -> Outcome {
         elapsed,
         requests,
         pushbacks,
+        firings,
+        timelines,
         server_calls: calls,
         live_executions,
         released: released.get(),
         trace,
+    }
+}
+
+/// Stamps the script's new firings with `now` (the end of the tick they
+/// fired in). Only the first life has a script: a crash loses what is
+/// left of it, an in-place restart keeps it.
+fn record_firings(
+    servers: &Shared<Servers>,
+    firings: &mut Vec<(Duration, String)>,
+    now: Duration,
+    trace: &Trace,
+) {
+    let servers = servers.borrow();
+    let Some(script) = servers.lives.first().map(TestServer::faults) else {
+        return;
+    };
+    if script.fired_count() == firings.len() {
+        return;
+    }
+    for fired in script.fired().into_iter().skip(firings.len()) {
+        trace.event(
+            now,
+            format!("server: fault fired on {:?}: {}", fired.rpc, fired.what),
+        );
+        firings.push((now, fired.what));
     }
 }
 

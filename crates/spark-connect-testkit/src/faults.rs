@@ -16,6 +16,7 @@
 //! | [`Fault::restart`] | the server restarts: connections reset, every session and execution lost |
 //! | [`Fault::bad_status_details`] | `grpc-status: 14` with a `grpc-status-details-bin` that is not base64 |
 //! | [`Fault::corrupt_chunk`] | (AddArtifacts) one byte of an artifact chunk changes in flight, so the server sees a CRC mismatch |
+//! | [`Fault::replay`] | (ReattachExecute) the stream first re-sends the response the client last acknowledged, same `response_id`, then goes on: a hostile server |
 //!
 //! [`Fault::after_responses`] moves a fault into a response stream
 //! (ExecutePlan / ReattachExecute): it fires after that many responses were
@@ -25,6 +26,11 @@
 //! the front of the script for the next matching call. On unary RPCs `after_responses` (any
 //! value) means "after the request was processed": the effect replaces the
 //! response.
+//!
+//! [`FaultScript::fired`] lists every firing, in order, with the RPC, what
+//! the fault did and when (tokio's clock, so paused and simulated time
+//! too): a test can tell a fault that fired from one still waiting, and
+//! when the failure it injected began.
 //!
 //! `AddArtifacts` is a client stream; the server stages what it reads and
 //! stores it only once the client has ended the stream, as Spark does:
@@ -36,6 +42,8 @@
 //! | a status without `after_requests`, [`Fault::lose_request`] | the call fails (or the connection is cut) before any message is read |
 //! | [`Fault::corrupt_chunk`] (`after_requests(k)`: the message after the first `k`; default the first) | the first chunk of that message arrives with one byte changed: its artifact's summary says `is_crc_successful: false` and it is not stored |
 
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -101,6 +109,7 @@ pub(crate) enum Action {
     BadStatusDetails,
     Corrupt,
     Restart,
+    Replay,
 }
 
 /// The status of a failing fault.
@@ -232,6 +241,33 @@ impl Fault {
         Self::new(Action::Restart)
     }
 
+    /// A hostile server that replays: the stream re-sends the response
+    /// before its current position, with its `response_id` unchanged, then
+    /// goes on as if nothing happened. On a ReattachExecute (after 0
+    /// responses, the default) that is the response the client named in
+    /// `last_response_id`, the one it last acknowledged; after
+    /// [`after_responses`](Self::after_responses)`(k)` it is the `k`-th
+    /// response of the stream. A client must not deliver it twice (Spark
+    /// Connect clients fail the stream on a repeated response id).
+    ///
+    /// The response is re-sent even if a `release_until` already freed it:
+    /// once a replay fault was pushed, the server keeps the latest response
+    /// each release or eviction dropped, for this. With nothing before the
+    /// position (a reattach without `last_response_id`, an ExecutePlan
+    /// after 0 responses) it sends nothing more. Matches
+    /// [`Rpc::ReattachExecute`]; it has no effect on unary RPCs.
+    ///
+    /// ```
+    /// use spark_connect_testkit::{Fault, Rpc};
+    ///
+    /// let f = Fault::replay();
+    /// assert_eq!(f.rpc(), Rpc::ReattachExecute);
+    /// assert_eq!(f.to_string(), "replay of the last response sent");
+    /// ```
+    pub fn replay() -> Self {
+        Self::new(Action::Replay).on(Rpc::ReattachExecute)
+    }
+
     /// Only match calls of this RPC kind (default: [`Rpc::Any`]).
     pub fn on(mut self, rpc: Rpc) -> Self {
         self.rpc = rpc;
@@ -315,12 +351,6 @@ impl Fault {
         self.rpc
     }
 
-    /// Logs (at `info`, target `spark_connect_testkit::faults`) that this
-    /// fault fired on a call of `rpc`, and when.
-    pub(crate) fn log_fired(&self, rpc: Rpc, when: &str) {
-        tracing::info!(rpc = ?rpc, fault = %self.describe(), "fault fired {when}");
-    }
-
     /// Logs that a stream of `rpc` completed after `sent` responses, before
     /// this fault's trigger, and the fault went back to the script.
     pub(crate) fn log_put_back(&self, rpc: Rpc, sent: u64) {
@@ -333,7 +363,7 @@ impl Fault {
         tracing::info!(rpc = ?rpc, fault = %self.describe(), "fault spent unfired: the call failed before its stream started");
     }
 
-    /// A short description of what the fault does, for the event log.
+    /// A short description of what the fault does (its `Display`).
     fn describe(&self) -> String {
         let what = match &self.action {
             Action::Fail(FailWith::Status(code, _)) => format!("status {code:?}"),
@@ -354,6 +384,7 @@ impl Fault {
             Action::BadStatusDetails => "bad grpc-status-details-bin".into(),
             Action::Corrupt => "corrupt chunk".into(),
             Action::Restart => "server restart".into(),
+            Action::Replay => "replay of the last response sent".into(),
         };
         match self.retry_info {
             Some(d) => format!("{what} with RetryInfo {d:?}"),
@@ -390,6 +421,27 @@ impl Fault {
     }
 }
 
+impl fmt::Display for Fault {
+    /// What the fault does, as the event log and [`FiredFault::what`] say
+    /// it: `status Unavailable`, `stall 1.5s`, `connection reset`, ... (the
+    /// RPC and the trigger are not part of it).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.describe())
+    }
+}
+
+/// One firing of a fault, as [`FaultScript::fired`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FiredFault {
+    /// The RPC of the call it fired on.
+    pub rpc: Rpc,
+    /// What the fault did (its `Display`).
+    pub what: String,
+    /// When it fired (tokio's clock: paused or simulated time when the
+    /// server runs on such a runtime).
+    pub at: tokio::time::Instant,
+}
+
 /// A status whose details header is not base64. tonic copies metadata that
 /// is not reserved (`grpc-status-details-bin` is not) verbatim into the
 /// headers/trailers, and only base64-encodes `Status::details`, which is
@@ -407,17 +459,54 @@ fn bad_details_status() -> Status {
     )
 }
 
-/// The queue of pending faults of a server. Cheap to clone (shared).
+/// The queue of pending faults of a server, and the log of those that
+/// fired. Cheap to clone (shared).
 #[derive(Debug, Clone, Default)]
 pub struct FaultScript {
     inner: Arc<Mutex<Vec<Fault>>>,
+    fired: Arc<Mutex<Vec<FiredFault>>>,
+    /// A [`Fault::replay`] was pushed once: released responses are kept
+    /// for it (one per execution).
+    replays: Arc<AtomicBool>,
 }
 
 impl FaultScript {
     /// Appends a fault.
     pub fn push(&self, fault: Fault) -> &Self {
+        if matches!(fault.action, Action::Replay) {
+            self.replays.store(true, Ordering::Relaxed);
+        }
         lock(&self.inner).push(fault);
         self
+    }
+
+    /// Every firing so far, in order. A fault of [`Fault::times`]`(n)`
+    /// fires up to `n` times, each listed; a fault spent without firing (its
+    /// call failed first) is not.
+    pub fn fired(&self) -> Vec<FiredFault> {
+        lock(&self.fired).clone()
+    }
+
+    /// How many firings [`fired`](Self::fired) lists: cheap enough to poll.
+    pub fn fired_count(&self) -> usize {
+        lock(&self.fired).len()
+    }
+
+    /// Logs (at `info`, target `spark_connect_testkit::faults`) and records
+    /// that `fault` fired on a call of `rpc`, and when.
+    pub(crate) fn fire(&self, fault: &Fault, rpc: Rpc, when: &str) {
+        tracing::info!(rpc = ?rpc, fault = %fault, "fault fired {when}");
+        lock(&self.fired).push(FiredFault {
+            rpc,
+            what: fault.describe(),
+            at: tokio::time::Instant::now(),
+        });
+    }
+
+    /// Whether a [`Fault::replay`] was ever pushed: an execution then keeps
+    /// the latest response it dropped, so that the fault can re-send it.
+    pub(crate) fn keeps_replayable(&self) -> bool {
+        self.replays.load(Ordering::Relaxed)
     }
 
     /// Removes every pending fault.

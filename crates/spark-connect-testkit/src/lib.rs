@@ -187,7 +187,7 @@ mod views;
 
 pub use edit::ResultEdit;
 pub use error::{SPARK_ERROR_DOMAIN, SparkException};
-pub use faults::{BAD_STATUS_DETAILS, Fault, FaultScript, Rpc};
+pub use faults::{BAD_STATUS_DETAILS, Fault, FaultScript, FiredFault, Rpc};
 pub use proxy::{
     AddrRole, CutEvent, CutMode, CutReason, CutSchedule, Direction, FaultProxy, FaultProxyBuilder,
     FaultProxyError, MAX_DELAY_QUEUE, ProxyStats, ProxyStatsHandle,

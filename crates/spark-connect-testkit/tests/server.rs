@@ -15,6 +15,7 @@ use tonic_types::StatusExt;
 // The theme's tests, one file each: tests/server/*.rs.
 mod server {
     mod faults;
+    mod replay;
     mod rpcs;
     mod streams;
 }

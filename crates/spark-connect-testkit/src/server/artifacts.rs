@@ -76,7 +76,9 @@ async fn read_upload(
     loop {
         if let Some(f) = pending.filter(|f| f.after == Some(read)) {
             pending = None;
-            f.log_fired(Rpc::AddArtifacts, "after reading request messages");
+            shared
+                .faults
+                .fire(f, Rpc::AddArtifacts, "after reading request messages");
             call::apply(shared, f, kill, &record.session_id, "").await?;
         }
         // An error here is the client's cut: everything staged is dropped.
@@ -84,7 +86,9 @@ async fn read_upload(
             break;
         };
         if let Some(f) = fault.filter(|_| corrupt_at == Some(read)) {
-            f.log_fired(Rpc::AddArtifacts, "corrupting a chunk");
+            shared
+                .faults
+                .fire(f, Rpc::AddArtifacts, "corrupting a chunk");
             corrupt(&mut msg.payload);
         }
         read += 1;
@@ -102,7 +106,9 @@ async fn read_upload(
             .map_err(|e| shared.spark_status(&e, Some(&record.session_id)))?;
     }
     if let Some(f) = pending {
-        f.log_fired(Rpc::AddArtifacts, "at the end of the request stream");
+        shared
+            .faults
+            .fire(f, Rpc::AddArtifacts, "at the end of the request stream");
         call::apply(shared, f, kill, &record.session_id, "").await?;
     }
     if record.messages == 0 {

@@ -39,12 +39,28 @@ pub(super) struct OpState {
     pub(super) max_sent_buffered: usize,
     /// High-water mark of all buffered responses (sent or produced ahead).
     pub(super) max_buffered: usize,
+    /// The latest response dropped from the buffer (index, response,
+    /// size), kept only while the fault script may replay
+    /// ([`Fault::replay`](crate::Fault::replay)).
+    pub(super) dropped: Option<(u64, proto::ExecutePlanResponse, u64)>,
 }
 
 impl OpState {
     /// Responses already sent (index ≤ `highest_consumed`) and still held.
     pub(super) fn sent_buffered(&self) -> usize {
         self.buffer.range(..=self.highest_consumed).count()
+    }
+
+    /// Keeps `buffer`'s entries from `from` on; with `keep`, the latest
+    /// one dropped is held for a replay.
+    fn evict_before(&mut self, from: u64, keep: bool) {
+        let kept = self.buffer.split_off(&from);
+        let dropped = std::mem::replace(&mut self.buffer, kept);
+        if let (true, Some((i, (resp, size)))) = (keep, dropped.into_iter().next_back())
+            && self.dropped.as_ref().is_none_or(|(d, ..)| *d < i)
+        {
+            self.dropped = Some((i, resp, size));
+        }
     }
 
     fn update_gauges(&mut self) {
@@ -170,6 +186,7 @@ impl Operation {
             let mut st = lock(&self.state);
             st.closed = true;
             st.buffer.clear();
+            st.dropped = None;
         }
         self.notify();
     }
@@ -178,27 +195,46 @@ impl Operation {
         lock(&self.state).index_of.get(response_id).copied()
     }
 
-    /// ReleaseUntil: evict up to and including `response_id`.
-    pub(super) fn release_until(&self, response_id: &str) -> Result<(), SparkException> {
+    /// ReleaseUntil: evict up to and including `response_id` (with
+    /// `keep`, the latest evicted is held for a replay).
+    pub(super) fn release_until(
+        &self,
+        response_id: &str,
+        keep: bool,
+    ) -> Result<(), SparkException> {
         let mut st = lock(&self.state);
         let index = *st
             .index_of
             .get(response_id)
             .ok_or_else(|| SparkException::position_not_found(response_id))?;
-        st.buffer = st.buffer.split_off(&(index + 1));
+        st.evict_before(index + 1, keep);
         Ok(())
+    }
+
+    /// Response `index` as it was sent, for a replay: from the buffer, or
+    /// the latest one dropped from it (if kept).
+    pub(super) fn replayable(&self, index: u64) -> Option<(proto::ExecutePlanResponse, u64)> {
+        let st = lock(&self.state);
+        if let Some((resp, size)) = st.buffer.get(&index) {
+            return Some((resp.clone(), *size));
+        }
+        st.dropped
+            .as_ref()
+            .filter(|(i, ..)| *i == index)
+            .map(|(_, resp, size)| (resp.clone(), *size))
     }
 
     /// Takes response `index` for the sender of generation `gen_`, then
     /// evicts like Spark's observer: the current response plus a tail of at
-    /// least `retry_buffer` bytes of earlier ones stay.
-    pub(super) fn consume(&self, index: u64, gen_: u64, retry_buffer: u64) -> Step {
+    /// least `retry_buffer` bytes of earlier ones stay (with `keep`, the
+    /// latest evicted is held for a replay).
+    pub(super) fn consume(&self, index: u64, gen_: u64, retry_buffer: u64, keep: bool) -> Step {
         let step;
         let advanced;
         {
             let mut st = lock(&self.state);
             let before = st.highest_consumed;
-            step = Self::consume_locked(&mut st, index, gen_, retry_buffer);
+            step = Self::consume_locked(&mut st, index, gen_, retry_buffer, keep);
             advanced = st.highest_consumed > before;
         }
         if advanced {
@@ -208,7 +244,13 @@ impl Operation {
         step
     }
 
-    fn consume_locked(st: &mut OpState, index: u64, gen_: u64, retry_buffer: u64) -> Step {
+    fn consume_locked(
+        st: &mut OpState,
+        index: u64,
+        gen_: u64,
+        retry_buffer: u64,
+        keep: bool,
+    ) -> Step {
         if st.closed || st.attach_gen != gen_ {
             return Step::Disconnected;
         }
@@ -224,7 +266,7 @@ impl Operation {
                 i -= 1;
             }
             if i >= 1 {
-                st.buffer = st.buffer.split_off(&(i + 1));
+                st.evict_before(i + 1, keep);
             }
             st.update_gauges();
             return Step::Send(Box::new(resp), size);

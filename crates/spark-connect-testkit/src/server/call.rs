@@ -48,7 +48,9 @@ pub(super) async fn begin<T>(
     };
     match (&fault.action, fault.after) {
         (Action::LoseRequest, _) => {
-            fault.log_fired(rpc, "before the request was processed");
+            shared
+                .faults
+                .fire(&fault, rpc, "before the request was processed");
             if let Some(k) = kill_switch(req) {
                 k.kill();
             }
@@ -56,18 +58,24 @@ pub(super) async fn begin<T>(
             Err(Status::unavailable("request lost by fault injection"))
         }
         (Action::Fail(_) | Action::BadStatusDetails, None) => {
-            fault.log_fired(rpc, "before the request was processed");
+            shared
+                .faults
+                .fire(&fault, rpc, "before the request was processed");
             Err(fault
                 .status_for(session_id, op_id)
                 .unwrap_or_else(|| Status::internal("fault")))
         }
         (Action::Stall(duration), None) if !rpc.is_stream() => {
-            fault.log_fired(rpc, "before the request was processed");
+            shared
+                .faults
+                .fire(&fault, rpc, "before the request was processed");
             stall(shared, *duration).await;
             Ok(None)
         }
         (Action::Restart, None) if !rpc.is_stream() => {
-            fault.log_fired(rpc, "before the request was processed");
+            shared
+                .faults
+                .fire(&fault, rpc, "before the request was processed");
             shared.restart();
             Err(Status::unavailable("server restarted by fault injection"))
         }
@@ -126,7 +134,9 @@ pub(super) async fn finish<R>(
     result: Result<R, Status>,
 ) -> Result<Response<R>, Status> {
     if let Some((rpc, fault)) = fault {
-        fault.log_fired(rpc, "after the request was processed");
+        shared
+            .faults
+            .fire(&fault, rpc, "after the request was processed");
         apply(shared, &fault, kill.as_ref(), session_id, op_id).await?;
     }
     result.map(Response::new)
@@ -161,6 +171,8 @@ pub(super) async fn apply(
         }
         // Only meaningful on AddArtifacts, which applies it while reading.
         Action::Corrupt => Ok(()),
+        // Only meaningful on response streams, which apply it themselves.
+        Action::Replay => Ok(()),
     }
 }
 

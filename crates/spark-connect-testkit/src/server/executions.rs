@@ -234,7 +234,7 @@ fn release(
             shared.close_ops(vec![op]);
         }
         Some(Release::ReleaseUntil(u)) => {
-            op.release_until(&u.response_id)
+            op.release_until(&u.response_id, shared.faults.keeps_replayable())
                 .map_err(|e| spark_status(&e))?;
         }
         None => {

@@ -98,7 +98,8 @@ async fn run_sender(
             return end;
         }
         sender.changed.borrow_and_update();
-        let step = op.consume(sender.next, gen_, sender.retry_buffer);
+        let keep = shared.faults.keeps_replayable();
+        let step = op.consume(sender.next, gen_, sender.retry_buffer, keep);
         let complete = matches!(step, Step::Finished(Ok(())));
         if let ControlFlow::Break(end) = sender.step(step).await {
             if let (true, Some(f)) = (complete, fault) {
@@ -176,7 +177,8 @@ impl<'a> Sender<'a> {
 
     /// Applies the stream's fault, due now.
     async fn inject(&mut self, fault: &Fault, rpc: Rpc) -> Flow {
-        fault.log_fired(rpc, &format!("after {} responses of the stream", self.sent));
+        let when = format!("after {} responses of the stream", self.sent);
+        self.shared.faults.fire(fault, rpc, &when);
         match &fault.action {
             Action::Fail(_) | Action::BadStatusDetails => {
                 ControlFlow::Break(fault.status_for(&self.op.session_id, &self.op.id))
@@ -210,7 +212,28 @@ impl<'a> Sender<'a> {
             }
             // Only meaningful on AddArtifacts.
             Action::Corrupt => ControlFlow::Continue(()),
+            Action::Replay => self.replay().await,
         }
+    }
+
+    /// Re-sends the response before the stream's position (the one a
+    /// reattach resumed after, or the last one this stream sent), its id
+    /// unchanged; not counted as sent. Nothing when there is none.
+    async fn replay(&mut self) -> Flow {
+        let Some((mut resp, _)) = self
+            .next
+            .checked_sub(1)
+            .filter(|i| *i >= 1)
+            .and_then(|i| self.op.replayable(i))
+        else {
+            tracing::info!(operation_id = %self.op.id, "replay: no response before the position");
+            return ControlFlow::Continue(());
+        };
+        resp.server_side_session_id = self.shared.ssid();
+        if self.tx.send(Ok(resp)).await.is_err() {
+            return ControlFlow::Break(None); // The client went away.
+        }
+        ControlFlow::Continue(())
     }
 
     /// Acts on what the buffer gave for the next index.
