@@ -14,11 +14,13 @@
 #   official  the official Rust client, apache-spark-connect 4.2.0
 #             (scripts/side_by_side_official.rs, built by scripts/official-client.sh;
 #             it needs protoc, which that script installs when missing)
+#   ours      this workspace's own SparkSession with its defaults
+#             (examples/chaos_client.rs)
 #
 # Usage: scripts/chaos-table.sh [SCENARIO.toml ...]
 #   (default: crates/spark-connect-testkit/scenarios/*.toml)
 # Environment:
-#   CHAOS_CLIENTS        clients to run (default: "pyspark jvm official")
+#   CHAOS_CLIENTS        clients to run (default: "pyspark jvm official ours")
 #   CHAOS_GUARD          1 (default): build spark-connect-guard and add the
 #                        through-the-guard columns; a failed build fails the
 #                        script (the columns never vanish silently); 0: no guard
@@ -26,6 +28,19 @@
 #   CHAOS_SPARK_REMOTE   real Spark's sc:// address for the fault-proxy row
 #                        (default: $SPARK_CONNECT_TEST_REMOTE; empty: no such row)
 #   CHAOS_SPARK_CUTS     the fault proxy's cut schedule (default 4M,8M,8M)
+#   CHAOS_MANY           N > 0: one more row, N clients (cycling over CHAOS_CLIENTS)
+#                        reading at once through ONE guard whose upstream, the
+#                        fault proxy in front of real Spark (CHAOS_SPARK_REMOTE)
+#                        or else of spark-connect-chaos serving CHAOS_MANY_SCENARIO,
+#                        is cut on CHAOS_MANY_CUTS; every client must be exact
+#                        (default 0: no such row; needs the guard)
+#   CHAOS_MANY_CUTS      that proxy's cut schedule (default 8M,16M,16M,16M)
+#   CHAOS_MANY_GUARD_ARGS more arguments for that guard (e.g. --idle-timeout-ms 60000)
+#   CHAOS_MANY_ONLY      1: only the many-clients row (no scenario, hand-over or
+#                        real-Spark cuts row)
+#   CHAOS_MANY_SCENARIO  the scenario behind it (default: .../scenarios/graceful-ends.toml:
+#                        stream ends the guard must hide, and no reset of its
+#                        own, so every break of the connection is a counted cut)
 #   CHAOS_OUT            write the table (Markdown) to this file too
 #   CHAOS_LOG_DIR        where every server, guard, proxy and client log goes
 #   SPARK_CONNECT_VENV   the PySpark venv (default: where scripts/spark-install.sh puts it)
@@ -40,13 +55,13 @@ if [ ! -x "$PY" ]; then
     log "no PySpark venv at $VENV (run scripts/spark-install.sh)"
     exit 2
 fi
-CLIENTS="${CHAOS_CLIENTS:-pyspark jvm official}"
+CLIENTS="${CHAOS_CLIENTS:-pyspark jvm official ours}"
 
 # The server, built as the test kit's own tests build it (same features, so
-# CI's test build is reused), and the fault proxy.
-log "building spark-connect-chaos and the fault proxy"
+# CI's test build is reused), the fault proxy and our own session's client.
+log "building spark-connect-chaos, the fault proxy and our session's client"
 cargo test --quiet -p spark-connect-testkit --test chaos --no-run
-cargo build --quiet --example fault_proxy
+cargo build --quiet --example fault_proxy --example chaos_client
 CHAOS="$TARGET/debug/spark-connect-chaos"
 PROXY="$TARGET/debug/examples/fault_proxy"
 
@@ -75,6 +90,8 @@ for client in $CLIENTS; do
         official)
             OFFICIAL="$("$ROOT/scripts/official-client.sh" | tail -n1)"
             args+=(--client "official=$OFFICIAL") ;;
+        ours)
+            args+=(--client "ours=$TARGET/debug/examples/chaos_client") ;;
         *) log "unknown client $client"; exit 2 ;;
     esac
 done
@@ -99,6 +116,16 @@ fi
 # With the guard: the hand-over rows (the guard drained, or killed, mid-stream;
 # a new one on its port; the client's own reattach through it).
 if [ "$GUARD_SETTING" != 0 ]; then args+=(--handover "$ROOT/scripts/chaos/handover.toml"); fi
+MANY="${CHAOS_MANY:-0}"
+if [ "$MANY" != 0 ]; then
+    [ "$GUARD_SETTING" != 0 ] || { log "CHAOS_MANY needs the guard (CHAOS_GUARD is 0)"; exit 2; }
+    args+=(--many "$MANY" --proxy "$PROXY" --many-cuts "${CHAOS_MANY_CUTS:-8M,16M,16M,16M}"
+        --many-guard-args "${CHAOS_MANY_GUARD_ARGS:-}"
+        --many-scenario "${CHAOS_MANY_SCENARIO:-crates/spark-connect-testkit/scenarios/graceful-ends.toml}")
+    if [ "${CHAOS_MANY_ONLY:-0}" = 1 ]; then args+=(--many-only); fi
+elif [ "${CHAOS_MANY_ONLY:-0}" = 1 ]; then
+    log "CHAOS_MANY_ONLY=1 needs CHAOS_MANY=N"; exit 2
+fi
 if [ -n "${CHAOS_OUT:-}" ]; then args+=(--out "$CHAOS_OUT"); fi
 if [ "$#" -eq 0 ]; then
     set -- crates/spark-connect-testkit/scenarios/*.toml

@@ -8,6 +8,14 @@ scenarios/*.toml), served fresh for each cell, and, with --spark REMOTE, real
 Spark behind the test kit's fault proxy (examples/fault_proxy.rs), which cuts
 the first connections after a number of bytes (--spark-cuts).
 
+With --many N and the guard, one more row: N clients, cycling over the
+table's clients, read one query at once through ONE guard whose upstream,
+the fault proxy in front of real Spark (--spark) or of the chaos server
+serving --many-scenario, is cut on --many-cuts. Every client must be exact
+and every cut made; the row also prints the guard's peak resident set
+(sampled from /proc every 0.1 s), the most streams it had open at once
+(from its metrics) and the row's wall time.
+
 Columns: each client (--client NAME=COMMAND, run as COMMAND --remote sc://...
 --query SQL; it prints one JSON line: rows, wrong, error, seconds), alone,
 and through spark-connect-guard when --guard BINARY is given.
@@ -21,7 +29,9 @@ Each cell is one of:
   FAIL             anything else: the table exits 1.
 
 Usage: chaos_table.py --chaos BINARY --client NAME=CMD ... [--guard BINARY]
-         [--spark sc://HOST:PORT --proxy BINARY] [--out FILE.md] SCENARIO.toml ...
+         [--spark sc://HOST:PORT --proxy BINARY] [--handover SCENARIO.toml]
+         [--many N --proxy BINARY [--many-scenario SCENARIO.toml] [--many-cuts 8M,16M]]
+         [--out FILE.md] SCENARIO.toml ...
 """
 import argparse
 import json
@@ -123,6 +133,20 @@ def scrape(port):
     return out
 
 
+def save_metrics(port, path):
+    """The guard's metrics as they are now, into `path` (for the logs);
+    returns its reattaches by cause, {cause: count}."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+            text = r.read().decode()
+    except OSError as e:
+        text = f"no metrics: {e}\n"
+    with open(path, "w") as f:
+        f.write(text)
+    return {m.group(1): int(float(m.group(2))) for m in re.finditer(
+        r'^spark_connect_guard_reattaches_total\{cause="(\w+)"\} (\S+)$', text, re.M)}
+
+
 def wait_for_stream(metrics_port, reader, limit_s=120):
     """Until the guard has an open stream that has sent bytes (the client
     is mid-result), or the reader ends, or `limit_s` passes."""
@@ -149,27 +173,33 @@ def start_retrying(cmd, log_path, limit_s=30):
             time.sleep(0.2)
 
 
-def proxy_cuts(summary):
-    """The cuts the fault proxy made, from its JSON summary line."""
+def proxy_summary(summary):
+    """The fault proxy's JSON summary line (cuts, connections, bytes) as a
+    dict; empty when it printed none."""
     for line in summary.splitlines():
         if line.startswith("{"):
-            return json.loads(line).get("cuts")
-    return None
+            return json.loads(line)
+    return {}
 
 
-def run_client(cmd, remote, query, err_path):
+def proxy_cuts(summary):
+    """The cuts the fault proxy made, from its JSON summary line."""
+    return proxy_summary(summary).get("cuts")
+
+
+def run_client(cmd, remote, query, err_path, timeout_s=CELL_TIMEOUT_S):
     """Runs one client; returns its JSON result (or a timeout / crash as one)."""
     argv = cmd + ["--remote", remote, "--query", query]
     with open(err_path, "w") as err:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, text=True,
                                 start_new_session=True)
         try:
-            out, _ = proc.communicate(timeout=CELL_TIMEOUT_S)
+            out, _ = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
-            return {"rows": 0, "wrong": None, "seconds": CELL_TIMEOUT_S,
-                    "error": f"no result after {CELL_TIMEOUT_S} s (killed)"}
+            return {"rows": 0, "wrong": None, "seconds": timeout_s,
+                    "error": f"no result after {timeout_s} s (killed)"}
     for line in reversed(out.splitlines()):
         if line.startswith("{"):
             return json.loads(line)
@@ -211,6 +241,7 @@ class Table:
         self.vias = ["alone"] + (["guard"] if args.guard else [])
         self.failed = 0
         self.rows = []
+        self.summary = []
 
     def cell(self, row, client, cmd, via, upstream_start, expect):
         """Runs one cell: a fresh upstream, the guard when asked, the client."""
@@ -311,12 +342,187 @@ class Table:
         self.failed += 1
         return f"**FAIL**: {text}"
 
+    def many(self, n, upstream_start, expect, what):
+        """The many-clients row: `n` clients, cycling over the table's
+        clients, read `expect`'s query at once through ONE guard whose
+        upstream (`upstream_start`: the fault proxy, in front of the chaos
+        server or real Spark) is cut on its schedule. Every client must be
+        exact, and the proxy must have cut at least once (a row that saw no
+        cut proved nothing about cuts)."""
+        row = f"many-{n}"
+        log = lambda what: os.path.join(self.log_dir, f"{row}.{what}.log")
+        kinds = [self.clients[i % len(self.clients)] for i in range(n)]
+        timeout_s = max(CELL_TIMEOUT_S, 5 * n)
+        procs, results, ends, summary = [], [None] * n, [None] * n, ""
+        sampler, wall, resumed, reattaches = None, None, None, {}
+        try:
+            upstream = upstream_start(row)
+            procs.extend(upstream[0])
+            metrics = free_port()
+            guard = start([self.args.guard, "--listen", "127.0.0.1:0",
+                           "--metrics-listen", f"127.0.0.1:{metrics}",
+                           *shlex.split(self.args.many_guard_args), f"sc://{upstream[1]}"],
+                          log("guard"))
+            procs.append(guard[0])
+            remote = f"sc://{guard[1]}"
+
+            def one(i, name, cmd):
+                results[i] = run_client(shlex.split(cmd), remote, expect["query"],
+                                        log(f"client-{i:03}-{name}"), timeout_s)
+                ends[i] = time.monotonic()
+
+            readers = [threading.Thread(target=one, args=(i, name, cmd))
+                       for i, (name, cmd) in enumerate(kinds)]
+            sampler = RssSampler(guard[0].pid)
+            t0 = time.monotonic()
+            with sampler:
+                for r in readers:
+                    r.start()
+                for r in readers:
+                    r.join()
+            wall = time.monotonic() - t0
+            resumed = scrape(metrics).get("spark_connect_guard_resumed_streams_total")
+            reattaches = save_metrics(metrics, log("guard-metrics"))
+        except RuntimeError as e:
+            results = [r or {"rows": 0, "wrong": None, "seconds": None, "error": str(e)}
+                       for r in results]
+        finally:
+            for p in reversed(procs):
+                rest = stop(p)
+                if p is procs[0]:
+                    summary = rest
+        made = proxy_summary(summary)
+        cuts = made.get("cuts")
+        verdict = many_verdict(expect, [name for name, _ in kinds], results,
+                               cuts, self.args.many_cuts)
+        with open(log("proxy-summary"), "w") as f:
+            f.write(summary)
+        cells = []
+        for name, _ in self.clients:
+            cells += ["—", verdict["cells"].get(name, "—")]
+        self.failed += verdict["failed"]
+        for line in verdict["details"]:
+            print(f"{row} / {line}", file=sys.stderr, flush=True)
+        facts = [verdict["text"],
+                 f"guard peak RSS {sampler.peak:.1f} MiB" if sampler else "guard peak RSS ?",
+                 f"{cuts if cuts is not None else '?'} of {verdict['scheduled']} cuts"
+                 + (f" ({made['connections']} upstream connections)" if "connections" in made else "")]
+        if resumed is not None:
+            facts.append(f"{resumed:.0f} guard streams resumed")
+        if reattaches:
+            facts.append("guard reattaches " + ", ".join(f"{n} {cause}"
+                                                         for cause, n in sorted(reattaches.items())))
+        facts.append(f"at most {most_at_once(results, ends)} of {n} reading at once")
+        if wall is not None:
+            facts.append(f"wall {wall:.1f} s")
+        self.summary.append(f"{row}: " + ", ".join(facts))
+        print(self.summary[-1], file=sys.stderr, flush=True)
+        self.summary.extend(f"- {line}" for line in verdict["details"])
+        self.rows.append((row, what, cells))
+
     def markdown(self):
         head = ["row", "expected"] + [f"{c} {v}" for c, _ in self.clients for v in self.vias]
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for row, what, cells in self.rows:
             lines.append("| " + " | ".join([row, what] + cells) + " |")
+        if self.summary:
+            lines.append("")
+            lines.extend(self.summary)
         return "\n".join(lines)
+
+
+def rss_mib(pid):
+    """The resident set of `pid` in MiB (0 once it has gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+class RssSampler:
+    """The largest resident set of `pid` (MiB), sampled every 0.1 s while
+    running."""
+
+    def __init__(self, pid):
+        self.pid, self.peak, self.done = pid, 0.0, False
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self):
+        while not self.done:
+            self.peak = max(self.peak, rss_mib(self.pid))
+            time.sleep(0.1)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.done = True
+        self.thread.join()
+
+
+def most_at_once(results, ends):
+    """How many clients were reading at the same moment, at most: each
+    client's read is the `seconds` it reports, ending when it exited
+    (slightly late: its exit follows its last row)."""
+    events = []
+    for r, end in zip(results, ends):
+        if r and r.get("seconds") is not None and end is not None:
+            events += [(end - r["seconds"], 1), (end, -1)]
+    most = now = 0
+    for _, step in sorted(events):
+        now += step
+        most = max(most, now)
+    return most
+
+
+def many_verdict(expect, names, results, cuts, schedule):
+    """The many row's judgement of `results` (one per client, `names[i]`
+    its kind): per kind, a cell `k/m exact (p50 s, max s)`; overall,
+    `N/N exact (p50, max)` and how many clients failed. Every client must
+    be exact (no finding is known through the guard), and the fault proxy
+    must have cut at least once: the schedule's i-th entry is for the
+    guard's i-th upstream connection, and a guard that dials a fresh
+    connection for a stream it found silent (its idle timeout, under heavy
+    load) spends an entry on a connection that may end before its cut."""
+    by_kind, details, failed, secs = {}, [], 0, []
+    for i, (name, r) in enumerate(zip(names, results)):
+        r = r or {"rows": 0, "wrong": None, "seconds": None, "error": "the client did not finish"}
+        ok, text = judge(expect, r)
+        good, times = by_kind.setdefault(name, ([], []))
+        good.append(ok)
+        if r.get("seconds") is not None:
+            times.append(r["seconds"])
+            secs.append(r["seconds"])
+        if not ok:
+            failed += 1
+            details.append(f"client {i} ({name}): {text}")
+
+    def spread(ts):
+        if not ts:
+            return ""
+        ts = sorted(ts)
+        return f" (p50 {ts[(len(ts) - 1) // 2]:.1f} s, max {ts[-1]:.1f} s)"
+
+    cells = {}
+    for name, (good, times) in by_kind.items():
+        text = f"{sum(good)}/{len(good)} exact{spread(times)}"
+        cells[name] = text if all(good) else f"**FAIL**: {text}"
+    exact = len(names) - failed
+    text = f"{exact}/{len(names)} exact{spread(secs)}"
+    scheduled = len([c for c in schedule.split(",") if c.strip()])
+    if not cuts:
+        failed += 1
+        details.append(f"the fault proxy made no cut (schedule {schedule})")
+        text = f"**FAIL** (no cut): {text}"
+    elif failed:
+        text = f"**FAIL**: {text}"
+    return {"cells": cells, "text": text, "failed": failed, "details": details,
+            "scheduled": scheduled}
 
 
 def chaos_upstream(binary, path, log_dir):
@@ -335,6 +541,23 @@ def proxy_upstream(binary, spark, cuts, log_dir):
     return start_it
 
 
+def proxied_chaos_upstream(chaos, path, proxy, cuts, log_dir):
+    """The chaos server serving `path`, behind the fault proxy: returns
+    ([proxy, server], the proxy's address); the proxy first, so its
+    summary (the cuts) is what the caller reads when it stops it."""
+    def start_it(tag):
+        server = start([chaos, "--listen", "127.0.0.1:0", path],
+                       os.path.join(log_dir, f"{tag}.server.log"))
+        try:
+            fault = start([proxy, "--upstream", server[1], "--listen", "127.0.0.1:0",
+                           "--cuts", cuts], os.path.join(log_dir, f"{tag}.proxy.log"))
+        except RuntimeError:
+            stop(server[0])
+            raise
+        return [fault[0], server[0]], fault[1]
+    return start_it
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--chaos", required=True)
@@ -344,9 +567,23 @@ def main():
     p.add_argument("--proxy", help="the fault proxy program (examples/fault_proxy.rs)")
     p.add_argument("--spark-cuts", default="4M,8M,8M")
     p.add_argument("--handover", help="the scenario of the guard hand-over rows (needs --guard)")
+    p.add_argument("--many", type=int, default=0,
+                   help="N: the many-clients row, N clients at once through one guard (needs --guard, --proxy)")
+    p.add_argument("--many-scenario", help="the chaos server's scenario behind the many row's proxy "
+                   "(without --spark)")
+    p.add_argument("--many-cuts", default="8M,16M,16M,16M",
+                   help="the cut schedule of the many row's upstream")
+    p.add_argument("--many-only", action="store_true",
+                   help="only the many-clients row: no scenario, hand-over or real-Spark cuts row")
+    p.add_argument("--many-guard-args", default="",
+                   help="more arguments for the many row's guard, e.g. '--idle-timeout-ms 60000'")
     p.add_argument("--out")
     p.add_argument("scenarios", nargs="*")
     args = p.parse_args()
+    if args.many_only:
+        if not args.many:
+            sys.exit("--many-only needs --many N")
+        args.scenarios, args.handover = [], None
     log_dir = os.environ.get("CHAOS_LOG_DIR") or tempfile.mkdtemp(prefix="chaos-table-")
     os.makedirs(log_dir, exist_ok=True)
     print(f"chaos table: logs in {log_dir}", file=sys.stderr)
@@ -368,12 +605,39 @@ def main():
             expect = dict(tomllib.load(f)["expect"])
         for how in ("drained", "killed"):
             table.handover(how, args.handover, expect)
-    if args.spark:
+    if args.spark and not args.many_only:
         if not args.proxy:
             sys.exit("--spark needs --proxy")
         expect = {"query": f"SELECT id, id*2 AS x FROM range({SPARK_ROWS})", "rows": SPARK_ROWS}
         table.run_row("spark-cuts", proxy_upstream(args.proxy, args.spark, args.spark_cuts, log_dir),
                       expect, f"{SPARK_ROWS:,} rows (real Spark, cuts {args.spark_cuts})")
+    if args.many:
+        if not (args.guard and args.proxy):
+            sys.exit("--many needs --guard and --proxy")
+        if args.spark:
+            upstream = args.spark.removeprefix("sc://").split("/")[0]
+
+            def start_it(tag):
+                proxy = start([args.proxy, "--upstream", upstream, "--listen", "127.0.0.1:0",
+                               "--cuts", args.many_cuts], os.path.join(log_dir, f"{tag}.proxy.log"))
+                return [proxy[0]], proxy[1]
+            expect = {"query": f"SELECT id, id*2 AS x FROM range({SPARK_ROWS})", "rows": SPARK_ROWS}
+            source = "real Spark"
+        else:
+            if not args.many_scenario:
+                sys.exit("--many needs --spark or --many-scenario")
+            with open(args.many_scenario, "rb") as f:
+                expect = dict(tomllib.load(f)["expect"])
+            if "rows" not in expect:
+                sys.exit(f"{args.many_scenario}: the many row needs a scenario that expects rows")
+            start_it = proxied_chaos_upstream(args.chaos, args.many_scenario, args.proxy,
+                                              args.many_cuts, log_dir)
+            source = f"the chaos server ({os.path.splitext(os.path.basename(args.many_scenario))[0]})"
+        mix = ", ".join(f"{sum(1 for i in range(args.many) if i % len(table.clients) == k)} {c}"
+                        for k, (c, _) in enumerate(table.clients))
+        table.many(args.many, start_it, expect,
+                   f"{expect['rows']:,} rows to each of {args.many} clients at once ({mix}) "
+                   f"through one guard; {source} behind it, cut at {args.many_cuts}")
     md = table.markdown()
     print(md)
     print(f"\n{table.failed} failed cell(s); {time.monotonic() - t0:.0f} s")

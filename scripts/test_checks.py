@@ -374,5 +374,83 @@ class DocPaths(unittest.TestCase):
         self.assertIn("README.md:3: src/room/hedge.rs does not exist", out)
 
 
+# Stand-ins for the many-clients row of chaos_table.py: a server and a
+# guard that only print where they listen, a fault proxy that reports the
+# cuts it was told to make (fewer with FAKE_CUTS), and a client that
+# reports range(n) exact, or one row short ("drop").
+FAKE_LISTENER = """\
+    import signal, sys, time
+    print("listening on 127.0.0.1:9", flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    while True:
+        time.sleep(1)
+    """
+FAKE_PROXY = """\
+    import json, os, signal, sys, time
+    cuts = sys.argv[sys.argv.index("--cuts") + 1]
+    made = int(os.environ.get("FAKE_CUTS", len(cuts.split(","))))
+    print("127.0.0.1:9", flush=True)
+    def done(*_):
+        print(json.dumps({"cuts": made}), flush=True)
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, done)
+    while True:
+        time.sleep(1)
+    """
+FAKE_CLIENT = """\
+    import json, re, sys
+    n = int(re.search(r"range\\((\\d+)\\)", sys.argv[sys.argv.index("--query") + 1]).group(1))
+    rows = n - 1 if sys.argv[1] == "drop" else n
+    print(json.dumps({"rows": rows, "wrong": None, "error": None, "seconds": 0.1}))
+    """
+
+
+class ChaosTableMany(unittest.TestCase):
+    def check(self, kinds, n, env=None):
+        with tempfile.TemporaryDirectory() as tmp:
+            write_tree(tmp, {"listener.py": FAKE_LISTENER, "proxy.py": FAKE_PROXY,
+                             "client.py": FAKE_CLIENT,
+                             "s.toml": '[expect]\nquery = "SELECT id FROM range(100)"\nrows = 100\n'})
+            for name in ("listener", "proxy"):
+                exe = os.path.join(tmp, name)
+                with open(exe, "w") as fh:
+                    fh.write(f"#!/bin/sh\nexec {sys.executable} {exe}.py \"$@\"\n")
+                os.chmod(exe, 0o755)
+            listener = os.path.join(tmp, "listener")
+            clients = [arg for kind in kinds for arg in
+                       ("--client", f"{kind}={sys.executable} {tmp}/client.py {kind}")]
+            p = subprocess.run(
+                [sys.executable, os.path.join(HERE, "chaos_table.py"), "--chaos", listener,
+                 "--guard", listener, "--proxy", os.path.join(tmp, "proxy"), *clients,
+                 "--many", str(n), "--many-scenario", os.path.join(tmp, "s.toml"),
+                 "--many-cuts", "1M,2M,2M"],
+                capture_output=True, text=True, env={**os.environ, "CHAOS_LOG_DIR": tmp, **(env or {})})
+            return p.returncode, p.stdout + p.stderr
+
+    def test_every_client_exact_and_every_cut_made_passes(self):
+        rc, out = self.check(["exact", "also"], 4)
+        self.assertEqual(rc, 0, out)
+        self.assertIn("many-4: 4/4 exact", out)
+        self.assertIn("| 2/2 exact", out)
+        self.assertIn("3 of 3 cuts", out)
+
+    def test_one_client_a_row_short_fails_and_is_named(self):
+        rc, out = self.check(["exact", "drop"], 4)
+        self.assertEqual(rc, 1, out)
+        self.assertIn("**FAIL**: 2/4 exact", out)
+        self.assertIn("client 1 (drop): 99 of 100, no error", out)
+        self.assertIn("2 failed cell(s)", out)
+
+    def test_no_cut_at_all_fails(self):
+        rc, out = self.check(["exact"], 2, env={"FAKE_CUTS": "0"})
+        self.assertEqual(rc, 1, out)
+        self.assertIn("the fault proxy made no cut (schedule 1M,2M,2M)", out)
+
+    def test_some_cuts_of_the_schedule_pass_and_are_counted(self):
+        rc, out = self.check(["exact"], 2, env={"FAKE_CUTS": "1"})
+        self.assertEqual(rc, 0, out)
+        self.assertIn("1 of 3 cuts", out)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -44,7 +44,8 @@ def main():
             except Exception:
                 pass
     except Exception as e:  # the client's own error is the result
-        error = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:300]}"
+        # On one line: a gRPC error's status and details follow its first line.
+        error = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
     seconds = time.monotonic() - start
     print(json.dumps({"client": "pyspark", "rows": rows, "wrong": wrong,
                       "error": error, "seconds": round(seconds, 3)}), flush=True)

@@ -91,8 +91,12 @@
 //! server's status, since the plan is the caller's.
 //!
 //! Every other RPC passes through untouched, and so does an `ExecutePlan`
-//! that asks for `reattachable: false` or comes compressed; only a failure
-//! of the hop to the server becomes UNAVAILABLE, as below.
+//! that asks for `reattachable: false` or comes compressed, except that a
+//! transport failure under such a call (the connection broke, was refused
+//! or reset, before the server's status) reaches the caller as UNAVAILABLE,
+//! as grpc-core reports one, and not as tonic's UNKNOWN or a reset stream,
+//! which PySpark and the JVM client do not retry. The retry is the
+//! caller's: the layer sends a forwarded call once.
 //!
 //! When the layer gives up on a stream it carries, the caller gets the
 //! server's last status, except for a failure of the layer's own hop (a

@@ -275,7 +275,7 @@ pub(crate) fn to_status(err: ReattachError) -> Status {
 /// id resumes it exactly. grpc-core reports the same failures as
 /// UNAVAILABLE, which every Spark Connect client reattaches on; a replayed
 /// ExecutePlan carries the same operation id, so nothing runs twice.
-pub(crate) fn hop_failure(status: Status) -> Status {
+fn hop_failure(status: Status) -> Status {
     let hop = matches!(
         Failure::new(&status).kind(),
         FailureKind::Unprocessed | FailureKind::MaybeProcessed | FailureKind::Ambiguous
@@ -288,6 +288,26 @@ pub(crate) fn hop_failure(status: Status) -> Status {
         status.message(),
         status.metadata().clone(),
     )
+}
+
+/// `status` as UNAVAILABLE (message and metadata kept) when it is a
+/// transport failure of the layer's hop to the server (a broken, refused
+/// or reset connection: [`FailureKind::is_transport`]), as grpc-core
+/// reports those; `None` for any other status, the server's own included.
+///
+/// For calls the layer forwards without carrying them. Narrower than
+/// [`hop_failure`]: a stream the server itself reset, or one that ended
+/// without a status, reaches the caller as it would without the layer,
+/// since the layer cannot tell whether the call's work was done and the
+/// caller's retry would not resume it.
+pub(crate) fn transport_failure(status: &Status) -> Option<Status> {
+    Failure::new(status).kind().is_transport().then(|| {
+        Status::with_metadata(
+            Code::Unavailable,
+            status.message(),
+            status.metadata().clone(),
+        )
+    })
 }
 
 #[cfg(test)]
@@ -326,6 +346,26 @@ mod tests {
         ] {
             let code = s.code();
             assert_eq!(hop_failure(s).code(), code);
+        }
+    }
+
+    #[test]
+    fn forwarded_calls_get_unavailable_for_transport_failures_only() {
+        let mut reset = Status::unknown("transport error");
+        reset.set_source(Arc::new(std::io::Error::from(
+            std::io::ErrorKind::ConnectionReset,
+        )));
+        let out = transport_failure(&reset).expect("a transport failure");
+        assert_eq!(out.code(), Code::Unavailable);
+        assert_eq!(out.message(), "transport error");
+        // A truncated stream is ambiguous: left as it came, as the
+        // server's own statuses are.
+        for s in [
+            Status::unknown("protocol error: missing grpc-status trailer"),
+            Status::unknown("the server's own UNKNOWN"),
+            Status::internal("boom"),
+        ] {
+            assert!(transport_failure(&s).is_none(), "{s:?}");
         }
     }
 }

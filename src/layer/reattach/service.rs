@@ -13,9 +13,9 @@ use tonic::Status;
 use tonic::metadata::MetadataMap;
 use tower::{Layer, Service, ServiceExt};
 
-use super::body::ExecBody;
+use super::body::{ExecBody, ForwardedBody};
 use super::frame::{self, RequestBody};
-use super::raw::{self, Item, Parts, hop_failure, to_status};
+use super::raw::{self, Item, Parts, to_status, transport_failure};
 use super::wire;
 use super::{EXECUTE_PLAN, REATTACH_EXECUTE, Releases};
 use crate::connect::conn_string::DEFAULT_MAX_MESSAGE_SIZE;
@@ -146,7 +146,7 @@ impl Service<http::Request<tonic::body::Body>> for ReattachService {
         let kind = match req.uri().path() {
             EXECUTE_PLAN => Kind::Execute,
             REATTACH_EXECUTE => Kind::Reattach,
-            _ => return Box::pin(self.clone().forward(req)),
+            _ => return Box::pin(forward(self.inner.clone(), req)),
         };
         let this = self.clone();
         Box::pin(async move {
@@ -155,6 +155,21 @@ impl Service<http::Request<tonic::body::Body>> for ReattachService {
                 .await
                 .unwrap_or_else(|status| status.into_http()))
         })
+    }
+}
+
+/// A call the layer does not carry, sent on as it came: the server's
+/// answer as it came, except that a transport failure of the layer's hop
+/// (the connection broke, was refused or reset, before the server's
+/// status) reaches the caller as UNAVAILABLE ([`ForwardedBody`] for a
+/// break under the body), as grpc-core reports it, not as tonic's UNKNOWN.
+async fn forward(
+    inner: GrpcChannel,
+    req: http::Request<tonic::body::Body>,
+) -> Result<Response, Status> {
+    match inner.oneshot(req).await {
+        Ok(response) => Ok(response.map(|b| tonic::body::Body::new(ForwardedBody::new(b)))),
+        Err(status) => Err(transport_failure(&status).unwrap_or(status)),
     }
 }
 
@@ -173,14 +188,6 @@ const NOT_COPIED: [&str; 8] = [
 ];
 
 impl ReattachService {
-    /// A call the layer does not carry, sent on as it came. A failure of
-    /// the hop to the server reaches the caller as UNAVAILABLE, as it does
-    /// for executions (see `hop_failure`): tonic's UNKNOWN ("transport
-    /// error") would read as the server's verdict, and no client retries it.
-    async fn forward(self, req: http::Request<tonic::body::Body>) -> Result<Response, Status> {
-        self.inner.oneshot(req).await.map_err(hop_failure)
-    }
-
     async fn execute(
         self,
         kind: Kind,
@@ -193,7 +200,7 @@ impl ReattachService {
                 // Not readable here: forwarded as it came.
                 let body = tonic::body::Body::new(http_body_util::Full::new(raw));
                 let req = http::Request::from_parts(parts, body);
-                return self.forward(req).await;
+                return forward(self.inner.clone(), req).await;
             }
         };
         let head = match kind {
@@ -205,7 +212,7 @@ impl ReattachService {
             // The caller asked for a plain execution.
             let body = tonic::body::Body::new(http_body_util::Full::new(frame::framed(&msg)));
             let req = http::Request::from_parts(parts, body);
-            return self.forward(req).await;
+            return forward(self.inner.clone(), req).await;
         }
         self.config.options.check().map_err(to_status)?;
         let mut headers = parts.headers;

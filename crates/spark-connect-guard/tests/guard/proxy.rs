@@ -82,58 +82,6 @@ async fn a_stub_through_the_guard_is_exact_and_the_guard_releases_nothing() {
     guard.shutdown().await;
 }
 
-/// A call the guard passes through (here ReleaseExecute and Config) whose
-/// upstream connection is reset ends UNAVAILABLE, as the client's own
-/// connection failing would have: every Spark Connect client retries it.
-/// Not tonic's UNKNOWN ("transport error"), which clients take for the
-/// server's verdict.
-#[tokio::test]
-async fn a_passed_through_call_cut_upstream_ends_unavailable() {
-    use spark_connect_stub::spark::connect as stub;
-    let s = TestServer::start().await.unwrap();
-    let guard = Guard::builder(s.remote())
-        .layer(ReattachLayer::new().retrying(no_retries()))
-        .start()
-        .await
-        .unwrap();
-    let mut stub = SparkConnectServiceClient::new(crate::support::channel_to(guard.local_addr()));
-    let user_context = Some(stub::UserContext {
-        user_id: "u".into(),
-        ..Default::default()
-    });
-    s.faults()
-        .push(Fault::reset_connection().on(Rpc::ReleaseExecute));
-    let release = stub
-        .release_execute(stub::ReleaseExecuteRequest {
-            session_id: crate::support::SESSION.into(),
-            user_context: user_context.clone(),
-            operation_id: "00000000-0000-4000-8000-000000000002".into(),
-            release: Some(stub::release_execute_request::Release::ReleaseAll(
-                stub::release_execute_request::ReleaseAll {},
-            )),
-            ..Default::default()
-        })
-        .await
-        .expect_err("the upstream was reset");
-    assert_eq!(release.code(), tonic::Code::Unavailable, "{release:?}");
-    s.faults().push(Fault::reset_connection().on(Rpc::Config));
-    let config = stub
-        .config(stub::ConfigRequest {
-            session_id: crate::support::SESSION.into(),
-            user_context,
-            operation: Some(stub::config_request::Operation {
-                op_type: Some(stub::config_request::operation::OpType::GetAll(
-                    stub::config_request::GetAll::default(),
-                )),
-            }),
-            ..Default::default()
-        })
-        .await
-        .expect_err("the upstream was reset");
-    assert_eq!(config.code(), tonic::Code::Unavailable, "{config:?}");
-    guard.shutdown().await;
-}
-
 /// A guard that gives up on a broken upstream stream (here at once: no
 /// retries) ends the client's stream UNAVAILABLE, not with tonic's UNKNOWN
 /// for a broken body, which a client takes for the server's verdict: a
@@ -190,6 +138,107 @@ async fn a_guard_that_gives_up_on_its_upstream_answers_unavailable() {
     assert_eq!(ended("ExecutePlan", "UNAVAILABLE"), 2, "{stats:?}");
     assert_eq!(ended("ReattachExecute", "OK"), 1, "{stats:?}");
     assert_eq!(ended("ExecutePlan", "UNKNOWN"), 0, "{stats:?}");
+    guard.shutdown().await;
+}
+
+/// A forwarded call (here AnalyzePlan) whose upstream connection breaks
+/// before its answer reaches the client UNAVAILABLE, which PySpark and the
+/// JVM client retry, not as tonic's UNKNOWN (`transport error`), which they
+/// take for the server's verdict: a PySpark client through a guard whose
+/// upstream was cut failed so, seen in the chaos table's many-clients row.
+#[tokio::test]
+async fn a_forwarded_call_cut_upstream_answers_unavailable() {
+    use spark_connect_stub::spark::connect as stub;
+    let (s, guard) = faulty_upstream([]).await;
+    let mut stub = SparkConnectServiceClient::new(crate::support::channel_to(guard.local_addr()));
+    let version = || stub::AnalyzePlanRequest {
+        session_id: crate::support::SESSION.into(),
+        user_context: Some(stub::UserContext {
+            user_id: "u".into(),
+            ..Default::default()
+        }),
+        analyze: Some(stub::analyze_plan_request::Analyze::SparkVersion(
+            stub::analyze_plan_request::SparkVersion {},
+        )),
+        ..Default::default()
+    };
+    for fault in [Fault::reset_connection(), Fault::lose_request()] {
+        s.faults().push(fault.on(Rpc::AnalyzePlan));
+        let status = stub.analyze_plan(version()).await.unwrap_err();
+        assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+        // The client's retry finds the upstream again.
+        stub.analyze_plan(version()).await.unwrap();
+    }
+    assert_eq!(s.faults().pending(), 0);
+    let stats = guard.stats();
+    let ended = |code: &str| {
+        stats
+            .ended
+            .iter()
+            .filter(|(m, c, _)| *m == "AnalyzePlan" && *c == code)
+            .map(|(_, _, n)| n)
+            .sum::<u64>()
+    };
+    assert_eq!(ended("UNAVAILABLE"), 2, "{stats:?}");
+    assert_eq!(ended("OK"), 2, "{stats:?}");
+    guard.shutdown().await;
+}
+
+/// The same when the upstream connection breaks under a forwarded call's
+/// body (its headers and message came, its trailers did not): the guard
+/// ends the client's call with trailers saying UNAVAILABLE, not with a
+/// reset stream (which grpc-java reported as `INTERNAL: RST_STREAM closed
+/// stream`, a JVM client through the guard, in the many-clients row).
+#[tokio::test]
+async fn a_forwarded_call_cut_under_its_body_answers_unavailable() {
+    use http_body::Frame;
+    use tokio_stream::StreamExt as _;
+    // A server that answers any call with one empty message and then holds
+    // the stream open: the trailers never come.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server_addr = listener.local_addr().unwrap();
+    let answered = std::sync::Arc::new(tokio::sync::Notify::new());
+    let notify = answered.clone();
+    let svc = tower::service_fn(move |_req: http::Request<tonic::body::Body>| {
+        let notify = notify.clone();
+        async move {
+            let message: Result<Frame<bytes::Bytes>, std::convert::Infallible> =
+                Ok(Frame::data(crate::support::raw::frame(b"")));
+            let frames = tokio_stream::iter([message]).chain(tokio_stream::pending());
+            let mut resp = http::Response::new(tonic::body::Body::new(
+                http_body_util::StreamBody::new(frames),
+            ));
+            resp.headers_mut().insert(
+                "content-type",
+                http::HeaderValue::from_static("application/grpc"),
+            );
+            notify.notify_one();
+            Ok::<_, std::convert::Infallible>(resp)
+        }
+    });
+    tokio::spawn(
+        tonic::transport::Server::builder().serve_with_incoming(
+            svc,
+            tokio_stream::wrappers::TcpListenerStream::new(listener),
+        ),
+    );
+    let proxy = FaultProxy::builder(server_addr).start().await.unwrap();
+    let guard = Guard::builder(proxy.remote()).start().await.unwrap();
+    let mut stub = SparkConnectServiceClient::new(crate::support::channel_to(guard.local_addr()));
+    let call = tokio::spawn(async move {
+        stub.analyze_plan(spark_connect_stub::spark::connect::AnalyzePlanRequest::default())
+            .await
+    });
+    answered.notified().await;
+    // Let the message reach the guard, then break its upstream connection.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    proxy.cut_all();
+    let status = tokio::time::timeout(Duration::from_secs(10), call)
+        .await
+        .expect("the call hung")
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
     guard.shutdown().await;
 }
 
