@@ -216,12 +216,10 @@ async fn a_forwarded_call_cut_under_its_body_answers_unavailable() {
             Ok::<_, std::convert::Infallible>(resp)
         }
     });
-    tokio::spawn(
-        tonic::transport::Server::builder().serve_with_incoming(
-            svc,
-            tokio_stream::wrappers::TcpListenerStream::new(listener),
-        ),
-    );
+    tokio::spawn(tonic::transport::Server::builder().serve_with_incoming(
+        svc,
+        tokio_stream::wrappers::TcpListenerStream::new(listener),
+    ));
     let proxy = FaultProxy::builder(server_addr).start().await.unwrap();
     let guard = Guard::builder(proxy.remote()).start().await.unwrap();
     let mut stub = SparkConnectServiceClient::new(crate::support::channel_to(guard.local_addr()));
