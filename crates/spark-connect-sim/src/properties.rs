@@ -29,7 +29,6 @@
 //!   exact, or ends with the typed integrity error for a repeated response
 //!   id ([`is_replay_error`]).
 
-use std::fmt;
 use std::time::Duration;
 
 use spark_connect_retry::reattach::{IntegrityError, ReattachError};
@@ -37,6 +36,7 @@ use spark_connect_retry::reattach::{IntegrityError, ReattachError};
 use crate::client::QueryResult;
 use crate::recovery::{self, Bound};
 use crate::schedule::{ClientKind, Fault, Schedule, Topology};
+use crate::violation::Violation;
 use crate::world::Outcome;
 
 /// The most requests the client may send in any one simulated second,
@@ -53,22 +53,6 @@ pub const TYPED_ERRORS: [&str; 5] = [
     "RESPONSE_ALREADY_RECEIVED",
     "INVALID_CURSOR",
 ];
-
-/// A property that did not hold.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Violation {
-    /// Which property: `data`, `error`, `recovery`, `hang`, `storm`,
-    /// `retry_info`, `leak`, `stats` (checked in this order).
-    pub property: &'static str,
-    /// What was seen.
-    pub detail: String,
-}
-
-impl fmt::Display for Violation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "[{}] {}", self.property, self.detail)
-    }
-}
 
 /// Whether `msg` is the client's typed error for a response id received
 /// twice (the reattach rules' `[RESULT_INTEGRITY]` error for a replayed

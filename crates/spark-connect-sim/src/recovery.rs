@@ -69,8 +69,8 @@ use spark_connect_retry::reattach::ReattachOptions;
 
 use crate::client::QueryTimes;
 use crate::net;
-use crate::properties::Violation;
 use crate::schedule::{ClientKind, Fault, Link, Schedule};
+use crate::violation::Violation;
 use crate::world::{Outcome, kit_faults};
 
 /// The recovery bound's parts, from the simulated clients' settings (see

@@ -11,9 +11,10 @@
 use std::time::Instant;
 
 use spark_connect_sim::client::Defect;
-use spark_connect_sim::properties::{Violation, check};
+use spark_connect_sim::properties::check;
 use spark_connect_sim::schedule::Schedule;
 use spark_connect_sim::shrink::shrink;
+use spark_connect_sim::violation::Violation;
 use spark_connect_sim::world::{Outcome, WorldConfig, run};
 
 const DEFAULT_SEEDS: u64 = 200;
