@@ -92,25 +92,6 @@ fn error_text(e: &SparkError) -> String {
     }
 }
 
-fn json(s: Option<&str>) -> String {
-    let Some(s) = s else {
-        return "null".to_owned();
-    };
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' | '\\' => {
-                out.push('\\');
-                out.push(c);
-            }
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
 #[tokio::main]
 async fn main() -> ExitCode {
     let (mut remote, mut query) = (None, None);
@@ -136,11 +117,13 @@ async fn main() -> ExitCode {
         .err()
         .map(|e| error_text(&e));
     let seconds = started.elapsed().as_secs_f64();
-    println!(
-        "{{\"client\":\"ours\",\"rows\":{},\"wrong\":{},\"error\":{},\"seconds\":{seconds:.3}}}",
-        check.rows,
-        json(check.wrong.as_deref()),
-        json(error.as_deref()),
-    );
+    let line = serde_json::json!({
+        "client": "ours",
+        "rows": check.rows,
+        "wrong": check.wrong,
+        "error": error,
+        "seconds": (seconds * 1000.0).round() / 1000.0,
+    });
+    println!("{line}");
     ExitCode::SUCCESS
 }

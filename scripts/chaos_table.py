@@ -48,6 +48,8 @@ import time
 import tomllib
 import urllib.request
 
+from rss import RssSampler
+
 CELL_TIMEOUT_S = 240
 
 # Rows the table reads with another query than the scenario's own: the
@@ -429,40 +431,6 @@ class Table:
             lines.append("")
             lines.extend(self.summary)
         return "\n".join(lines)
-
-
-def rss_mib(pid):
-    """The resident set of `pid` in MiB (0 once it has gone)."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
-
-
-class RssSampler:
-    """The largest resident set of `pid` (MiB), sampled every 0.1 s while
-    running."""
-
-    def __init__(self, pid):
-        self.pid, self.peak, self.done = pid, 0.0, False
-        self.thread = threading.Thread(target=self.run, daemon=True)
-
-    def run(self):
-        while not self.done:
-            self.peak = max(self.peak, rss_mib(self.pid))
-            time.sleep(0.1)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.done = True
-        self.thread.join()
 
 
 def most_at_once(results, ends):

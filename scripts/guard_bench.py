@@ -25,6 +25,8 @@ import time
 
 from pyspark.sql import SparkSession
 
+from rss import RssSampler, rss_mib
+
 QUERY = "SELECT id, id*2 AS x FROM range(10000000)"
 ROWS = 10_000_000
 
@@ -38,35 +40,6 @@ def start(args):
 def stop(proc):
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=30)
-
-
-def rss_mib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
-
-
-class Sampler:
-    """The largest resident set of `pid` while running."""
-
-    def __init__(self, pid):
-        self.pid, self.peak, self.stop = pid, 0.0, False
-        self.thread = threading.Thread(target=self.run, daemon=True)
-
-    def run(self):
-        while not self.stop:
-            self.peak = max(self.peak, rss_mib(self.pid))
-            time.sleep(0.1)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop = True
-        self.thread.join()
 
 
 def read_fast(spark):
@@ -142,11 +115,11 @@ def main():
         print(f"guard / direct (medians): {ratio:.3f}")
 
         base = rss_mib(guard.pid)
-        with Sampler(guard.pid) as fast:
+        with RssSampler(guard.pid) as fast:
             read_fast(guarded)
         slow_rows = 4_000_000
         t0 = time.monotonic()
-        with Sampler(guard.pid) as slow:
+        with RssSampler(guard.pid) as slow:
             read_slow(guarded, slow_rows)
         print(f"guard RSS (MiB): idle after the runs {base:.1f}; peak reading 10M rows "
               f"at full speed {fast.peak:.1f}; peak reading {slow_rows:,} rows slowly "
@@ -165,7 +138,7 @@ def main():
         walls = {"direct": [], "guard": []}
         server_cpu = {"direct": [], "guard": []}
         guard_cpu = []
-        with Sampler(guard.pid) as crowd:
+        with RssSampler(guard.pid) as crowd:
             for _ in range(2):
                 for arm, sessions in arms.items():
                     s0, g0 = cpu_s(chaos.pid), cpu_s(guard.pid)
