@@ -5,7 +5,10 @@
 # dependencies), plays seeds 0, 1, 2, ... until the first failure (at most
 # SIM_MUTANT_SEEDS, default 10000), and prints a table: mutation, seeds to the
 # first failure, the failing property. A defect that survives every seed is
-# "survived". The scratch worktree is removed at the end.
+# "survived". The scratch worktree is removed at the end. Exits 1 when a
+# defect survived or its build failed: CI runs it as the proof that the
+# simulation finds every planted defect, and first on
+# mutations/check/harmless.patch (a comment), where it must fail.
 #
 #   scripts/sim-mutants.sh [PATCH...]     # default: every patch
 set -euo pipefail
@@ -44,6 +47,7 @@ trap cleanup EXIT
 git worktree add --detach "$SCRATCH" HEAD >/dev/null
 
 rows=()
+failed=()
 for patch in "${patches[@]}"; do
     name="$(basename "$patch" .patch)"
     git -C "$SCRATCH" checkout -q -- .
@@ -51,6 +55,7 @@ for patch in "${patches[@]}"; do
     t0=$SECONDS
     if ! (cd "$SCRATCH" && cargo test --profile sim -p spark-connect-sim --test sim --no-run) >"$OUT/$name.build.log" 2>&1; then
         rows+=("| $name | build failed | see $OUT/$name.build.log |")
+        failed+=("$name (build failed)")
         continue
     fi
     bin="$(sed -n 's/.*Executable tests\/sim.rs (\(.*\))$/\1/p' "$OUT/$name.build.log" | tail -n1)"
@@ -67,6 +72,7 @@ for patch in "${patches[@]}"; do
         rows+=("| $name | $seeds (seed $seed) | $property: $detail |")
     else
         rows+=("| $name | survived $MAX | - |")
+        failed+=("$name (survived $MAX seeds)")
     fi
     echo "sim-mutants: $name: built in ${built} s, played in $((SECONDS - t1)) s: ${line:-survived}" >&2
 done
@@ -74,3 +80,7 @@ done
 echo "| mutation | seeds to first failure | failing property |"
 echo "|---|---|---|"
 printf '%s\n' "${rows[@]}"
+if [ "${#failed[@]}" -gt 0 ]; then
+    printf 'sim-mutants: not caught: %s\n' "${failed[@]}" >&2
+    exit 1
+fi
