@@ -202,25 +202,25 @@ pub struct Timeline {
 
 impl Timeline {
     /// Query `k` delivered a response now.
-    pub fn response(&self, k: usize) {
+    pub(crate) fn response(&self, k: usize) {
         let now = turmoil::sim_elapsed().unwrap_or_default();
         self.query(k, |q| q.responses.push(now));
     }
 
     /// Query `k`'s result stream is open now.
-    pub fn opened(&self, k: usize) {
+    pub(crate) fn opened(&self, k: usize) {
         let now = turmoil::sim_elapsed().unwrap_or_default();
         self.query(k, |q| q.opened = Some(now));
     }
 
     /// Query `k` ended now.
-    pub fn ended(&self, k: usize) {
+    pub(crate) fn ended(&self, k: usize) {
         let now = turmoil::sim_elapsed().unwrap_or_default();
         self.query(k, |q| q.ended = Some(now));
     }
 
     /// Every query's times so far.
-    pub fn queries(&self) -> Vec<QueryTimes> {
+    pub(crate) fn queries(&self) -> Vec<QueryTimes> {
         self.inner.borrow().clone()
     }
 

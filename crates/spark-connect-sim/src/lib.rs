@@ -4,7 +4,7 @@
 //! Real tonic, hyper, h2 and tower run over simulated TCP; only the
 //! network and the clock are simulated. Each seed draws a [`Schedule`](schedule::Schedule)
 //! (the world's shape and its faults), [`world::run`] plays it, the
-//! [`properties`] (reported as [`violation::Violation`]; among them [`recovery`]'s bound on the time to recover)
+//! [`properties`] (reported as [`violation::Violation`]; among them a bound on the time to recover)
 //! are checked on what it left, and its [`Trace`](trace::Trace) hashes
 //! what happened so that two runs of one seed can be compared. A failing
 //! schedule is [shrunk](shrink::shrink) to the fewest faults that still
@@ -15,7 +15,7 @@
 pub mod client;
 pub mod net;
 pub mod properties;
-pub mod recovery;
+pub(crate) mod recovery;
 pub mod schedule;
 pub mod session;
 pub mod shrink;

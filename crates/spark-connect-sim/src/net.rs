@@ -29,11 +29,11 @@ pub const PORT: u16 = 15002;
 
 /// The HTTP/2 keepalive of [`channel`]: a ping after this long without a
 /// frame received (the session's default, as `sc://` strings set it).
-pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(60);
+pub(crate) const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(60);
 
 /// How long [`channel`]'s keepalive ping may go unanswered before the
 /// connection is closed.
-pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+pub(crate) const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// A simulated TCP connection that tonic's server accepts.
 #[derive(Debug)]

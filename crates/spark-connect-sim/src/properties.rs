@@ -57,7 +57,7 @@ pub const TYPED_ERRORS: [&str; 5] = [
 /// Whether `msg` is the client's typed error for a response id received
 /// twice (the reattach rules' `[RESULT_INTEGRITY]` error for a replayed
 /// response), as the stub, the guard and the session word it.
-pub fn is_replay_error(msg: &str) -> bool {
+pub(crate) fn is_replay_error(msg: &str) -> bool {
     const ID: &str = "00000000-0000-0000-0000-000000000000";
     let text = ReattachError::from(IntegrityError::DuplicateResponseId(ID.into())).to_string();
     let quoted = format!("{ID:?}");

@@ -76,27 +76,27 @@ use crate::world::{Outcome, kit_faults};
 /// The recovery bound's parts, from the simulated clients' settings (see
 /// the [module docs](self)).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Bound {
+pub(crate) struct Bound {
     /// Stall detection where a stall reattaches over a fresh connection.
-    pub idle: Duration,
+    pub(crate) idle: Duration,
     /// Dead-connection detection over a plain channel: keepalive interval
     /// plus timeout.
-    pub keepalive: Duration,
+    pub(crate) keepalive: Duration,
     /// The policy's waits by retry, least (no jitter).
-    pub least: Vec<Duration>,
+    pub(crate) least: Vec<Duration>,
     /// The policy's waits by retry, most (all the jitter).
-    pub most: Vec<Duration>,
+    pub(crate) most: Vec<Duration>,
     /// Round trips, dialling, the guard's hop.
-    pub margin: Duration,
+    pub(crate) margin: Duration,
 }
 
 /// The margin of the bound.
-pub const MARGIN: Duration = Duration::from_secs(5);
+pub(crate) const MARGIN: Duration = Duration::from_secs(5);
 
 impl Bound {
     /// The bound of the clients the world builds: the reattach layer's
     /// default options, PySpark's retry policy, the channels' keepalive.
-    pub fn of_clients() -> Bound {
+    pub(crate) fn of_clients() -> Bound {
         let idle = ReattachOptions::default()
             .idle_timeout
             .expect("stall detection is on by default");
@@ -119,7 +119,7 @@ impl Bound {
     /// included) for the largest `J` whose first `J - 1` least waits fit
     /// between the two. Past the budget, the last wait (the client gives
     /// up after it).
-    pub fn wait_at(&self, start: Duration, healed: Duration) -> Duration {
+    pub(crate) fn wait_at(&self, start: Duration, healed: Duration) -> Duration {
         let window = healed.saturating_sub(start);
         let mut before = Duration::ZERO;
         for (j, least) in self.least.iter().enumerate() {
@@ -133,30 +133,30 @@ impl Bound {
 
     /// The bound on a silence while nothing is wrong, with `detect` for the
     /// dead connections left behind.
-    pub fn quiet(&self, detect: Duration) -> Duration {
+    pub(crate) fn quiet(&self, detect: Duration) -> Duration {
         detect + self.most.first().copied().unwrap_or_default() + self.margin
     }
 }
 
 /// A fault from its start to its heal.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Disturbance {
+pub(crate) struct Disturbance {
     /// When it began (simulated time).
-    pub start: Duration,
+    pub(crate) start: Duration,
     /// When it was over.
-    pub healed: Duration,
+    pub(crate) healed: Duration,
     /// How long a connection it broke may go unnoticed by a query whose
     /// stream was open when it began.
-    pub detect: Duration,
+    pub(crate) detect: Duration,
     /// The same for a query still in its unary calls when it began.
-    pub detect_unary: Duration,
+    pub(crate) detect_unary: Duration,
     /// What it was.
-    pub what: String,
+    pub(crate) what: String,
 }
 
 /// The schedule's disturbances, by start: its timed faults (holds,
 /// partitions, crashes) and each firing of its scripted ones.
-pub fn disturbances(
+pub(crate) fn disturbances(
     schedule: &Schedule,
     firings: &[(Duration, String)],
     bound: &Bound,
@@ -214,7 +214,7 @@ pub fn disturbances(
 }
 
 /// Checks the recovery property of every query.
-pub fn check(schedule: &Schedule, outcome: &Outcome, bound: &Bound) -> Vec<Violation> {
+pub(crate) fn check(schedule: &Schedule, outcome: &Outcome, bound: &Bound) -> Vec<Violation> {
     let disturbances = disturbances(schedule, &outcome.firings, bound);
     let mut v = vec![];
     for (k, times) in outcome.timelines.iter().enumerate() {

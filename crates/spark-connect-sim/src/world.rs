@@ -471,9 +471,6 @@ fn record_firings(
     let Some(script) = servers.lives.first().map(TestServer::faults) else {
         return;
     };
-    if script.fired_count() == firings.len() {
-        return;
-    }
     for fired in script.fired().into_iter().skip(firings.len()) {
         trace.event(
             now,

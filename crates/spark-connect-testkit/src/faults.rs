@@ -487,11 +487,6 @@ impl FaultScript {
         lock(&self.fired).clone()
     }
 
-    /// How many firings [`fired`](Self::fired) lists: cheap enough to poll.
-    pub fn fired_count(&self) -> usize {
-        lock(&self.fired).len()
-    }
-
     /// Logs (at `info`, target `spark_connect_testkit::faults`) and records
     /// that `fault` fired on a call of `rpc`, and when.
     pub(crate) fn fire(&self, fault: &Fault, rpc: Rpc, when: &str) {
