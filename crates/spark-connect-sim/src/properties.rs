@@ -20,14 +20,14 @@
 //!   server holds no execution once the client is done.
 //! * **Stats agree** (direct): the server saw no call the client did not
 //!   send; with no fault that cuts a connection, it saw every one.
-//! * **Recovery** ([`crate::recovery`]): after a fault heals, each query
+//! * **Recovery** (`recovery.rs`): after a fault heals, each query
 //!   makes progress again within a bound derived from the client's idle
 //!   timeout, its policy's backoff and its channels' keepalive; while
 //!   nothing is wrong it is never silent for longer.
 //! * **A replay is refused**: a server that re-sends a response the client
 //!   already has ([`Fault::Replay`]) never yields a row twice: the query is
 //!   exact, or ends with the typed integrity error for a repeated response
-//!   id ([`is_replay_error`]).
+//!   id (`is_replay_error`).
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! A property that did not hold on a run.
 //!
 //! *Why a file of its own:* every property module ([`crate::properties`],
-//! [`crate::recovery`]) reports in this one type, and none of them may
+//! `recovery`) reports in this one type, and none of them may
 //! import another for it.
 
 use std::fmt;
