@@ -209,6 +209,19 @@ impl ReattachCore {
         Ok(core)
     }
 
+    /// The caller released this execution by itself (through another
+    /// stream of the same operation): the server knew the operation, and
+    /// "not found" from now on means released, so it ends the stream with
+    /// the server's status instead of sending the ExecutePlan again.
+    ///
+    /// A driver whose caller vanished behind a partition would otherwise
+    /// re-create an execution its caller has already read and released,
+    /// and nobody would release it again.
+    pub(crate) fn released_by_caller(&mut self) {
+        self.can_execute = false;
+        self.delivery.unproven();
+    }
+
     /// The operation id on every request of this execution.
     pub(crate) fn operation_id(&self) -> &str {
         &self.operation_id

@@ -220,6 +220,9 @@ impl<T: Transport> Driver<T> {
             failure.source = ?std::error::Error::source(&status),
             "reattachable execution: segment failed"
         );
+        if self.transport.released_by_caller() {
+            self.core.released_by_caller();
+        }
         self.core.on_event(Event::Error(status), &self.retrying)
     }
 

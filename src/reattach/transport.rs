@@ -42,6 +42,13 @@ pub(crate) trait Transport: Clone + Send + Sync + 'static {
     /// The caller's message, from the core's response and what was kept.
     fn message(response: ExecutePlanResponse, kept: Self::Kept) -> Self::Message;
 
+    /// Whether the caller released this execution by itself, through
+    /// another stream ([`super::core::ReattachCore::released_by_caller`]).
+    /// Only a transport under a caller that releases can know.
+    fn released_by_caller(&self) -> bool {
+        false
+    }
+
     /// Send one `ReleaseExecute` attempt, with `call`'s marks.
     fn release(
         &self,

@@ -2,11 +2,13 @@
 //! executions (`service`), the caller's bytes read and written without
 //! re-encoding (`wire`, `frame`), the driver's transport on raw bytes
 //! (`raw`), and the body the caller reads (`body`). What it does is in the
-//! [`layer` module docs](super).
+//! [`layer` module docs](super). `released` notes the executions the
+//! caller released by itself, so that no driver sends them again.
 
 mod body;
 mod frame;
 mod raw;
+mod released;
 mod service;
 mod wire;
 

@@ -18,6 +18,7 @@ use tonic::metadata::MetadataMap;
 use tonic::{Code, Extensions, Status};
 
 use super::frame::RawCodec;
+use super::released::{CallerReleases, Released};
 use super::wire::{self, RequestHead};
 use super::{EXECUTE_PLAN, REATTACH_EXECUTE, RELEASE_EXECUTE, Releases};
 use crate::policy::{Failure, FailureKind};
@@ -62,6 +63,8 @@ pub(crate) struct Raw {
     start: Arc<Start>,
     /// The response headers of the first segment that answered.
     first_headers: Option<MetadataMap>,
+    /// Set once the caller releases this operation by itself.
+    released: Released,
 }
 
 impl Raw {
@@ -129,6 +132,10 @@ impl Transport for Raw {
         kept
     }
 
+    fn released_by_caller(&self) -> bool {
+        self.released.get()
+    }
+
     async fn release(&self, request: ReleaseExecuteRequest, call: Call) -> Result<(), Status> {
         let request = self.request(wire::with_user_context(&request, &self.head), call);
         let mut grpc = self.grpc.clone();
@@ -156,6 +163,8 @@ pub(crate) struct Parts {
     pub(crate) retrying: Retrying,
     pub(crate) options: ReattachOptions,
     pub(crate) releases: Releases,
+    /// The operations the caller released ([`super::released`]).
+    pub(crate) caller_releases: CallerReleases,
 }
 
 /// The core's view of the caller's request: its ids, nothing else.
@@ -192,12 +201,16 @@ pub(crate) fn resume(
 }
 
 fn driver(core: ReattachCore, head: RequestHead, start: Start, parts: Parts) -> RawDriver {
+    let released = parts
+        .caller_releases
+        .watch(&head.session_id, core.operation_id());
     let transport = Raw {
         grpc: parts.grpc,
         metadata: parts.metadata,
         head: Arc::new(head),
         start: Arc::new(start),
         first_headers: None,
+        released,
     };
     let releaser = match parts.releases {
         Releases::Own => Some(Releaser::new(

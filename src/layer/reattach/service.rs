@@ -16,8 +16,9 @@ use tower::{Layer, Service, ServiceExt};
 use super::body::{ExecBody, ForwardedBody};
 use super::frame::{self, RequestBody};
 use super::raw::{self, Item, Parts, to_status, transport_failure};
+use super::released::CallerReleases;
 use super::wire;
-use super::{EXECUTE_PLAN, REATTACH_EXECUTE, Releases};
+use super::{EXECUTE_PLAN, REATTACH_EXECUTE, RELEASE_EXECUTE, Releases};
 use crate::connect::conn_string::DEFAULT_MAX_MESSAGE_SIZE;
 use crate::reattach::ReattachOptions;
 use crate::retrying::{PySparkRetrying, Retrying};
@@ -104,6 +105,7 @@ where
         ReattachService {
             inner: grpc_channel(inner),
             config: self.clone(),
+            caller_releases: CallerReleases::default(),
         }
     }
 }
@@ -114,6 +116,7 @@ where
 pub struct ReattachService {
     inner: GrpcChannel,
     config: ReattachLayer,
+    caller_releases: CallerReleases,
 }
 
 impl std::fmt::Debug for ReattachService {
@@ -146,6 +149,15 @@ impl Service<http::Request<tonic::body::Body>> for ReattachService {
         let kind = match req.uri().path() {
             EXECUTE_PLAN => Kind::Execute,
             REATTACH_EXECUTE => Kind::Reattach,
+            RELEASE_EXECUTE => {
+                let this = self.clone();
+                return Box::pin(async move {
+                    Ok(this
+                        .release(req)
+                        .await
+                        .unwrap_or_else(|status| status.into_http()))
+                });
+            }
             _ => return Box::pin(forward(self.inner.clone(), req)),
         };
         let this = self.clone();
@@ -188,6 +200,25 @@ const NOT_COPIED: [&str; 8] = [
 ];
 
 impl ReattachService {
+    /// The caller's own `ReleaseExecute`: noted for the drivers of its
+    /// operation ([`super::released`]), then forwarded as it came. One the
+    /// layer cannot read (compressed, malformed) is forwarded unnoted, for
+    /// the server to answer.
+    async fn release(self, req: http::Request<tonic::body::Body>) -> Result<Response, Status> {
+        let (parts, body) = req.into_parts();
+        let raw = match frame::read_request(body, self.config.max_message_size).await? {
+            RequestBody::Message(msg) => {
+                if let Ok((session_id, operation_id)) = wire::release_ids(&msg) {
+                    self.caller_releases.release(&session_id, &operation_id);
+                }
+                frame::framed(&msg)
+            }
+            RequestBody::Compressed(raw) => raw,
+        };
+        let body = tonic::body::Body::new(http_body_util::Full::new(raw));
+        forward(self.inner, http::Request::from_parts(parts, body)).await
+    }
+
     async fn execute(
         self,
         kind: Kind,
@@ -227,6 +258,7 @@ impl ReattachService {
             retrying: self.config.retrying.clone(),
             options: self.config.options.clone(),
             releases: self.config.releases,
+            caller_releases: self.caller_releases.clone(),
         };
         let driver = match kind {
             Kind::Execute => raw::execute(&msg, head, driver_parts),

@@ -168,6 +168,20 @@ fn request_head(msg: &Bytes, fields: &RequestFields) -> Result<RequestHead, Wire
     Ok(head)
 }
 
+/// The session and operation ids of a `ReleaseExecuteRequest`.
+pub(crate) fn release_ids(msg: &[u8]) -> Result<(String, String), WireError> {
+    let (mut session_id, mut operation_id) = (String::new(), String::new());
+    for_each_field(msg, "ReleaseExecuteRequest", |tag, value| {
+        match tag {
+            1 => session_id = string(tag, value)?,
+            3 => operation_id = string(tag, value)?,
+            _ => {}
+        }
+        Ok(())
+    })?;
+    Ok((session_id, operation_id))
+}
+
 /// `RequestOption.reattach_options.reattachable`, if this option is one.
 fn reattach_option(option: &[u8]) -> Result<Option<bool>, String> {
     let mut found = None;

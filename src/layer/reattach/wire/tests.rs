@@ -2,8 +2,8 @@ use bytes::{BufMut, Bytes, BytesMut};
 use prost::Message;
 
 use super::{
-    ResponseHead, execute_head, execute_request, reattach_from, reattach_head, response_head,
-    with_user_context,
+    ResponseHead, execute_head, execute_request, reattach_from, reattach_head, release_ids,
+    response_head, with_user_context,
 };
 use crate::proto::execute_plan_request::{RequestOption, request_option};
 use crate::proto::release_execute_request::Release as ReleaseKind;
@@ -181,9 +181,23 @@ fn malformed_bytes_are_errors_never_panics() {
         assert!(response_head(case).is_err(), "{case:?}");
         assert!(execute_head(&raw).is_err(), "{case:?}");
         assert!(reattach_head(&raw).is_err(), "{case:?}");
+        assert!(release_ids(case).is_err(), "{case:?}");
     }
     // Deep garbage in a request option.
     let mut raw = BytesMut::new();
     raw.put_slice(&[0x2a, 0x02, 0x0a, 0x05]);
     assert!(execute_head(&raw.freeze()).is_err());
+}
+
+#[test]
+fn a_release_names_its_session_and_operation() {
+    let rel = ReleaseExecuteRequest {
+        session_id: "s".into(),
+        operation_id: OP.into(),
+        client_type: Some("c".into()),
+        release: Some(ReleaseKind::ReleaseAll(Default::default())),
+        ..Default::default()
+    };
+    let ids = release_ids(&rel.encode_to_vec()).unwrap();
+    assert_eq!(ids, ("s".to_owned(), OP.to_owned()));
 }

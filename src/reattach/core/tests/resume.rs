@@ -65,3 +65,31 @@ fn a_resume_needs_an_operation_id() {
     let err = ReattachCore::resume(ExecutePlanRequest::default(), None).unwrap_err();
     assert!(matches!(err, ReattachError::InvalidOperationId(_)));
 }
+
+/// An ExecutePlan the server answered nothing to, then released by the
+/// caller through another stream: "not found" ends the stream, where it
+/// would otherwise send the ExecutePlan again (`not_found_recovers`).
+#[test]
+fn not_found_after_the_callers_release_is_never_re_executed() {
+    for released in [false, true] {
+        let mut core = ReattachCore::new(head()).unwrap();
+        if released {
+            core.released_by_caller();
+        }
+        let execute = shared(vec![
+            not_found("INVALID_HANDLE.OPERATION_NOT_FOUND"),
+            Item::Done("1"),
+        ]);
+        let (c, e) = run_core(&test_retrying(), &|| {}, core, execute, none(), None);
+        if released {
+            assert_eq!((c.execute, c.attach), (1, 0));
+            assert!(
+                matches!(&e, Some(ReattachError::Status(s)) if s.message().contains("OPERATION_NOT_FOUND")),
+                "{e:?}"
+            );
+        } else {
+            assert!(e.is_none(), "{e:?}");
+            assert_eq!((c.execute, c.attach), (2, 0));
+        }
+    }
+}
