@@ -1,5 +1,5 @@
 //! The simulation's harness: a sample of seeded schedules, the determinism
-//! check, and the planted defect.
+//! check, the planted defect, and the seeds that once failed.
 //!
 //! `SIM_SEEDS=N` runs seeds `0..N` (default a sample of about a minute in
 //! a debug build), or `a..b`; `SIM_SEED=n` replays one seed with its full
@@ -121,6 +121,35 @@ fn test_sample() -> Result<(), String> {
     }
 }
 
+/// Seeds that once failed, each with what it found; played on every run
+/// of this binary, whatever `SIM_SEEDS` says.
+const REGRESSIONS: [(u64, &str); 3] = [
+    (
+        333339,
+        "leak: a guard driver whose caller a partition hid re-sent an ExecutePlan its caller had released",
+    ),
+    (407504, "leak: the same, with other faults"),
+    (
+        469424,
+        "storm: three queries' startup retries counted against one query's allowance",
+    ),
+];
+
+/// Every seed of [`REGRESSIONS`] passes.
+fn test_regressions() -> Result<(), String> {
+    let config = WorldConfig::default();
+    let failed = sample(REGRESSIONS.iter().map(|(seed, _)| *seed), &config, false);
+    if failed.is_empty() {
+        return Ok(());
+    }
+    let found: Vec<_> = REGRESSIONS
+        .iter()
+        .filter(|(seed, _)| failed.contains(seed))
+        .map(|(seed, what)| format!("seed {seed} ({what})"))
+        .collect();
+    Err(format!("regressions: {}", found.join("; ")))
+}
+
 /// The same seed gives the same trace.
 fn test_determinism() -> Result<(), String> {
     let config = WorldConfig::default();
@@ -181,9 +210,10 @@ fn main() {
         .skip(1)
         .filter(|a| !a.starts_with('-'))
         .collect();
-    let tests: [(&str, Test); 3] = [
+    let tests: [(&str, Test); 4] = [
         ("determinism", test_determinism),
         ("planted_defect", test_planted_defect),
+        ("regressions", test_regressions),
         ("sample", test_sample),
     ];
     let mut failures = 0;
