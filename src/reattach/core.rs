@@ -239,10 +239,19 @@ impl ReattachCore {
         self.counters
     }
     /// Refresh the token of `provider` when the server refuses it: once,
-    /// then again only after a delivered response
-    /// ([`crate::token`]).
+    /// then again only after a delivered response or when the refused
+    /// token had delivered one ([`ReattachCore::token_was_answered`],
+    /// [`crate::token`]).
     pub(crate) fn refresh_tokens(&mut self, provider: &str) {
         self.token = Some((provider.to_owned(), RefreshBudget::default()));
+    }
+    /// The token the failing segment carried had delivered a response
+    /// (on this stream or another of the session): a refusal of it is its
+    /// expiry, so the refresh budget is whole again, as after progress.
+    pub(crate) fn token_was_answered(&mut self) {
+        if let Some((_, budget)) = self.token.as_mut() {
+            budget.progress();
+        }
     }
     /// The RPC of the segment opened last (`ExecutePlan` or
     /// `ReattachExecute`): the one a failure of the stream names.

@@ -223,6 +223,11 @@ impl<T: Transport> Driver<T> {
         if self.transport.released_by_caller() {
             self.core.released_by_caller();
         }
+        if let Some(c) = &self.credentials
+            && c.was_answered(self.token_used.serial())
+        {
+            self.core.token_was_answered();
+        }
         self.core.on_event(Event::Error(status), &self.retrying)
     }
 
@@ -247,6 +252,9 @@ impl<T: Transport> Driver<T> {
         };
         let event = match result {
             Ok(Some((response, kept))) => {
+                if let Some(c) = &self.credentials {
+                    c.answered(self.token_used.serial());
+                }
                 self.kept = Some(kept);
                 Event::Response(Box::new(response))
             }

@@ -7,6 +7,13 @@
 //! concurrent calls share one provider call. Each token it hands out has a
 //! serial number, so a refusal only throws away the token the refused
 //! request carried, not a newer one another call already fetched.
+//!
+//! The cache also remembers the newest token a stream delivered a response
+//! with ([`Credentials::answered`]). A refusal of such a token is its
+//! expiry, not a provider handing out tokens the server never takes, so it
+//! is worth a fresh one even for a call that has not progressed itself:
+//! with several queries at once, the others' responses can use up a short
+//! token's life before a refreshed query's first response.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -51,6 +58,8 @@ struct Inner {
     fetching: tokio::sync::Mutex<()>,
     /// Tokens asked for so far (the serial of the newest).
     fetched: AtomicU64,
+    /// The serial of the newest token a response was delivered with.
+    answered: AtomicU64,
 }
 
 impl fmt::Debug for Credentials {
@@ -70,6 +79,7 @@ impl Credentials {
                 cached: Mutex::new(None),
                 fetching: tokio::sync::Mutex::new(()),
                 fetched: AtomicU64::new(0),
+                answered: AtomicU64::new(0),
             }),
         }
     }
@@ -87,6 +97,17 @@ impl Credentials {
     /// How many tokens the provider was asked for.
     pub(crate) fn fetched(&self) -> u64 {
         self.inner.fetched.load(Ordering::SeqCst)
+    }
+
+    /// A response was delivered on a request that carried token `serial`.
+    pub(crate) fn answered(&self, serial: u64) {
+        self.inner.answered.fetch_max(serial, Ordering::SeqCst);
+    }
+
+    /// Whether the server has delivered a response on token `serial` or a
+    /// newer one: refusing it now is expiry, not a token it never took.
+    pub(crate) fn was_answered(&self, serial: u64) -> bool {
+        serial != 0 && self.inner.answered.load(Ordering::SeqCst) >= serial
     }
 
     fn cached(&self) -> std::sync::MutexGuard<'_, Option<Cached>> {

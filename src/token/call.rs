@@ -45,6 +45,9 @@ impl<'a> CallToken<'a> {
             return AttemptError::Status(status);
         }
         let mut budget = self.budget.lock().unwrap_or_else(|e| e.into_inner());
+        if credentials.was_answered(used.serial()) {
+            budget.progress();
+        }
         if budget.try_refresh() {
             credentials.invalidate(used.serial());
             return AttemptError::RetryNow(Some(status));
@@ -81,6 +84,32 @@ mod tests {
         // Other failures pass through.
         let other: AttemptError = call.judge(Status::unavailable("down"), &used);
         assert!(matches!(other, AttemptError::Status(s) if token_error(&s).is_none()));
+    }
+
+    #[tokio::test]
+    async fn a_refused_token_that_delivered_a_response_elsewhere_is_worth_a_fresh_one() {
+        let p = provider_fn("p", || async { Ok(AccessToken::new(Token::new("t")?)) });
+        let creds = Credentials::new(Arc::new(p));
+        let call = CallToken::new(Some(&creds));
+        let used = call.slot();
+        used.set_for_test(creds.bearer().await.unwrap().1);
+        let first: AttemptError = call.judge(Status::unauthenticated("expired"), &used);
+        assert!(matches!(first, AttemptError::RetryNow(Some(_))));
+        // The fresh token serves another stream, then expires.
+        let fresh = creds.bearer().await.unwrap().1;
+        used.set_for_test(fresh);
+        creds.answered(fresh);
+        let second: AttemptError = call.judge(Status::unauthenticated("expired"), &used);
+        assert!(matches!(second, AttemptError::RetryNow(Some(_))));
+        // A third token that nobody was answered with: the budget holds.
+        used.set_for_test(creds.bearer().await.unwrap().1);
+        let AttemptError::Status(last) =
+            call.judge::<std::convert::Infallible>(Status::unauthenticated("no"), &used)
+        else {
+            panic!("a token never answered, refused after a refresh, is the end")
+        };
+        assert_eq!(token_error(&last).unwrap().provider(), "p");
+        assert_eq!(creds.fetched(), 3);
     }
 
     #[tokio::test]

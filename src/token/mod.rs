@@ -31,7 +31,11 @@
 //!   ends the call with [`TokenError::Refused`], naming the provider and
 //!   keeping the server's last status as its `source()`. A provider that
 //!   keeps handing out bad tokens therefore ends in that error, never a
-//!   loop. A provider that fails ends the call with
+//!   loop. Progress of the session's other streams counts for a token
+//!   they used: a refused token that some stream delivered a response
+//!   with has expired, and is worth a fresh one (with several queries at
+//!   once, the others can use up a short-lived token before a refreshed
+//!   query's first response). A provider that fails ends the call with
 //!   [`TokenError::ProviderFailed`] at once; the provider retries its own
 //!   identity service if it wants to.
 //! * **Secret.** The token never appears in `Debug`, logs or errors: the
