@@ -217,10 +217,12 @@ impl AsyncWrite for CountingStream {
 }
 
 /// A session's [`Connector`](spark_connect_retry::connector::Connector)
-/// on simulated TCP: dials the URI's host and port from the current
-/// simulated host, logs each request sent on the connection
-/// ([`CountingStream`]) and each dial in `trace`.
+/// on simulated TCP: dials simulated host `host` at the URI's port from
+/// the current simulated host (whatever host the URI names), logs each
+/// request sent on the connection ([`CountingStream`]) and counts each
+/// dial in `dials`.
 pub fn connector(
+    host: &'static str,
     log: RequestLog,
     dials: std::sync::Arc<std::sync::atomic::AtomicU64>,
 ) -> spark_connect_retry::connector::Connector {
@@ -228,9 +230,8 @@ pub fn connector(
         let log = log.clone();
         dials.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         async move {
-            let host = uri.host().unwrap_or_default().to_owned();
             let port = uri.port_u16().unwrap_or(PORT);
-            let stream = TcpStream::connect((host.as_str(), port)).await?;
+            let stream = TcpStream::connect((host, port)).await?;
             Ok::<_, io::Error>(TokioIo::new(CountingStream::new(stream, log)))
         }
     }))

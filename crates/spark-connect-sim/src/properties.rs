@@ -20,7 +20,15 @@
 //! * **Nothing left behind**: where releases are the client's, a running
 //!   server holds no execution once the client is done.
 //! * **Stats agree** (direct): the server saw no call the client did not
-//!   send; with no fault that cuts a connection, it saw every one.
+//!   send; with no fault that cuts a connection, it saw every one; the
+//!   session's queries refreshed their token no more often than the
+//!   server refused one.
+//! * **Tokens expire** ([`Fault::TokenExpiry`]): a fresh token for each
+//!   refusal keeps every query exact. The session's token error
+//!   ([`TOKEN_REFUSED`]: refused again without progress since the last
+//!   fresh token) is allowed only where a hold or a partition lets the
+//!   server spend a token's life on responses that no client sees
+//!   ([`Schedule::tokens_used_unseen`]).
 //! * **Recovery** (`recovery.rs`): after a fault heals, each query
 //!   makes progress again within a bound derived from the client's idle
 //!   timeout, its policy's backoff and its channels' keepalive; while
@@ -39,6 +47,9 @@ use crate::recovery::{self, Bound};
 use crate::schedule::{ClientKind, Fault, Schedule, Topology};
 use crate::violation::Violation;
 use crate::world::Outcome;
+
+/// What the session's token error says ([`Fault::TokenExpiry`]).
+pub const TOKEN_REFUSED: &str = "[TOKEN_REFUSED]";
 
 /// The most requests each query may send in any one simulated second,
 /// beyond two per response received in it.
@@ -161,6 +172,17 @@ pub fn check(schedule: &Schedule, outcome: &Outcome) -> Vec<Violation> {
         let reattaches = stats.iter().map(|s| s.reattaches).sum::<u64>();
         pairs.push(("ExecutePlan", calls.execute, execs));
         pairs.push(("ReattachExecute", calls.reattach, reattaches));
+        // Every fresh token answers a refusal the server made.
+        let refreshes: u64 = stats.iter().map(|s| s.token_refreshes).sum();
+        if refreshes > outcome.token_refusals {
+            fail(
+                "stats",
+                format!(
+                    "the queries refreshed their token {refreshes} times but the server refused {} tokens",
+                    outcome.token_refusals
+                ),
+            );
+        }
     }
     if schedule.topology == Topology::Direct && stub {
         pairs.push(("ExecutePlan", calls.execute, sent("ExecutePlan")));
@@ -248,6 +270,7 @@ fn check_query(
         // A replaying server: the typed error for a repeated response id,
         // whatever else the schedule holds.
         Some((_, msg)) if schedule.faults.contains(&Fault::Replay) && is_replay_error(msg) => {}
+        Some((_, msg)) if schedule.tokens_used_unseen() && msg.contains(TOKEN_REFUSED) => {}
         Some((code, msg)) => {
             if !schedule.may_lose_state() {
                 fail(

@@ -130,6 +130,16 @@ pub enum Fault {
     /// (the test kit's `Fault::replay`). A client must not deliver it
     /// twice: the query is exact, or ends with the typed integrity error.
     Replay,
+    /// The server's bearer tokens expire: each is good for `every` result
+    /// responses (the test kit's token rotation), and a stream opened with
+    /// a replaced token fails `UNAUTHENTICATED` before its next response,
+    /// wherever the client is. Sessions only: the session's token provider
+    /// is an identity service that issues a new token on each call, which
+    /// replaces the one before.
+    TokenExpiry {
+        /// Result responses each token is good for.
+        every: u64,
+    },
     /// Timed: a black hole on `link` from `at` for `dur`, then everything
     /// held is delivered.
     Hold {
@@ -218,6 +228,9 @@ impl fmt::Display for Fault {
                     "unavailable after every {every} responses, {times} times"
                 )
             }
+            Fault::TokenExpiry { every } => {
+                write!(f, "tokens expire every {every} responses")
+            }
             Fault::Replay => write!(f, "replay of the acknowledged response on ReattachExecute"),
             Fault::Hold { at, dur, link } => {
                 write!(f, "at {at:?}: hold {link:?} for {dur:?}")
@@ -267,6 +280,8 @@ const RPCS: [StreamRpc; 2] = [StreamRpc::Execute, StreamRpc::Reattach];
 const REPEAT_SHARE: f64 = 0.12;
 /// The share of seeds with a [`Fault::Replay`].
 const REPLAY_SHARE: f64 = 0.15;
+/// The share of the sessions' seeds with a [`Fault::TokenExpiry`].
+const TOKEN_SHARE: f64 = 0.2;
 
 impl Schedule {
     /// Draws a schedule from `seed` (`StdRng::seed_from_u64`).
@@ -304,8 +319,35 @@ impl Schedule {
         if rng.random_bool(REPLAY_SHARE) {
             s.faults.push(Fault::Replay);
         }
+        let token = rng
+            .random_bool(TOKEN_SHARE)
+            .then(|| rng.random_range(20..80));
         s.client = Self::draw_client(seed, s.rows);
+        if let (Some(every), ClientKind::Session { .. }) = (token, &s.client) {
+            s.faults.push(Fault::TokenExpiry { every });
+        }
         s
+    }
+
+    /// Whether tokens expire by responses sent while a hold or a partition
+    /// keeps responses from the client: the server (or the guard's
+    /// buffer) can then use up a fresh token's life on responses the
+    /// client never sees, and the session's second refusal without
+    /// progress ends the query with its token error, as documented.
+    pub fn tokens_used_unseen(&self) -> bool {
+        self.token_expiry().is_some()
+            && self
+                .faults
+                .iter()
+                .any(|f| matches!(f, Fault::Hold { .. } | Fault::Partition { .. }))
+    }
+
+    /// The tokens' life in responses, when they expire.
+    pub fn token_expiry(&self) -> Option<u64> {
+        self.faults.iter().find_map(|f| match f {
+            Fault::TokenExpiry { every } => Some(*every),
+            _ => None,
+        })
     }
 
     /// Adds a [`Fault::Repeat`] of 16 to 24 failures (more than the retry

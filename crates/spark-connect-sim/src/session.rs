@@ -6,6 +6,11 @@
 //! responses), each over rows of its own (`range(k * 1e6, k * 1e6 + n)`),
 //! then closes the session.
 //!
+//! Under a token fault the session is given a token provider that asks an
+//! identity service for a new token ([`CurrentToken`]), and the remote
+//! is `sc://localhost` (a token goes over plaintext to localhost only):
+//! the connector dials the simulated host whatever the URI says.
+//!
 //! The session draws its session and operation ids (UUIDv4) from the OS
 //! RNG, which the simulation cannot seed: the trace replaces every UUID by
 //! its order of first appearance, as it does the server's.
@@ -17,6 +22,7 @@ use arrow_array::{Array, Int64Array};
 use spark_connect_retry::reattach::StreamStats;
 use spark_connect_retry::retrying::{PySparkRetrying, Retrying};
 use spark_connect_retry::session::{SparkError, SparkSession};
+use spark_connect_retry::token::{AccessToken, Token, provider_fn};
 
 use crate::client::{QueryResult, Timeline};
 use crate::net::{PORT, RequestLog};
@@ -117,22 +123,34 @@ async fn query(
     (out, Some(stats))
 }
 
-/// Builds the session against `target`, runs `queries` at once (their
-/// times in `times`), closes it.
+/// A new token from the identity service: what the session's provider
+/// hands out under a token fault.
+pub type CurrentToken = Arc<dyn Fn() -> String + Send + Sync>;
+
+/// Builds the session against `target` (with a token provider over
+/// `token`, if given), runs `queries` at once (their times in `times`),
+/// closes it.
 pub async fn run_session(
     seed: u64,
-    target: &str,
+    target: &'static str,
     queries: &[i64],
+    token: Option<CurrentToken>,
     log: RequestLog,
     trace: &Trace,
     times: &Timeline,
 ) -> SessionResult {
     let dials = Arc::new(AtomicU64::new(0));
-    let built = SparkSession::builder()
-        .remote(format!("sc://{target}:{PORT}"))
-        .connector(crate::net::connector(log, dials.clone()))
-        .retrying(Retrying::pyspark().with_seed(seed))
-        .build();
+    let mut builder = SparkSession::builder()
+        .remote(format!("sc://localhost:{PORT}"))
+        .connector(crate::net::connector(target, log, dials.clone()))
+        .retrying(Retrying::pyspark().with_seed(seed));
+    if let Some(current) = token {
+        builder = builder.token_provider(provider_fn("identity-service", move || {
+            let token = Token::new(current());
+            async move { Ok(AccessToken::new(token?)) }
+        }));
+    }
+    let built = builder.build();
     let spark = match built {
         Ok(s) => s,
         Err(e) => {

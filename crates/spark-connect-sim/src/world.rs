@@ -14,12 +14,14 @@ use spark_connect_guard::Guard;
 use spark_connect_retry::layer::ReattachLayer;
 use spark_connect_retry::reattach::StreamStats;
 use spark_connect_retry::retrying::{PySparkRetrying, Retrying};
-use spark_connect_testkit::{CallCounts, Fault as KitFault, Rpc, SparkException, TestServer};
+use spark_connect_testkit::{
+    CallCounts, Fault as KitFault, Rpc, SparkException, TestServer, TokenRotation,
+};
 
 use crate::client::{ClientSetup, Defect, QueryResult, QueryTimes, Timeline, run_query};
 use crate::net::{self, PORT, PUSHBACK, RequestLog};
 use crate::schedule::{ClientKind, Fault, Link, Schedule, StreamRpc, Topology};
-use crate::session::{SessionResult, run_session};
+use crate::session::{CurrentToken, SessionResult, run_session};
 use crate::trace::Trace;
 
 /// How the world is run (the same for every seed of a sample).
@@ -71,6 +73,9 @@ pub struct Outcome {
     pub timelines: Vec<QueryTimes>,
     /// What the server counted, summed over its lives (a crash starts a new one).
     pub server_calls: CallCounts,
+    /// Calls and streams the server refused for their token, summed over
+    /// its lives.
+    pub token_refusals: u64,
     /// The executions the server holds at the end (`None`: it is down).
     pub live_executions: Option<Vec<String>>,
     /// Whether the client's `release_all` was acknowledged (through the
@@ -89,6 +94,37 @@ struct Servers {
 }
 
 type Shared<T> = Rc<RefCell<T>>;
+
+/// The server's lives, shared with the session's token provider (which
+/// must be `Send`): the simulation runs on one thread, so the lock is
+/// never contended.
+type SharedServers = Arc<Mutex<Servers>>;
+
+fn lock(servers: &SharedServers) -> std::sync::MutexGuard<'_, Servers> {
+    servers
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The bearer tokens of a [`Fault::TokenExpiry`]: `sim-token-<k>`.
+fn rotation(every: u64) -> TokenRotation {
+    TokenRotation::new("sim-token-").every_responses(every)
+}
+
+/// The identity service of a [`Fault::TokenExpiry`]: each token it hands
+/// out is new, with a whole life ahead of it, and replaces the one before
+/// (the server's current life rotates to it; a new life starts from the
+/// last life's token).
+fn issue_token(servers: SharedServers, every: u64) -> CurrentToken {
+    Arc::new(move || {
+        let k = lock(&servers)
+            .lives
+            .last()
+            .and_then(TestServer::current_token)
+            .unwrap_or(0);
+        rotation(every).token(k)
+    })
+}
 
 fn kit_rpc(rpc: StreamRpc) -> Rpc {
     match rpc {
@@ -141,6 +177,8 @@ pub(crate) fn kit_faults(fault: &Fault) -> Vec<KitFault> {
             };
         }
         Fault::Replay => KitFault::replay(),
+        // Set on the server's builder instead.
+        Fault::TokenExpiry { .. } => return vec![],
         Fault::Hold { .. }
         | Fault::Partition { .. }
         | Fault::Latency { .. }
@@ -222,7 +260,7 @@ pub fn run(schedule: &Schedule, config: &WorldConfig) -> Outcome {
         .max_message_latency(config.latency.1)
         .build();
 
-    let servers: Shared<Servers> = Rc::default();
+    let servers: SharedServers = Arc::default();
     let script: Vec<KitFault> = schedule.faults.iter().flat_map(kit_faults).collect();
     {
         let servers = servers.clone();
@@ -240,20 +278,30 @@ pub fn run(schedule: &Schedule, config: &WorldConfig) -> Outcome {
                 if let Some(n) = s.max_responses_per_stream {
                     builder = builder.max_responses_per_stream(n);
                 }
+                if let Some(every) = s.token_expiry() {
+                    builder = builder.token_rotation(rotation(every));
+                }
                 let server = builder.serve_incoming(addr, incoming);
-                let first = servers.borrow().lives.is_empty();
+                // Tokens are the identity service's, not the server's: a
+                // new life accepts the token the last one did.
+                let carried = lock(&servers)
+                    .lives
+                    .last()
+                    .and_then(TestServer::current_token)
+                    .unwrap_or(0);
+                for _ in 0..carried {
+                    server.rotate_token();
+                }
+                let first = lock(&servers).lives.is_empty();
                 if first {
                     // The script is the first life's: a crash loses what is left.
                     for fault in script {
                         server.faults().push(fault);
                     }
                 }
-                trace.now(format!(
-                    "server: up (life {})",
-                    servers.borrow().lives.len()
-                ));
+                trace.now(format!("server: up (life {})", lock(&servers).lives.len()));
                 {
-                    let mut servers = servers.borrow_mut();
+                    let mut servers = lock(&servers);
                     servers.lives.push(server);
                     servers.up = true;
                 }
@@ -304,6 +352,9 @@ pub fn run(schedule: &Schedule, config: &WorldConfig) -> Outcome {
         let released = released.clone();
         let kind = schedule.client.clone();
         let timeline = timeline.clone();
+        let token = schedule
+            .token_expiry()
+            .map(|every| issue_token(servers.clone(), every));
         sim.client("client", async move {
             let out = match &kind {
                 ClientKind::Stub => {
@@ -320,9 +371,16 @@ pub fn run(schedule: &Schedule, config: &WorldConfig) -> Outcome {
                     }
                 }
                 ClientKind::Session { queries } => {
-                    let out =
-                        run_session(setup.seed, setup.target, queries, log, &trace, &timeline)
-                            .await;
+                    let out = run_session(
+                        setup.seed,
+                        setup.target,
+                        queries,
+                        token.clone(),
+                        log,
+                        &trace,
+                        &timeline,
+                    )
+                    .await;
                     released.set(out.closed);
                     out
                 }
@@ -332,7 +390,7 @@ pub fn run(schedule: &Schedule, config: &WorldConfig) -> Outcome {
             // nothing, as a client process would live on.
             for _ in 0..1800 {
                 let idle = {
-                    let s = servers.borrow();
+                    let s = lock(&servers);
                     !s.up
                         || s.lives
                             .last()
@@ -371,8 +429,9 @@ pub fn run(schedule: &Schedule, config: &WorldConfig) -> Outcome {
         }
     }
     let elapsed = sim.elapsed();
-    let servers = servers.borrow();
+    let servers = lock(&servers);
     let mut calls = CallCounts::default();
+    let token_refusals = servers.lives.iter().map(TestServer::token_refusals).sum();
     for life in &servers.lives {
         let c = life.calls();
         calls.execute += c.execute;
@@ -452,6 +511,7 @@ pub fn run(schedule: &Schedule, config: &WorldConfig) -> Outcome {
         firings,
         timelines,
         server_calls: calls,
+        token_refusals,
         live_executions,
         released: released.get(),
         trace,
@@ -462,12 +522,12 @@ pub fn run(schedule: &Schedule, config: &WorldConfig) -> Outcome {
 /// fired in). Only the first life has a script: a crash loses what is
 /// left of it, an in-place restart keeps it.
 fn record_firings(
-    servers: &Shared<Servers>,
+    servers: &SharedServers,
     firings: &mut Vec<(Duration, String)>,
     now: Duration,
     trace: &Trace,
 ) {
-    let servers = servers.borrow();
+    let servers = lock(servers);
     let Some(script) = servers.lives.first().map(TestServer::faults) else {
         return;
     };
@@ -480,7 +540,7 @@ fn record_firings(
     }
 }
 
-fn apply(sim: &mut turmoil::Sim<'_>, action: &Action, servers: &Shared<Servers>, trace: &Trace) {
+fn apply(sim: &mut turmoil::Sim<'_>, action: &Action, servers: &SharedServers, trace: &Trace) {
     trace.event(sim.elapsed(), format!("fault: {action:?}"));
     match *action {
         Action::Hold(a, b) => sim.hold(a, b),
@@ -490,13 +550,13 @@ fn apply(sim: &mut turmoil::Sim<'_>, action: &Action, servers: &Shared<Servers>,
         Action::Repair(a, b) => sim.repair(a, b),
         Action::Latency(a, b, d) => sim.set_link_latency(a, b, d),
         Action::Crash => {
-            if servers.borrow().up {
-                servers.borrow_mut().up = false;
+            let up = std::mem::replace(&mut lock(servers).up, false);
+            if up {
                 sim.crash("server");
             }
         }
         Action::Bounce => {
-            if !servers.borrow().up {
+            if !lock(servers).up {
                 sim.bounce("server");
             }
         }

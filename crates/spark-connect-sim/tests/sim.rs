@@ -3,7 +3,8 @@
 //!
 //! `SIM_SEEDS=N` runs seeds `0..N` (default a sample of about a minute in
 //! a debug build), or `a..b`; `SIM_SEED=n` replays one seed with its full
-//! trace. `SIM_DEFECT_SEEDS` bounds the planted defect's search.
+//! trace (with `RUST_LOG=spark_connect_retry=debug`, the client's and the
+//! guard's logs too). `SIM_DEFECT_SEEDS` bounds the planted defect's search.
 //! `SIM_FIRST_FAILURE=1` stops the sample at its first failing seed and
 //! prints `first failure: seed N (M seeds) [property]`, without shrinking
 //! (`scripts/sim-mutants.sh`).
@@ -206,6 +207,14 @@ fn test_planted_defect() -> Result<(), String> {
 type Test = fn() -> Result<(), String>;
 
 fn main() {
+    // A replay's full trace can include the client's and the guard's own
+    // logs: `SIM_SEED=N RUST_LOG=spark_connect_retry=debug`.
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .without_time()
+            .init();
+    }
     let filter: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with('-'))
