@@ -92,14 +92,18 @@ impl Classifier for DefaultClassifier {
 }
 
 /// Retries a fixed set of codes (server-sent or not): a service config's
-/// `retryableStatusCodes`.
+/// `retryableStatusCodes`, read as grpc-core reads them. A config written
+/// for any gRPC client says `UNAVAILABLE` for a refused, reset or closed
+/// connection, which tonic reports under other codes (mostly `Unknown`):
+/// a transport failure ([`FailureKind::is_transport`]) counts as
+/// `UNAVAILABLE`.
 #[derive(Debug, Clone)]
 pub(crate) struct CodeClassifier {
     codes: HashSet<i32>,
 }
 
 impl CodeClassifier {
-    /// Retry exactly these codes, as the status reports them.
+    /// Retry exactly these codes (a transport failure as `UNAVAILABLE`).
     pub(crate) fn new(codes: impl IntoIterator<Item = Code>) -> Self {
         CodeClassifier {
             codes: codes.into_iter().map(|c| c as i32).collect(),
@@ -109,7 +113,12 @@ impl CodeClassifier {
 
 impl Classifier for CodeClassifier {
     fn can_retry(&self, failure: &Failure<'_>) -> bool {
-        self.codes.contains(&(failure.code() as i32))
+        let code = if failure.kind().is_transport() {
+            Code::Unavailable
+        } else {
+            failure.code()
+        };
+        self.codes.contains(&(code as i32))
     }
 }
 
@@ -212,5 +221,24 @@ mod tests {
         let c = CodeClassifier::new([Code::Aborted]);
         assert!(can(&c, &Status::aborted("a")));
         assert!(!can(&c, &Status::unavailable("u")));
+    }
+
+    /// A connection reset under a call: tonic's `Unknown` with an I/O
+    /// cause, grpc-core's `UNAVAILABLE`.
+    fn reset() -> Status {
+        let mut s = Status::unknown("transport error");
+        s.set_source(std::sync::Arc::new(std::io::Error::from(
+            std::io::ErrorKind::ConnectionReset,
+        )));
+        s
+    }
+
+    #[test]
+    fn a_configs_unavailable_covers_transport_failures() {
+        assert!(can(&CodeClassifier::new([Code::Unavailable]), &reset()));
+        assert!(!can(&CodeClassifier::new([Code::Unknown]), &reset()));
+        // The server's own UNKNOWN is still UNKNOWN.
+        let c = CodeClassifier::new([Code::Unavailable]);
+        assert!(!can(&c, &Status::unknown("transport error")));
     }
 }
