@@ -33,6 +33,11 @@
 //!   makes progress again within a bound derived from the client's idle
 //!   timeout, its policy's backoff and its channels' keepalive; while
 //!   nothing is wrong it is never silent for longer.
+//! * **Unary calls under `RetryLayer`** (the `ops` client, [`crate::unary`]):
+//!   each answered, or failed with a code its service config retries or
+//!   its deadline, within its attempts; where nothing but the server's
+//!   script fails them, exactly the outcomes and attempts the script
+//!   implies.
 //! * **A replay is refused**: a server that re-sends a response the client
 //!   already has ([`Fault::Replay`]) never yields a row twice: the query is
 //!   exact, or ends with the typed integrity error for a repeated response
@@ -45,6 +50,7 @@ use spark_connect_retry::reattach::{IntegrityError, ReattachError};
 use crate::client::QueryResult;
 use crate::recovery::{self, Bound};
 use crate::schedule::{ClientKind, Fault, Schedule, Topology};
+use crate::unary::{self, UnaryPlan, UnaryResult};
 use crate::violation::Violation;
 use crate::world::Outcome;
 
@@ -98,6 +104,9 @@ pub fn check(schedule: &Schedule, outcome: &Outcome) -> Vec<Violation> {
     }
     if outcome.results.is_none() {
         fail("hang", "the client never finished".into());
+    }
+    if let Some(plan) = &schedule.unary {
+        check_unary(schedule, plan, outcome.unary.as_ref(), &mut fail);
     }
     let mut responses: Vec<Duration> = outcome
         .timelines
@@ -284,6 +293,103 @@ fn check_query(
                 );
             }
         }
+    }
+}
+
+/// The second client's calls ([`crate::unary`]): each answered, or failed
+/// with a code its service config retries (only after every attempt) or
+/// its deadline; never more attempts than the config allows. On a world that
+/// loses nothing else, every outcome and the attempts in all are exactly
+/// those [`UnaryPlan::expected`] derives from the server's script.
+fn check_unary(
+    schedule: &Schedule,
+    plan: &UnaryPlan,
+    result: Option<&UnaryResult>,
+    fail: &mut impl FnMut(&'static str, String),
+) {
+    let Some(result) = result else {
+        fail("hang", "the ops client never finished".into());
+        return;
+    };
+    if result.outcomes.len() != plan.calls as usize {
+        fail(
+            "unary",
+            format!("{} of {} calls made", result.outcomes.len(), plan.calls),
+        );
+        return;
+    }
+    let most = u64::from(plan.calls) * u64::from(unary::MAX_ATTEMPTS);
+    if result.stats.attempts > most {
+        fail(
+            "unary",
+            format!(
+                "{} attempts for {} calls of at most {} attempts",
+                result.stats.attempts,
+                plan.calls,
+                unary::MAX_ATTEMPTS
+            ),
+        );
+    }
+    for (i, outcome) in result.outcomes.iter().enumerate() {
+        if let Err((code, msg)) = outcome
+            && !matches!(
+                code,
+                tonic::Code::Unavailable | tonic::Code::DeadlineExceeded
+            )
+        {
+            fail(
+                "unary",
+                format!("call {i}: {code:?} {msg}, not a code the config retries"),
+            );
+        }
+    }
+    // A call fails UNAVAILABLE only once its attempts are used up.
+    let unavailable = result
+        .outcomes
+        .iter()
+        .filter(|o| matches!(o, Err((tonic::Code::Unavailable, _))))
+        .count() as u64;
+    if unavailable > result.stats.exhausted {
+        fail(
+            "unary",
+            format!(
+                "{unavailable} calls failed UNAVAILABLE but only {} used up their attempts",
+                result.stats.exhausted
+            ),
+        );
+    }
+    // What can fail a unary call besides the script: the server gone or
+    // restarted, and, through the guard, its link to the server cut or
+    // its one connection to the server dropped (which the main client's
+    // faults do, and which the ops client's calls share).
+    let guard = schedule.topology == Topology::Guard;
+    let disturbed = schedule.faults.iter().any(|f| match f {
+        Fault::Crash { .. } | Fault::Restart { .. } => true,
+        Fault::Reset { .. } | Fault::LoseRequest => guard,
+        Fault::Hold { link, .. } | Fault::Partition { link, .. } => {
+            *link == crate::schedule::Link::GuardServer
+        }
+        _ => false,
+    });
+    if disturbed {
+        return;
+    }
+    let (expected, attempts) = plan.expected();
+    let got: Vec<bool> = result.outcomes.iter().map(Result::is_ok).collect();
+    if got != expected {
+        fail(
+            "unary",
+            format!("answered {got:?}, expected {expected:?} from the server's script"),
+        );
+    }
+    if result.stats.attempts != attempts {
+        fail(
+            "unary",
+            format!(
+                "{} attempts, expected {attempts} from the server's script",
+                result.stats.attempts
+            ),
+        );
     }
 }
 

@@ -14,6 +14,8 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use crate::unary::UnaryPlan;
+
 /// Where the client's calls go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Topology {
@@ -272,6 +274,9 @@ pub struct Schedule {
     /// The client (drawn from a stream of its own, so that the world and
     /// the faults of a seed are the same for either client).
     pub client: ClientKind,
+    /// A second client's unary calls, if any (drawn from a stream of its
+    /// own as well; none where tokens expire, as it has no provider).
+    pub unary: Option<UnaryPlan>,
 }
 
 const RPCS: [StreamRpc; 2] = [StreamRpc::Execute, StreamRpc::Reattach];
@@ -309,6 +314,7 @@ impl Schedule {
             chunk_bytes,
             faults: vec![],
             client: ClientKind::Stub,
+            unary: UnaryPlan::draw(seed),
         };
         for i in 0..rng.random_range(0..6) {
             s.faults.push(Self::draw_fault(&mut rng, i == 0, topology));
@@ -325,6 +331,8 @@ impl Schedule {
         s.client = Self::draw_client(seed, s.rows);
         if let (Some(every), ClientKind::Session { .. }) = (token, &s.client) {
             s.faults.push(Fault::TokenExpiry { every });
+            // The ops client has no token provider.
+            s.unary = None;
         }
         s
     }
@@ -459,6 +467,13 @@ impl fmt::Display for Schedule {
         )?;
         if let ClientKind::Session { queries } = &self.client {
             writeln!(f, "  client: a session running {queries:?} rows at once")?;
+        }
+        if let Some(u) = &self.unary {
+            writeln!(
+                f,
+                "  ops: {} unary calls under RetryLayer, the first {} AnalyzePlan UNAVAILABLE",
+                u.calls, u.unavailable
+            )?;
         }
         if self.faults.is_empty() {
             writeln!(f, "  (no faults)")?;

@@ -23,6 +23,7 @@ use crate::net::{self, PORT, PUSHBACK, RequestLog};
 use crate::schedule::{ClientKind, Fault, Link, Schedule, StreamRpc, Topology};
 use crate::session::{CurrentToken, SessionResult, run_session};
 use crate::trace::Trace;
+use crate::unary::{UnaryResult, run_unary};
 
 /// How the world is run (the same for every seed of a sample).
 #[derive(Debug, Clone)]
@@ -82,6 +83,9 @@ pub struct Outcome {
     /// guard, where releases are the client's), or the session's `close()`
     /// succeeded.
     pub released: bool,
+    /// What the second client did (`None`: the seed has none, or it never
+    /// finished).
+    pub unary: Option<UnaryResult>,
     /// The trace.
     pub trace: Trace,
 }
@@ -261,7 +265,10 @@ pub fn run(schedule: &Schedule, config: &WorldConfig) -> Outcome {
         .build();
 
     let servers: SharedServers = Arc::default();
-    let script: Vec<KitFault> = schedule.faults.iter().flat_map(kit_faults).collect();
+    let mut script: Vec<KitFault> = schedule.faults.iter().flat_map(kit_faults).collect();
+    if let Some(plan) = &schedule.unary {
+        script.extend(plan.kit_faults());
+    }
     {
         let servers = servers.clone();
         let trace = trace.clone();
@@ -406,6 +413,21 @@ pub fn run(schedule: &Schedule, config: &WorldConfig) -> Outcome {
         });
     }
 
+    let unary: Shared<Option<UnaryResult>> = Rc::default();
+    if let Some(plan) = schedule.unary {
+        let unary = unary.clone();
+        let trace = trace.clone();
+        let target = match schedule.topology {
+            Topology::Direct => "server",
+            Topology::Guard => "guard",
+        };
+        let seed = schedule.seed;
+        sim.client("ops", async move {
+            let out = run_unary(plan, target, seed, &trace).await;
+            *unary.borrow_mut() = Some(out);
+            Ok(())
+        });
+    }
     let mut pending = actions(schedule).into_iter().peekable();
     let mut sim_error = None;
     let mut firings = vec![];
@@ -514,6 +536,7 @@ pub fn run(schedule: &Schedule, config: &WorldConfig) -> Outcome {
         token_refusals,
         live_executions,
         released: released.get(),
+        unary: unary.borrow_mut().take(),
         trace,
     }
 }
