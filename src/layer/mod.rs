@@ -117,6 +117,15 @@
 //! again for any response after the last one *it* released
 //! (`spark-connect-guard` uses this).
 //!
+//! Under either, a `ReleaseExecute` the caller sends through the layer is
+//! noted for the layer's executions of that operation: none of them sends
+//! its `ExecutePlan` again, and "not found" ends them with the server's
+//! status. A caller that reattached on a new connection, read the result
+//! and released it may have left an older execution of the layer behind,
+//! still reading for it (a partition drops the caller's `RST_STREAM` too);
+//! without the note, that execution's "not found" would look like a lost
+//! `ExecutePlan` and re-create the released query on the server.
+//!
 //! ## Stalls need a channel that can reconnect
 //!
 //! A stall (no message within the idle timeout) reattaches over a fresh

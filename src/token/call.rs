@@ -64,52 +64,41 @@ mod tests {
     use crate::token::Token;
     use crate::token::{AccessToken, StaticToken, provider_fn, refusal::token_error};
 
+    /// One fresh token per refusal, and a second refusal without progress
+    /// ends the call marked; unless the refused token delivered a response
+    /// elsewhere (another stream of the session): it expired, and is worth
+    /// a fresh one.
     #[tokio::test]
-    async fn one_fresh_token_then_a_marked_refusal() {
-        let p = provider_fn("p", || async { Ok(AccessToken::new(Token::new("t")?)) });
-        let creds = Credentials::new(Arc::new(p));
-        let call = CallToken::new(Some(&creds));
-        let used = call.slot();
-        used.set_for_test(creds.bearer().await.unwrap().1);
-        let first: AttemptError = call.judge(Status::unauthenticated("expired"), &used);
-        assert!(matches!(first, AttemptError::RetryNow(Some(_))));
-        used.set_for_test(creds.bearer().await.unwrap().1);
-        assert_eq!(creds.fetched(), 2, "the refused token was dropped");
-        let AttemptError::Status(last) =
-            call.judge::<std::convert::Infallible>(Status::unauthenticated("expired"), &used)
-        else {
-            panic!("a second refusal is the end")
-        };
-        assert_eq!(token_error(&last).unwrap().provider(), "p");
-        // Other failures pass through.
-        let other: AttemptError = call.judge(Status::unavailable("down"), &used);
-        assert!(matches!(other, AttemptError::Status(s) if token_error(&s).is_none()));
-    }
-
-    #[tokio::test]
-    async fn a_refused_token_that_delivered_a_response_elsewhere_is_worth_a_fresh_one() {
-        let p = provider_fn("p", || async { Ok(AccessToken::new(Token::new("t")?)) });
-        let creds = Credentials::new(Arc::new(p));
-        let call = CallToken::new(Some(&creds));
-        let used = call.slot();
-        used.set_for_test(creds.bearer().await.unwrap().1);
-        let first: AttemptError = call.judge(Status::unauthenticated("expired"), &used);
-        assert!(matches!(first, AttemptError::RetryNow(Some(_))));
-        // The fresh token serves another stream, then expires.
-        let fresh = creds.bearer().await.unwrap().1;
-        used.set_for_test(fresh);
-        creds.answered(fresh);
-        let second: AttemptError = call.judge(Status::unauthenticated("expired"), &used);
-        assert!(matches!(second, AttemptError::RetryNow(Some(_))));
-        // A third token that nobody was answered with: the budget holds.
-        used.set_for_test(creds.bearer().await.unwrap().1);
-        let AttemptError::Status(last) =
-            call.judge::<std::convert::Infallible>(Status::unauthenticated("no"), &used)
-        else {
-            panic!("a token never answered, refused after a refresh, is the end")
-        };
-        assert_eq!(token_error(&last).unwrap().provider(), "p");
-        assert_eq!(creds.fetched(), 3);
+    async fn one_fresh_token_then_a_marked_refusal_unless_the_token_worked() {
+        for answered_elsewhere in [false, true] {
+            let p = provider_fn("p", || async { Ok(AccessToken::new(Token::new("t")?)) });
+            let creds = Credentials::new(Arc::new(p));
+            let call = CallToken::new(Some(&creds));
+            let used = call.slot();
+            used.set_for_test(creds.bearer().await.unwrap().1);
+            let first: AttemptError = call.judge(Status::unauthenticated("expired"), &used);
+            assert!(matches!(first, AttemptError::RetryNow(Some(_))));
+            let fresh = creds.bearer().await.unwrap().1;
+            used.set_for_test(fresh);
+            assert_eq!(creds.fetched(), 2, "the refused token was dropped");
+            if answered_elsewhere {
+                creds.answered(fresh);
+                let second: AttemptError = call.judge(Status::unauthenticated("expired"), &used);
+                assert!(matches!(second, AttemptError::RetryNow(Some(_))));
+                // A third token that nobody was answered with.
+                used.set_for_test(creds.bearer().await.unwrap().1);
+                assert_eq!(creds.fetched(), 3);
+            }
+            let AttemptError::Status(last) =
+                call.judge::<std::convert::Infallible>(Status::unauthenticated("expired"), &used)
+            else {
+                panic!("a refusal of a fresh token that never worked is the end")
+            };
+            assert_eq!(token_error(&last).unwrap().provider(), "p");
+            // Other failures pass through.
+            let other: AttemptError = call.judge(Status::unavailable("down"), &used);
+            assert!(matches!(other, AttemptError::Status(s) if token_error(&s).is_none()));
+        }
     }
 
     #[tokio::test]
