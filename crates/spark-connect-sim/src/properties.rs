@@ -50,7 +50,8 @@ use spark_connect_retry::reattach::{IntegrityError, ReattachError};
 use crate::client::QueryResult;
 use crate::recovery::{self, Bound};
 use crate::schedule::{ClientKind, Fault, Schedule, Topology};
-use crate::unary::{self, UnaryPlan, UnaryResult};
+use crate::session::SessionMetrics;
+use crate::unary::{self, UnaryPlan};
 use crate::violation::Violation;
 use crate::world::Outcome;
 
@@ -106,8 +107,9 @@ pub fn check(schedule: &Schedule, outcome: &Outcome) -> Vec<Violation> {
         fail("hang", "the client never finished".into());
     }
     if let Some(plan) = &schedule.unary {
-        check_unary(schedule, plan, outcome.unary.as_ref(), &mut fail);
+        check_unary(schedule, plan, outcome, &mut fail);
     }
+    check_session_metrics(outcome, &mut fail);
     let mut responses: Vec<Duration> = outcome
         .timelines
         .iter()
@@ -304,10 +306,10 @@ fn check_query(
 fn check_unary(
     schedule: &Schedule,
     plan: &UnaryPlan,
-    result: Option<&UnaryResult>,
+    outcome: &Outcome,
     fail: &mut impl FnMut(&'static str, String),
 ) {
-    let Some(result) = result else {
+    let Some(result) = &outcome.unary else {
         fail("hang", "the ops client never finished".into());
         return;
     };
@@ -317,6 +319,17 @@ fn check_unary(
             format!("{} of {} calls made", result.outcomes.len(), plan.calls),
         );
         return;
+    }
+    // What the meter provider received is what the layer counted.
+    let m = &result.metrics;
+    if (m.attempts, m.calls) != (result.stats.attempts, u64::from(plan.calls)) {
+        fail(
+            "metrics",
+            format!(
+                "the meter received {} attempts of {} calls; the layer made {} attempts of {} calls",
+                m.attempts, m.calls, result.stats.attempts, plan.calls
+            ),
+        );
     }
     let most = u64::from(plan.calls) * u64::from(unary::MAX_ATTEMPTS);
     if result.stats.attempts > most {
@@ -343,17 +356,23 @@ fn check_unary(
             );
         }
     }
-    // A call fails UNAVAILABLE only once its attempts are used up.
+    // A call fails UNAVAILABLE only once its attempts are used up, or
+    // when the next attempt would start past its deadline (the layer's
+    // rule 10: the last attempt's status is delivered).
     let unavailable = result
         .outcomes
         .iter()
-        .filter(|o| matches!(o, Err((tonic::Code::Unavailable, _))))
+        .zip(&result.durations)
+        .filter(|(o, took)| {
+            matches!(o, Err((tonic::Code::Unavailable, _)))
+                && **took + unary::MAX_BACKOFF < unary::DEADLINE
+        })
         .count() as u64;
     if unavailable > result.stats.exhausted {
         fail(
             "unary",
             format!(
-                "{unavailable} calls failed UNAVAILABLE but only {} used up their attempts",
+                "{unavailable} calls failed UNAVAILABLE well before their deadline but only {} used up their attempts",
                 result.stats.exhausted
             ),
         );
@@ -389,6 +408,46 @@ fn check_unary(
                 "{} attempts, expected {attempts} from the server's script",
                 result.stats.attempts
             ),
+        );
+    }
+    // Every AnalyzePlan attempt reached the server (only this client
+    // sends one).
+    if m.analyze_attempts != outcome.server_calls.analyze {
+        fail(
+            "metrics",
+            format!(
+                "the meter received {} AnalyzePlan attempts; the server saw {}",
+                m.analyze_attempts, outcome.server_calls.analyze
+            ),
+        );
+    }
+}
+
+/// The session's instruments against its streams' counters: reattaches
+/// and re-executes as counted, and the rows of every batch delivered.
+fn check_session_metrics(outcome: &Outcome, fail: &mut impl FnMut(&'static str, String)) {
+    let (Some(m), Some(results)) = (&outcome.session_metrics, &outcome.results) else {
+        return;
+    };
+    if !outcome.stream_stats.iter().all(Option::is_some) {
+        return;
+    }
+    let stats: Vec<_> = outcome.stream_stats.iter().flatten().collect();
+    let counted = SessionMetrics {
+        reattaches: stats.iter().map(|s| s.reattaches).sum(),
+        re_executes: stats.iter().map(|s| s.re_executes).sum(),
+        rows: results.iter().map(|r| r.rows.len() as u64).sum(),
+    };
+    // A resumption replays rows to verify them: counted, not delivered.
+    let resumed = stats.iter().any(|s| s.resumptions > 0);
+    let received = SessionMetrics {
+        rows: if resumed { counted.rows } else { m.rows },
+        ..*m
+    };
+    if received != counted {
+        fail(
+            "metrics",
+            format!("the session's meter received {m:?}; its streams counted {counted:?}"),
         );
     }
 }

@@ -23,6 +23,7 @@ use spark_connect_retry::reattach::StreamStats;
 use spark_connect_retry::retrying::{PySparkRetrying, Retrying};
 use spark_connect_retry::session::{SparkError, SparkSession};
 use spark_connect_retry::token::{AccessToken, Token, provider_fn};
+use tonic_retry_echo::metrics::Pipeline;
 
 use crate::client::{QueryResult, Timeline};
 use crate::net::{PORT, RequestLog};
@@ -46,6 +47,38 @@ pub struct SessionResult {
     pub closed: bool,
     /// Connections dialled.
     pub dials: u64,
+    /// What the session's meter received, read at the end.
+    pub metrics: SessionMetrics,
+}
+
+/// The session's own instruments, summed over their labels, as its meter
+/// provider received them (`docs/metrics.md`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SessionMetrics {
+    /// `spark_connect.client.result.reattaches`, every cause.
+    pub reattaches: u64,
+    /// `spark_connect.client.result.re_executes`.
+    pub re_executes: u64,
+    /// `spark_connect.client.result.rows`.
+    pub rows: u64,
+}
+
+impl SessionMetrics {
+    fn read(pipeline: &Pipeline) -> SessionMetrics {
+        let recorded = pipeline.read();
+        let sum = |name: &str| {
+            recorded
+                .of(&format!("spark_connect.client.{name}"))
+                .iter()
+                .map(|p| p.sum as u64)
+                .sum()
+        };
+        SessionMetrics {
+            reattaches: sum("result.reattaches"),
+            re_executes: sum("result.re_executes"),
+            rows: sum("result.rows"),
+        }
+    }
 }
 
 fn error_of(e: &SparkError) -> (tonic::Code, String) {
@@ -140,7 +173,9 @@ pub async fn run_session(
     times: &Timeline,
 ) -> SessionResult {
     let dials = Arc::new(AtomicU64::new(0));
+    let pipeline = Pipeline::new();
     let mut builder = SparkSession::builder()
+        .meter(pipeline.meter())
         .remote(format!("sc://localhost:{PORT}"))
         .connector(crate::net::connector(target, log, dials.clone()))
         .retrying(Retrying::pyspark().with_seed(seed));
@@ -191,5 +226,6 @@ pub async fn run_session(
         stats,
         closed,
         dials: dials.load(std::sync::atomic::Ordering::Relaxed),
+        metrics: SessionMetrics::read(&pipeline),
     }
 }

@@ -20,8 +20,10 @@ use spark_connect_stub::spark::connect as pb;
 use spark_connect_testkit::{Fault as KitFault, Rpc};
 use tonic::Code;
 use tonic_retry::layer::{RetryLayer, RetryStats, ServiceConfig};
+use tonic_retry::metrics::GrpcMetrics;
 use tonic_retry::policy::Failure;
 use tonic_retry::retrying::Retrying;
+use tonic_retry_echo::metrics::Pipeline;
 use tower::Layer;
 
 use crate::client::Ids;
@@ -32,6 +34,9 @@ pub const MAX_ATTEMPTS: u32 = 4;
 
 /// Each call's deadline in the service config.
 pub const DEADLINE: Duration = Duration::from_secs(30);
+
+/// The longest wait between attempts in the service config.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 /// The `ops` client's service config: both methods retried on
 /// `UNAVAILABLE`, [`MAX_ATTEMPTS`] attempts, a [`DEADLINE`] per call.
@@ -75,8 +80,44 @@ pub type CallOutcome = Result<(), (Code, String)>;
 pub struct UnaryResult {
     /// Each call's outcome, in order.
     pub outcomes: Vec<CallOutcome>,
+    /// How long each call took (simulated time).
+    pub durations: Vec<Duration>,
     /// The layer's counters at the end.
     pub stats: RetryStats,
+    /// What its meter provider received (gRFC A66), read at the end.
+    pub metrics: UnaryMetrics,
+}
+
+/// The layer's gRPC instruments as its meter provider received them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UnaryMetrics {
+    /// `grpc.client.attempt.started` of `AnalyzePlan`.
+    pub analyze_attempts: u64,
+    /// `grpc.client.attempt.started` of every method.
+    pub attempts: u64,
+    /// Calls ended (`grpc.client.call.duration`'s count).
+    pub calls: u64,
+}
+
+impl UnaryMetrics {
+    fn read(pipeline: &Pipeline) -> UnaryMetrics {
+        let recorded = pipeline.read();
+        let started = recorded.of("grpc.client.attempt.started");
+        let analyze = "spark.connect.SparkConnectService/AnalyzePlan";
+        UnaryMetrics {
+            analyze_attempts: started
+                .iter()
+                .filter(|p| p.labels.get("grpc.method").map(String::as_str) == Some(analyze))
+                .map(|p| p.sum as u64)
+                .sum(),
+            attempts: started.iter().map(|p| p.sum as u64).sum(),
+            calls: recorded
+                .of("grpc.client.call.duration")
+                .iter()
+                .map(|p| p.count)
+                .sum(),
+        }
+    }
 }
 
 impl UnaryPlan {
@@ -150,13 +191,17 @@ pub async fn run_unary(plan: UnaryPlan, target: &str, seed: u64, trace: &Trace) 
             return UnaryResult::default();
         }
     };
+    let pipeline = Pipeline::new();
+    let layer = layer.metrics(GrpcMetrics::from_provider(pipeline.provider()));
     let stats = layer.stats_handle();
     let channel = crate::net::channel(target, None);
     let mut client =
         pb::spark_connect_service_client::SparkConnectServiceClient::new(layer.layer(channel));
     let session_id = Ids::from_seed(seed ^ 0x0e5).session;
     let mut outcomes = vec![];
+    let mut durations = vec![];
     for i in 0..plan.calls {
+        let started = tokio::time::Instant::now();
         let outcome = if UnaryPlan::is_analyze(i) {
             let request = pb::AnalyzePlanRequest {
                 session_id: session_id.clone(),
@@ -181,9 +226,12 @@ pub async fn run_unary(plan: UnaryPlan, target: &str, seed: u64, trace: &Trace) 
         let outcome = outcome.map_err(|s| (grpc_code(&s), s.message().to_owned()));
         trace.now(format!("ops: call {i} {outcome:?}"));
         outcomes.push(outcome);
+        durations.push(started.elapsed());
     }
     UnaryResult {
         outcomes,
+        durations,
         stats: stats.snapshot(),
+        metrics: UnaryMetrics::read(&pipeline),
     }
 }

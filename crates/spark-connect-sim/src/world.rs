@@ -21,7 +21,7 @@ use spark_connect_testkit::{
 use crate::client::{ClientSetup, Defect, QueryResult, QueryTimes, Timeline, run_query};
 use crate::net::{self, PORT, PUSHBACK, RequestLog};
 use crate::schedule::{ClientKind, Fault, Link, Schedule, StreamRpc, Topology};
-use crate::session::{CurrentToken, SessionResult, run_session};
+use crate::session::{CurrentToken, SessionMetrics, SessionResult, run_session};
 use crate::trace::Trace;
 use crate::unary::{UnaryResult, run_unary};
 
@@ -57,6 +57,8 @@ pub struct Outcome {
     pub results: Option<Vec<QueryResult>>,
     /// The session's counters of each query's stream (empty for the stub).
     pub stream_stats: Vec<Option<StreamStats>>,
+    /// What the session's meter provider received (`None` for the stub).
+    pub session_metrics: Option<SessionMetrics>,
     /// turmoil's error (the time limit, a host's error), if any.
     pub sim_error: Option<String>,
     /// Simulated time at the end.
@@ -519,6 +521,10 @@ pub fn run(schedule: &Schedule, config: &WorldConfig) -> Outcome {
     if timelines.len() < queries {
         timelines.resize_with(queries, QueryTimes::default);
     }
+    let session_metrics = match (&schedule.client, &result) {
+        (ClientKind::Session { .. }, Some(r)) => Some(r.metrics),
+        _ => None,
+    };
     let (results, stream_stats) = match result {
         Some(r) => (Some(r.queries), r.stats),
         None => (None, vec![]),
@@ -526,6 +532,7 @@ pub fn run(schedule: &Schedule, config: &WorldConfig) -> Outcome {
     Outcome {
         results,
         stream_stats,
+        session_metrics,
         sim_error,
         elapsed,
         requests,
