@@ -26,9 +26,9 @@
 //! * **Tokens expire** ([`Fault::TokenExpiry`]): a fresh token for each
 //!   refusal keeps every query exact. The session's token error
 //!   ([`TOKEN_REFUSED`]: refused again without progress since the last
-//!   fresh token) is allowed only where a hold or a partition lets the
-//!   server spend a token's life on responses that no client sees
-//!   ([`Schedule::tokens_used_unseen`]).
+//!   fresh token) is allowed only where the server can spend a token's
+//!   life on responses the client has not seen
+//!   ([`Schedule::tokens_used_unseen`]), and only after a fresh token.
 //! * **Recovery** (`recovery.rs`): after a fault heals, each query
 //!   makes progress again within a bound derived from the client's idle
 //!   timeout, its policy's backoff and its channels' keepalive; while
@@ -281,7 +281,11 @@ fn check_query(
         // A replaying server: the typed error for a repeated response id,
         // whatever else the schedule holds.
         Some((_, msg)) if schedule.faults.contains(&Fault::Replay) && is_replay_error(msg) => {}
-        Some((_, msg)) if schedule.tokens_used_unseen() && msg.contains(TOKEN_REFUSED) => {}
+        // Refused again after a fresh token, never without one.
+        Some((_, msg))
+            if schedule.tokens_used_unseen()
+                && msg.contains(TOKEN_REFUSED)
+                && !msg.contains("after 0 refresh") => {}
         Some((code, msg)) => {
             if !schedule.may_lose_state() {
                 fail(

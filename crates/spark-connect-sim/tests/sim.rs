@@ -124,7 +124,7 @@ fn test_sample() -> Result<(), String> {
 
 /// Seeds that once failed, each with what it found; played on every run
 /// of this binary, whatever `SIM_SEEDS` says.
-const REGRESSIONS: [(u64, &str); 3] = [
+const REGRESSIONS: [(u64, &str); 6] = [
     (
         333339,
         "leak: a guard driver whose caller a partition hid re-sent an ExecutePlan its caller had released",
@@ -133,6 +133,18 @@ const REGRESSIONS: [(u64, &str); 3] = [
     (
         469424,
         "storm: three queries' startup retries counted against one query's allowance",
+    ),
+    (
+        196,
+        "unary: a server restart under a call; tonic's Unknown not retried as a service config's UNAVAILABLE",
+    ),
+    (
+        15947,
+        "unary: UNAVAILABLE delivered when the next attempt would pass the call's deadline",
+    ),
+    (
+        23607,
+        "tokens: the guard's read-ahead used up a refreshed query's token",
     ),
 ];
 
