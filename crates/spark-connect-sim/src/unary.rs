@@ -145,7 +145,7 @@ impl UnaryPlan {
 
     /// Whether call `i` is an `AnalyzePlan`.
     pub fn is_analyze(i: u32) -> bool {
-        i % 2 == 0
+        i.is_multiple_of(2)
     }
 
     /// Each call's outcome (`true`: answered) and the attempts in all, on
