@@ -286,7 +286,7 @@ const REPEAT_SHARE: f64 = 0.12;
 /// The share of seeds with a [`Fault::Replay`].
 const REPLAY_SHARE: f64 = 0.15;
 /// The share of the sessions' seeds with a [`Fault::TokenExpiry`].
-const TOKEN_SHARE: f64 = 0.2;
+const TOKEN_SHARE: f64 = 0.35;
 
 impl Schedule {
     /// Draws a schedule from `seed` (`StdRng::seed_from_u64`).
