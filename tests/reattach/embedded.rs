@@ -447,7 +447,12 @@ async fn dropping_early_releases_the_execution() {
         tracker.clone(),
     )
     .unwrap();
+    assert_eq!(exec.server_side_session_id(), None, "nothing seen yet");
     exec.next().await.unwrap().unwrap();
+    assert_eq!(
+        exec.server_side_session_id(),
+        Some(s.server_side_session_id())
+    );
     let op = exec.operation_id().to_owned();
     drop(exec);
     assert!(tracker.wait_idle(Duration::from_secs(10)).await);

@@ -81,6 +81,23 @@ fn a_second_refusal_without_progress_ends_the_stream() {
     assert_eq!(core.stats().token_refreshes, 1);
 }
 
+/// The refused token had delivered a response on another stream of the
+/// session: it expired, and the budget is whole again.
+#[test]
+fn a_second_refusal_of_a_token_that_worked_elsewhere_refreshes_again() {
+    let (mut core, retrying) = after_one_response();
+    assert!(matches!(
+        core.on_event(expired(), &retrying),
+        Action::RefreshThenOpen(_)
+    ));
+    core.token_was_answered();
+    assert!(matches!(
+        core.on_event(expired(), &retrying),
+        Action::RefreshThenOpen(Open::Reattach(_))
+    ));
+    assert_eq!(core.stats().token_refreshes, 2);
+}
+
 #[test]
 fn a_refused_execute_plan_is_sent_again_as_it_never_ran() {
     let (mut core, retrying) = refreshing_core();
