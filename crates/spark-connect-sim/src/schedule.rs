@@ -338,19 +338,22 @@ impl Schedule {
     }
 
     /// Whether tokens expire by responses sent that the client may not
-    /// see for a while: a hold or a partition keeps them from it, and the
-    /// guard reads ahead of its client (its HTTP/2 windows hold up to
-    /// 32 MiB). The server can then use up a fresh token's life on
+    /// see for a while: a hold or a partition keeps them from it, a
+    /// stalled stream the client gave up on sends them once the stall
+    /// ends, and the guard reads ahead of its client (its HTTP/2 windows
+    /// hold up to 32 MiB). The server can then use up a fresh token's life on
     /// responses the client has not seen, and the session's second
     /// refusal without progress ends the query with its token error, as
     /// documented.
     pub fn tokens_used_unseen(&self) -> bool {
         self.token_expiry().is_some()
             && (self.topology == Topology::Guard
-                || self
-                    .faults
-                    .iter()
-                    .any(|f| matches!(f, Fault::Hold { .. } | Fault::Partition { .. })))
+                || self.faults.iter().any(|f| {
+                    matches!(
+                        f,
+                        Fault::Hold { .. } | Fault::Partition { .. } | Fault::Stall { .. }
+                    )
+                }))
     }
 
     /// The tokens' life in responses, when they expire.

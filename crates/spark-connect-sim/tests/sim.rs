@@ -124,7 +124,7 @@ fn test_sample() -> Result<(), String> {
 
 /// Seeds that once failed, each with what it found; played on every run
 /// of this binary, whatever `SIM_SEEDS` says.
-const REGRESSIONS: [(u64, &str); 6] = [
+const REGRESSIONS: [(u64, &str); 7] = [
     (
         333339,
         "leak: a guard driver whose caller a partition hid re-sent an ExecutePlan its caller had released",
@@ -145,6 +145,10 @@ const REGRESSIONS: [(u64, &str); 6] = [
     (
         23607,
         "tokens: the guard's read-ahead used up a refreshed query's token",
+    ),
+    (
+        88321,
+        "tokens: a stalled stream the session gave up on used up a refreshed query's token",
     ),
 ];
 
