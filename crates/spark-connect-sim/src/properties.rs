@@ -25,10 +25,10 @@
 //!   server refused one.
 //! * **Tokens expire** ([`Fault::TokenExpiry`]): a fresh token for each
 //!   refusal keeps every query exact. The session's token error
-//!   ([`TOKEN_REFUSED`]: refused again without progress since the last
+//!   (`TOKEN_REFUSED`: refused again without progress since the last
 //!   fresh token) is allowed only where the server can spend a token's
 //!   life on responses the client has not seen
-//!   ([`Schedule::tokens_used_unseen`]), and only after a fresh token.
+//!   (`Schedule::tokens_used_unseen`), and only after a fresh token.
 //! * **Recovery** (`recovery.rs`): after a fault heals, each query
 //!   makes progress again within a bound derived from the client's idle
 //!   timeout, its policy's backoff and its channels' keepalive; while
@@ -56,7 +56,7 @@ use crate::violation::Violation;
 use crate::world::Outcome;
 
 /// What the session's token error says ([`Fault::TokenExpiry`]).
-pub const TOKEN_REFUSED: &str = "[TOKEN_REFUSED]";
+pub(crate) const TOKEN_REFUSED: &str = "[TOKEN_REFUSED]";
 
 /// The most requests each query may send in any one simulated second,
 /// beyond two per response received in it.

@@ -345,7 +345,7 @@ impl Schedule {
     /// responses the client has not seen, and the session's second
     /// refusal without progress ends the query with its token error, as
     /// documented.
-    pub fn tokens_used_unseen(&self) -> bool {
+    pub(crate) fn tokens_used_unseen(&self) -> bool {
         self.token_expiry().is_some()
             && (self.topology == Topology::Guard
                 || self.faults.iter().any(|f| {
@@ -357,7 +357,7 @@ impl Schedule {
     }
 
     /// The tokens' life in responses, when they expire.
-    pub fn token_expiry(&self) -> Option<u64> {
+    pub(crate) fn token_expiry(&self) -> Option<u64> {
         self.faults.iter().find_map(|f| match f {
             Fault::TokenExpiry { every } => Some(*every),
             _ => None,

@@ -7,7 +7,7 @@
 //! then closes the session.
 //!
 //! Under a token fault the session is given a token provider that asks an
-//! identity service for a new token ([`CurrentToken`]), and the remote
+//! identity service for a new token (`CurrentToken`), and the remote
 //! is `sc://localhost` (a token goes over plaintext to localhost only):
 //! the connector dials the simulated host whatever the URI says.
 //!
@@ -158,12 +158,12 @@ async fn query(
 
 /// A new token from the identity service: what the session's provider
 /// hands out under a token fault.
-pub type CurrentToken = Arc<dyn Fn() -> String + Send + Sync>;
+pub(crate) type CurrentToken = Arc<dyn Fn() -> String + Send + Sync>;
 
 /// Builds the session against `target` (with a token provider over
 /// `token`, if given), runs `queries` at once (their times in `times`),
 /// closes it.
-pub async fn run_session(
+pub(crate) async fn run_session(
     seed: u64,
     target: &'static str,
     queries: &[i64],

@@ -10,7 +10,7 @@
 //! other client sends one), so on a world that loses nothing else the
 //! outcome of every call and the number of attempts are known in advance:
 //! a call fails only when the failures left for it reach
-//! [`MAX_ATTEMPTS`]. `Config` calls are never failed on purpose.
+//! `MAX_ATTEMPTS`. `Config` calls are never failed on purpose.
 
 use std::time::Duration;
 
@@ -30,13 +30,13 @@ use crate::client::Ids;
 use crate::trace::Trace;
 
 /// Attempts per call in the service config, the first included.
-pub const MAX_ATTEMPTS: u32 = 4;
+pub(crate) const MAX_ATTEMPTS: u32 = 4;
 
 /// Each call's deadline in the service config.
-pub const DEADLINE: Duration = Duration::from_secs(30);
+pub(crate) const DEADLINE: Duration = Duration::from_secs(30);
 
 /// The longest wait between attempts in the service config.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(1);
+pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 /// The `ops` client's service config: both methods retried on
 /// `UNAVAILABLE`, [`MAX_ATTEMPTS`] attempts, a [`DEADLINE`] per call.
@@ -123,7 +123,7 @@ impl UnaryMetrics {
 impl UnaryPlan {
     /// Draws the plan of `seed`, if it has an `ops` client (from a stream
     /// of its own, so that the rest of a seed's schedule stays as it was).
-    pub fn draw(seed: u64) -> Option<UnaryPlan> {
+    pub(crate) fn draw(seed: u64) -> Option<UnaryPlan> {
         let mut rng = StdRng::seed_from_u64(seed ^ 0x0005_ca11);
         rng.random_bool(SHARE).then(|| UnaryPlan {
             calls: rng.random_range(2..8),
@@ -132,7 +132,7 @@ impl UnaryPlan {
     }
 
     /// The server's faults for it.
-    pub fn kit_faults(&self) -> Vec<KitFault> {
+    pub(crate) fn kit_faults(&self) -> Vec<KitFault> {
         if self.unavailable == 0 {
             return vec![];
         }
@@ -144,13 +144,13 @@ impl UnaryPlan {
     }
 
     /// Whether call `i` is an `AnalyzePlan`.
-    pub fn is_analyze(i: u32) -> bool {
+    pub(crate) fn is_analyze(i: u32) -> bool {
         i.is_multiple_of(2)
     }
 
     /// Each call's outcome (`true`: answered) and the attempts in all, on
     /// a world that loses nothing else.
-    pub fn expected(&self) -> (Vec<bool>, u64) {
+    pub(crate) fn expected(&self) -> (Vec<bool>, u64) {
         let mut left = self.unavailable;
         let mut attempts = 0;
         let outcomes = (0..self.calls)
